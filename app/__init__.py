@@ -1,0 +1,1 @@
+"""MTP Studio desktop GUI (Qt)."""

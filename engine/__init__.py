@@ -1,0 +1,2 @@
+"""MTP Studio's headless engine: inference, speculative decoding, the worker
+process and its protocol, GGUF inspection. Never imports Qt."""

@@ -1,0 +1,249 @@
+"""The decode loop, plain and speculative, in one place.
+
+Plain decoding is the case where the draft is always empty. Each step:
+
+1. draft: ask the drafter for up to ``n_max`` tokens after ``id_last``;
+2. verify: decode ``[id_last, drafts...]`` on the target in one batch, then
+   let the drafter catch up on that batch;
+3. accept: sample the target at each row with the request's sampler and keep
+   drafts while they equal the sample (this keeps the target's distribution
+   exactly; with greedy sampling the output is the plain greedy output);
+4. roll back the rejected rows on both contexts;
+5. stream the accepted text, checking end-of-generation, stop strings and
+   the token limit token by token.
+
+Cancellation is checked between decodes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.errors import ContextError
+from engine.generation import chat_template
+from engine.generation.detokenizer import Detokenizer
+from engine.generation.session import Session
+from engine.generation.stops import StopMatcher
+from engine.runtime import Batch, Sampler, SamplingParams
+from engine.speculative.drafter import MAX_DRAFT, SpeculativeParams
+from engine.speculative.rollback import TargetRollback
+from engine.speculative.stats import GenerationStats
+
+STATS_INTERVAL_S = 0.25
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    prompt: str | None = None
+    messages: tuple[dict[str, str], ...] | None = None
+    sampling: SamplingParams = SamplingParams()
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    speculative: SpeculativeParams = SpeculativeParams()
+
+
+@dataclass
+class GenerateResult:
+    text: str
+    tokens: list[int]
+    finish_reason: str  # stop | length | cancelled
+    stats: GenerationStats
+    prompt_mode: str = chat_template.COMPLETION
+    accepted_per_round: list[int] = field(default_factory=list)
+
+
+# on_text(text, from_draft): text that became visible, and whether it came
+# from accepted draft tokens
+TextCallback = Callable[[str, bool], None]
+StatsCallback = Callable[[GenerationStats], None]
+
+
+def render_prompt(session: Session, request: GenerateRequest) -> tuple[list[int], str]:
+    """Tokens of the request's prompt, and the mode (template or completion)."""
+    model = session.model
+    if request.messages is not None:
+        bos = model.token_text(model.bos) if model.add_bos else ""
+        rendered = chat_template.render(
+            list(request.messages), session.facts.chat_template,
+            bos_token=bos, eos_token=model.token_text(model.eos),
+        )
+        tokens = model.tokenize(rendered.text, add_special=not rendered.has_bos, parse_special=True)
+        return tokens, rendered.mode
+    return model.tokenize(request.prompt or "", add_special=True, parse_special=True), chat_template.COMPLETION
+
+
+class _Output:
+    """Turns accepted tokens into visible text; decides when generation ends."""
+
+    def __init__(self, session: Session, request: GenerateRequest, on_text: TextCallback | None) -> None:
+        self.model = session.model
+        self.detok = Detokenizer(self.model.piece)
+        self.stops = StopMatcher(request.stop)
+        self.max_tokens = request.max_tokens
+        self.on_text = on_text
+        self.tokens: list[int] = []
+        self.text: list[str] = []
+        self.finish: str | None = None
+
+    def push(self, token: int, from_draft: bool) -> None:
+        if self.model.is_eog(token):
+            self.finish = "stop"
+            return
+        self.tokens.append(token)
+        shown = self.stops.feed(self.detok.push(token))
+        if shown:
+            self.text.append(shown)
+            if self.on_text:
+                self.on_text(shown, from_draft)
+        if self.stops.matched is not None:
+            self.finish = "stop"
+        elif len(self.tokens) >= self.max_tokens:
+            self.finish = "length"
+
+    def close(self) -> None:
+        tail = self.stops.feed(self.detok.flush()) + self.stops.flush()
+        if tail:
+            self.text.append(tail)
+            if self.on_text:
+                self.on_text(tail, False)
+
+
+def generate(
+    session: Session,
+    request: GenerateRequest,
+    *,
+    on_text: TextCallback | None = None,
+    on_stats: StatsCallback | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> GenerateResult:
+    """Run one generation to its end; see the module docstring for the steps.
+
+    Raises:
+        ContextError: the prompt does not fit the context, or a decode failed.
+    """
+    stats = GenerationStats()
+    session.stats_ref[0] = stats
+    target = session.target
+    spec = request.speculative
+    drafter = session.drafter if spec.enabled else None
+    n_max = min(spec.n_max, MAX_DRAFT)
+    if drafter is not None and drafter.chained:
+        n_max = min(n_max, drafter.n_heads)
+    stats.mode = f"mtp(n_max={n_max})" if drafter else "none"
+    stats.rollback = session.rollback_strategy if drafter else "none"
+    rollback = TargetRollback(target, session.rollback_strategy if drafter else "kv")
+
+    tokens, prompt_mode = render_prompt(session, request)
+    if not tokens:
+        tokens = [session.model.bos]
+    if len(tokens) + 1 >= target.n_ctx:
+        raise ContextError(
+            f"The prompt has {len(tokens)} tokens; the context holds {target.n_ctx}. "
+            "Shorten the conversation or raise the context size."
+        )
+    stats.prompt_tokens = len(tokens)
+    out = _Output(session, request, on_text)
+    sampler = Sampler(request.sampling)
+    batch = Batch(max(target.n_batch, MAX_DRAFT + 1))
+    accepted_per_round: list[int] = []
+    last_stats = time.perf_counter()
+    try:
+        # -- prefill, in chunks of n_batch; the drafter catches up on each chunk
+        t0 = time.perf_counter()
+        target.clear()
+        if drafter is not None:
+            drafter.begin()
+        for start in range(0, len(tokens), target.n_batch):
+            chunk = tokens[start:start + target.n_batch]
+            batch.clear()
+            for k, tok in enumerate(chunk):
+                batch.add(tok, start + k, start + k == len(tokens) - 1)
+            target.decode(batch)
+            if drafter is not None:
+                drafter.process(chunk, start)
+            if should_stop():
+                out.finish = "cancelled"
+                break
+        stats.phase_seconds["prefill"] = time.perf_counter() - t0
+        pos0 = len(tokens)
+        if out.finish is None:
+            id_last = sampler.sample(target.handle, batch.n - 1)
+            stats.t_first_token = time.perf_counter()
+            out.push(id_last, False)
+
+        # -- decode loop ------------------------------------------------------
+        while out.finish is None:
+            if should_stop():
+                out.finish = "cancelled"
+                break
+            ctx_room = target.n_ctx - 1 - pos0  # drafts that still fit after id_last
+            if ctx_room < 0:
+                out.finish = "length"
+                break
+            room = min(request.max_tokens - len(out.tokens) - 1, ctx_room)
+            drafts: list[int] = []
+            if drafter is not None and room > 0:
+                drafts = drafter.draft(id_last, pos0, min(n_max, room), spec.n_min, spec.p_min)
+
+            t_verify = time.perf_counter()
+            verified = [id_last, *drafts]
+            batch.clear()
+            for k, tok in enumerate(verified):
+                batch.add(tok, pos0 + k, True)
+            rollback.before_verify(len(drafts))
+            target.decode(batch)
+            t_sample = time.perf_counter()
+            stats.phase_seconds["verify"] += t_sample - t_verify
+            if drafter is not None:
+                drafter.process(verified, pos0)
+
+            t_sample = time.perf_counter()
+            accepted = 0
+            new_tokens: list[int] = []
+            for k in range(len(verified)):
+                tok = sampler.sample(target.handle, k)
+                new_tokens.append(tok)
+                if k < len(drafts) and tok == drafts[k] and not session.model.is_eog(tok):
+                    accepted += 1
+                    continue
+                break
+            stats.phase_seconds["sampling"] += time.perf_counter() - t_sample
+
+            if drafts:
+                rollback.after_verify(verified, pos0, accepted)
+                assert drafter is not None
+                drafter.accept(accepted, pos0)
+                accepted_per_round.append(accepted)
+            stats.record_round(len(drafts), accepted)
+
+            for k, tok in enumerate(new_tokens):
+                out.push(tok, k < accepted)
+                if out.finish is not None:
+                    break
+            pos0 += accepted + 1
+            id_last = new_tokens[-1]
+
+            now = time.perf_counter()
+            stats.generated_tokens = len(out.tokens)
+            if on_stats is not None and now - last_stats >= STATS_INTERVAL_S:
+                last_stats = now
+                on_stats(stats)
+    finally:
+        sampler.close()
+    out.close()
+    stats.generated_tokens = len(out.tokens)
+    stats.t_end = time.perf_counter()
+    accounted = sum(v for k, v in stats.phase_seconds.items() if k != "other")
+    stats.phase_seconds["other"] = max(0.0, stats.elapsed() - accounted)
+    if on_stats is not None:
+        on_stats(stats)
+    return GenerateResult(
+        text="".join(out.text),
+        tokens=out.tokens,
+        finish_reason=out.finish or "stop",
+        stats=stats,
+        prompt_mode=prompt_mode,
+        accepted_per_round=accepted_per_round,
+    )

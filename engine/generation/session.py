@@ -1,0 +1,121 @@
+"""A loaded model ready to generate: target model and context, and the MTP
+drafter when speculation is available. Everything is checked from GGUF
+metadata before llama.cpp sees a file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine import gguf_info, sidecar
+from engine.errors import SpeculativeUnavailable
+from engine.runtime import Context, ContextParams, Model
+from engine.speculative import rollback
+from engine.speculative.drafter import MAX_DRAFT
+from engine.speculative.mtp import MTPDrafter
+from engine.speculative.stats import GenerationStats
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    path: str
+    n_ctx: int = 4096
+    n_gpu_layers: int = 0
+    n_threads: int = 1
+    n_batch: int = 512
+    mtp: bool = True  # prepare MTP if the model (or sidecar) has it
+    sidecar: str | None = None
+
+
+class Session:
+    """Owns the native objects of one loaded model; :meth:`close` frees them in order."""
+
+    def __init__(self, options: LoadOptions) -> None:
+        self.options = options
+        self.facts = gguf_info.read_facts(options.path)
+        self.sidecar_facts = gguf_info.read_facts(options.sidecar) if options.sidecar else None
+        self.mtp_status = "off"
+        self.mtp_unavailable_reason: str | None = None
+        want_mtp = options.mtp or options.sidecar is not None
+        mtp_in_target = False
+        if want_mtp:
+            try:
+                if self.sidecar_facts is not None:
+                    sidecar.check_sidecar(self.facts, self.sidecar_facts)
+                else:
+                    sidecar.check_target_has_mtp(self.facts)
+                    mtp_in_target = True
+            except SpeculativeUnavailable as exc:
+                self.mtp_unavailable_reason = str(exc)
+                want_mtp = False
+        # SidecarMismatch propagates: the user asked for that sidecar explicitly.
+
+        self.model = Model(options.path, n_gpu_layers=options.n_gpu_layers, load_mtp=mtp_in_target)
+        self.mtp_model: Model | None = None
+        self._own_mtp_model = False
+        self.drafter: MTPDrafter | None = None
+        self.rollback_strategy = "kv"
+        # Shared with the drafter: element 0 is the running generation's stats.
+        self.stats_ref: list[GenerationStats] = [GenerationStats()]
+
+        hybrid = self.model.is_hybrid or self.model.is_recurrent
+        n_rs_seq = MAX_DRAFT if (want_mtp and hybrid) else 0
+        n_ubatch = min(options.n_batch, max(512, 1 + n_rs_seq))
+        self.target = Context(
+            self.model,
+            ContextParams(
+                n_ctx=options.n_ctx, n_batch=options.n_batch, n_ubatch=n_ubatch,
+                n_threads=options.n_threads, n_rs_seq=n_rs_seq,
+            ),
+        )
+        if want_mtp:
+            try:
+                self._init_mtp(mtp_in_target, hybrid)
+            except Exception:
+                self.close()
+                raise
+
+    def _init_mtp(self, mtp_in_target: bool, hybrid: bool) -> None:
+        if mtp_in_target:
+            self.mtp_model = self.model
+        else:
+            assert self.options.sidecar is not None
+            self.mtp_model = Model(self.options.sidecar, n_gpu_layers=self.options.n_gpu_layers, load_mtp=True)
+            self._own_mtp_model = True
+        self.target.set_embeddings_nextn(True, False)
+        self.drafter = MTPDrafter(self.target, self.mtp_model, self.stats_ref)
+        self.rollback_strategy = rollback.choose(self.target, hybrid, MAX_DRAFT)
+        self.mtp_status = "chained" if self.drafter.chained else "single"
+
+    @property
+    def n_heads(self) -> int:
+        return self.drafter.n_heads if self.drafter else 0
+
+    def describe(self) -> dict[str, Any]:
+        facts = self.model.facts()
+        facts.update(
+            {
+                "n_ctx": self.target.n_ctx,
+                "n_threads": self.options.n_threads,
+                "has_chat_template": self.facts.has_chat_template,
+                "mtp": self.mtp_status,
+                "mtp_heads": self.n_heads,
+                "mtp_unavailable_reason": self.mtp_unavailable_reason,
+                "rollback": self.rollback_strategy if self.drafter else "none",
+                "n_rs_seq": self.target.n_rs_seq,
+                "sidecar": str(Path(self.options.sidecar)) if self.options.sidecar else None,
+            }
+        )
+        return facts
+
+    def close(self) -> None:
+        if self.drafter is not None:
+            self.drafter.close()
+            self.drafter = None
+        if getattr(self, "target", None) is not None:
+            self.target.close()
+        if self._own_mtp_model and self.mtp_model is not None:
+            self.mtp_model.close()
+        self.mtp_model = None
+        self.model.close()

@@ -1,0 +1,176 @@
+"""A llama.cpp context, a reusable token batch, and memory/state operations."""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+from engine.errors import ContextError
+from engine.runtime import native
+from engine.runtime.model import Model
+
+
+@dataclass(frozen=True)
+class ContextParams:
+    n_ctx: int = 2048
+    n_batch: int = 512
+    n_ubatch: int = 512
+    n_threads: int = 1
+    n_seq_max: int = 1
+    n_rs_seq: int = 0  # recurrent snapshots kept for partial rollback (hybrid targets)
+    n_outputs_max: int = 0  # 0: llama.cpp's default
+    mtp: bool = False  # an MTP (draft head) context rather than a target context
+
+
+class Batch:
+    """A ``llama_batch`` whose arrays are owned by Python (no llama_batch_free).
+
+    One sequence (id 0). Rows may carry a hidden-state row (``embd``) next to
+    the token: that is how the MTP head receives h_target(p-1).
+    """
+
+    def __init__(self, capacity: int, n_embd: int = 0) -> None:
+        lib = native.llama()
+        self.capacity = capacity
+        self.n_embd = n_embd
+        self.tokens = (ctypes.c_int32 * capacity)()
+        self.pos = (ctypes.c_int32 * capacity)()
+        self.n_seq_id = (ctypes.c_int32 * capacity)(*([1] * capacity))
+        self._seq_zero = ctypes.c_int32(0)  # every row belongs to sequence 0
+        zero = ctypes.pointer(self._seq_zero)
+        self.seq_id = (ctypes.POINTER(ctypes.c_int32) * capacity)(*([zero] * capacity))
+        self.logits = (ctypes.c_int8 * capacity)()
+        self.embd = (ctypes.c_float * (capacity * n_embd))() if n_embd else None
+        self.raw = lib.llama_batch()
+        self.raw.token = self.tokens
+        self.raw.pos = self.pos
+        self.raw.n_seq_id = self.n_seq_id
+        self.raw.seq_id = self.seq_id
+        self.raw.logits = self.logits
+        self.raw.embd = (
+            ctypes.cast(self.embd, ctypes.POINTER(ctypes.c_float)) if self.embd is not None else None
+        )
+        self.n = 0
+
+    def clear(self) -> None:
+        self.n = 0
+
+    def add(self, token: int, pos: int, output: bool) -> int:
+        i = self.n
+        if i >= self.capacity:
+            raise ContextError(f"batch overflow: capacity {self.capacity}")
+        self.tokens[i] = token
+        self.pos[i] = pos
+        self.logits[i] = 1 if output else 0
+        self.n = i + 1
+        return i
+
+    def set_embd(self, i: int, src: Any) -> None:
+        """Copy one hidden-state row (a float pointer or buffer) into row ``i``."""
+        row_bytes = 4 * self.n_embd
+        ctypes.memmove(ctypes.addressof(self.embd) + i * row_bytes, src, row_bytes)  # type: ignore[arg-type]
+
+    def embd_row_address(self, i: int) -> int:
+        return ctypes.addressof(self.embd) + i * 4 * self.n_embd  # type: ignore[arg-type]
+
+
+class Context:
+    """A ``llama_context*`` over a :class:`Model`."""
+
+    def __init__(self, model: Model, params: ContextParams) -> None:
+        lib = native.llama()
+        self._lib = lib
+        self.model = model
+        self.params = params
+        cp = lib.llama_context_default_params()
+        cp.n_ctx = params.n_ctx
+        cp.n_batch = params.n_batch
+        cp.n_ubatch = params.n_ubatch
+        cp.n_seq_max = params.n_seq_max
+        cp.n_threads = params.n_threads
+        cp.n_threads_batch = params.n_threads
+        cp.n_rs_seq = params.n_rs_seq
+        cp.no_perf = True
+        if params.n_outputs_max:
+            cp.n_outputs_max = params.n_outputs_max
+        if params.mtp:
+            cp.ctx_type = lib.LLAMA_CONTEXT_TYPE_MTP
+        handle = lib.llama_init_from_model(model.handle, cp)
+        if not handle:
+            detail = "; ".join(native.recent_log(3)) or "no message from llama.cpp"
+            raise ContextError(f"llama.cpp could not create a context (n_ctx={params.n_ctx}): {detail}")
+        self.handle = handle
+        self.memory = lib.llama_get_memory(handle)
+        self.n_ctx = int(lib.llama_n_ctx(handle))
+        self.n_batch = int(lib.llama_n_batch(handle))
+        self.n_rs_seq = int(lib.llama_n_rs_seq(handle))
+        self.n_vocab = model.n_vocab
+
+    def decode(self, batch: Batch) -> None:
+        batch.raw.n_tokens = batch.n
+        rc = self._lib.llama_decode(self.handle, batch.raw)
+        if rc != 0:
+            detail = "; ".join(native.recent_log(2)) or ""
+            raise ContextError(f"llama_decode failed with code {rc} ({batch.n} tokens). {detail}".strip())
+
+    def logits(self, i: int) -> Any:
+        """Pointer to the logits of batch row ``i`` (valid until the next decode)."""
+        return self._lib.llama_get_logits_ith(self.handle, i)
+
+    # -- memory -----------------------------------------------------------
+    def seq_rm(self, p0: int, p1: int = -1, seq: int = 0) -> bool:
+        return bool(self._lib.llama_memory_seq_rm(self.memory, seq, p0, p1))
+
+    def pos_max(self, seq: int = 0) -> int:
+        return int(self._lib.llama_memory_seq_pos_max(self.memory, seq))
+
+    def clear(self) -> None:
+        self._lib.llama_memory_clear(self.memory, True)
+
+    # -- state checkpoints (for hybrid targets without n_rs_seq) ----------
+    def state_save(self, seq: int = 0, flags: int = 1) -> Any:
+        """Save a sequence's state (flags=1: PARTIAL_ONLY, i.e. recurrent/SWA part)."""
+        size = self._lib.llama_state_seq_get_size_ext(self.handle, seq, flags)
+        buf = (ctypes.c_uint8 * size)()
+        written = self._lib.llama_state_seq_get_data_ext(self.handle, buf, size, seq, flags)
+        if written != size:
+            raise ContextError(f"state checkpoint wrote {written} of {size} bytes")
+        return buf
+
+    def state_restore(self, buf: Any, seq: int = 0, flags: int = 1) -> None:
+        read = self._lib.llama_state_seq_set_data_ext(self.handle, buf, len(buf), seq, flags)
+        if read == 0:
+            raise ContextError("restoring a state checkpoint failed")
+
+    # -- MTP hooks ----------------------------------------------------------
+    def set_embeddings_nextn(self, value: bool, masked: bool) -> None:
+        from llama_cpp import llama_cpp_ext
+
+        llama_cpp_ext.llama_set_embeddings_nextn(self.handle, value, masked)
+
+    def set_nextn_layer_offset(self, offset: int) -> None:
+        from llama_cpp import llama_cpp_ext
+
+        llama_cpp_ext.llama_set_nextn_layer_offset(self.handle, offset)
+
+    def embeddings_nextn(self) -> Any:
+        from llama_cpp import llama_cpp_ext
+
+        return llama_cpp_ext.llama_get_embeddings_nextn(self.handle)
+
+    def embeddings_nextn_ith(self, i: int) -> Any:
+        from llama_cpp import llama_cpp_ext
+
+        return llama_cpp_ext.llama_get_embeddings_nextn_ith(self.handle, i)
+
+    def close(self) -> None:
+        if getattr(self, "handle", None):
+            self._lib.llama_free(self.handle)
+            self.handle = None
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,133 @@
+"""Exact generation statistics, plain and speculative.
+
+Definitions (also in docs/statistics.md):
+
+- **round**: one target verify decode that checked at least one drafted
+  token. A step whose draft came back empty (gated by ``p_min``/``n_min``)
+  is a plain step, not a round.
+- **drafted**: draft tokens sent to the target for verification.
+- **accepted**: drafted tokens the target's own sampling agreed with (the
+  bonus token the target always produces is not counted).
+- **acceptance rate** = accepted / drafted.
+- **acceptance at position i** = rounds where draft position i was accepted /
+  rounds where position i was drafted.
+- **mean accepted length** = 1 + accepted / rounds (it counts the bonus token).
+- **decode tok/s** = generated tokens after the first / time after the first
+  token; **end-to-end tok/s** = generated tokens / (prefill + decode time).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+PHASES = ("prefill", "draft", "verify", "catch_up", "sampling", "other")
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    rounds: int = 0
+    plain_steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    drafted_per_pos: list[int] = field(default_factory=list)
+    accepted_per_pos: list[int] = field(default_factory=list)
+    # accepted drafts per round -> how many rounds ended that way
+    accepted_histogram: dict[int, int] = field(default_factory=dict)
+    phase_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    t_start: float = field(default_factory=time.perf_counter)
+    t_first_token: float | None = None
+    t_end: float | None = None
+    rollback: str = "none"
+    mode: str = "none"
+
+    def record_round(self, n_drafted: int, n_accepted: int) -> None:
+        """Count one verify of ``n_drafted`` draft tokens of which ``n_accepted`` were accepted."""
+        if n_drafted == 0:
+            self.plain_steps += 1
+            return
+        self.rounds += 1
+        self.drafted += n_drafted
+        self.accepted += n_accepted
+        while len(self.drafted_per_pos) < n_drafted:
+            self.drafted_per_pos.append(0)
+            self.accepted_per_pos.append(0)
+        for i in range(n_drafted):
+            self.drafted_per_pos[i] += 1
+            if i < n_accepted:
+                self.accepted_per_pos[i] += 1
+        self.accepted_histogram[n_accepted] = self.accepted_histogram.get(n_accepted, 0) + 1
+
+    # -- derived figures ----------------------------------------------------
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        return 1.0 + self.accepted / self.rounds if self.rounds else None
+
+    @property
+    def acceptance_per_pos(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_per_pos, self.drafted_per_pos)]
+
+    def elapsed(self, now: float | None = None) -> float:
+        end = self.t_end if self.t_end is not None else (now or time.perf_counter())
+        return end - self.t_start
+
+    def decode_tps(self, now: float | None = None) -> float | None:
+        if self.t_first_token is None or self.generated_tokens < 2:
+            return None
+        end = self.t_end if self.t_end is not None else (now or time.perf_counter())
+        span = end - self.t_first_token
+        return (self.generated_tokens - 1) / span if span > 0 else None
+
+    def prompt_tps(self) -> float | None:
+        t = self.phase_seconds["prefill"]
+        return self.prompt_tokens / t if t > 0 and self.prompt_tokens else None
+
+    def end_to_end_tps(self, now: float | None = None) -> float | None:
+        span = self.elapsed(now)
+        return self.generated_tokens / span if span > 0 and self.generated_tokens else None
+
+    def to_dict(self, now: float | None = None) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "rollback": self.rollback,
+            "prompt_tokens": self.prompt_tokens,
+            "generated_tokens": self.generated_tokens,
+            "prompt_tps": self.prompt_tps(),
+            "decode_tps": self.decode_tps(now),
+            "end_to_end_tps": self.end_to_end_tps(now),
+            "elapsed": self.elapsed(now),
+            "rounds": self.rounds,
+            "plain_steps": self.plain_steps,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_accepted_length": self.mean_accepted_length,
+            "drafted_per_pos": list(self.drafted_per_pos),
+            "accepted_per_pos": list(self.accepted_per_pos),
+            "acceptance_per_pos": self.acceptance_per_pos,
+            "accepted_histogram": {str(k): v for k, v in sorted(self.accepted_histogram.items())},
+            "phase_seconds": dict(self.phase_seconds),
+        }
+
+    def summary_line(self) -> str:
+        parts = [f"{self.prompt_tokens} prompt tokens"]
+        if (p := self.prompt_tps()) is not None:
+            parts.append(f"prefill {p:.1f} tok/s")
+        parts.append(f"{self.generated_tokens} generated")
+        if (d := self.decode_tps()) is not None:
+            parts.append(f"decode {d:.1f} tok/s")
+        if self.rounds:
+            parts.append(
+                f"MTP: {self.accepted}/{self.drafted} drafts accepted "
+                f"({100 * (self.acceptance_rate or 0):.1f}%), mean length {self.mean_accepted_length:.2f}, "
+                "per position " + " ".join(f"{x:.2f}" for x in self.acceptance_per_pos)
+            )
+        parts.append(f"{self.elapsed():.2f} s")
+        return ", ".join(parts)
