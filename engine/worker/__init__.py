@@ -1,0 +1,1 @@
+"""The worker process that owns llama.cpp, and its versioned line protocol."""
