@@ -1,0 +1,171 @@
+"""Headless command line: ``mtp-studio <command>``. Every engine capability
+runs here without a screen; the GUI is one more client of the same engine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from engine.errors import EngineError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _add_load_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="GGUF file (default: the embedded Gemma 3 270M)")
+    p.add_argument("--sidecar", help="MTP-only GGUF to draft with, next to the target")
+    p.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads (1 is often fastest on small models)")
+    p.add_argument("--gpu-layers", type=int, default=0)
+
+
+def _add_spec_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mtp", action="store_true", help="draft with the model's MTP head(s)")
+    p.add_argument("--n-max", type=int, default=3, help="most draft tokens per round")
+    p.add_argument("--n-min", type=int, default=0, help="discard drafts shorter than this")
+    p.add_argument("--p-min", type=float, default=0.0, help="stop drafting below this probability")
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from engine.worker import protocol as P
+    from engine.worker.client import WorkerClient
+
+    stderr = sys.stderr if args.verbose else None
+    with WorkerClient(stderr=stderr) as client:
+        events = client.call(
+            P.LoadRequest(id=client.new_id(), path=args.model, n_ctx=args.ctx, n_threads=args.threads,
+                          n_gpu_layers=args.gpu_layers, mtp=args.mtp, sidecar=args.sidecar)
+        )
+        if events[-1]["type"] == "error":
+            print(f"error: {events[-1]['message']}", file=sys.stderr)
+            return 2
+        model = events[-1]["model"]
+        if not model.get("has_chat_template"):
+            print("(this model has no chat template: it continues your text)", file=sys.stderr)
+        content = {"prompt": args.prompt} if args.raw else {"messages": [{"role": "user", "content": args.prompt}]}
+        request = P.GenerateRequestMsg(
+            id=client.new_id(), **content, max_tokens=args.max_tokens, temperature=args.temperature,
+            seed=args.seed, stop=args.stop or [],
+            speculative=P.SpeculativeSettings("mtp" if args.mtp else "none", args.n_max, args.n_min, args.p_min),
+        )
+        client.send(request)
+        final: dict = {}
+        for ev in client.events_until_done(request.id):
+            if ev["type"] == "token":
+                sys.stdout.write(ev["text"])
+                sys.stdout.flush()
+            elif ev["type"] == "error":
+                print(f"\n[{ev['kind']}] {ev['message']}", file=sys.stderr)
+            elif ev["type"] == "done":
+                final = ev
+        print()
+        stats = final.get("stats")
+        if stats:
+            print(_stats_line(stats, final["finish_reason"]), file=sys.stderr)
+            if args.json:
+                print(json.dumps(stats, indent=2), file=sys.stderr)
+        return 0 if final.get("finish_reason") != "error" else 1
+
+
+def _stats_line(s: dict, finish: str) -> str:
+    def fmt(v: float | None, spec: str = ".1f") -> str:
+        return "-" if v is None else format(v, spec)
+
+    line = (f"[{finish}] {s['prompt_tokens']} prompt tokens ({fmt(s['prompt_tps'])} tok/s), "
+            f"{s['generated_tokens']} generated, decode {fmt(s['decode_tps'])} tok/s, "
+            f"end-to-end {fmt(s['end_to_end_tps'])} tok/s, {s['elapsed']:.2f} s")
+    if s["rounds"]:
+        per_pos = " ".join(f"{x:.2f}" for x in s["acceptance_per_pos"])
+        line += (f"\n[mtp] {s['mode']}, rollback {s['rollback']}: {s['rounds']} rounds, "
+                 f"{s['accepted']}/{s['drafted']} drafts accepted ({100 * s['acceptance_rate']:.1f}%), "
+                 f"mean accepted length {s['mean_accepted_length']:.2f}, per position {per_pos}")
+        ph = s["phase_seconds"]
+        line += "\n[time] " + ", ".join(f"{k} {1000 * v:.0f} ms" for k, v in ph.items())
+    return line
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from engine.gguf_info import read_facts
+
+    facts = read_facts(args.file)
+    if args.json:
+        data = {k: v for k, v in facts.__dict__.items() if k not in ("tensor_names", "chat_template")}
+        data["path"] = str(facts.path)
+        print(json.dumps(data, indent=2))
+    else:
+        print("\n".join(facts.summary_lines()))
+    return 0
+
+
+def cmd_default_model(args: argparse.Namespace) -> int:
+    from engine import default_model
+
+    path = default_model.default_model_path()
+    print(path)
+    if args.verify:
+        ok = default_model.verify(path)
+        print("sha256 ok" if ok else "sha256 MISMATCH")
+        return 0 if ok else 1
+    return 0
+
+
+def _register_extras(sub: argparse._SubParsersAction) -> None:
+    """Commands that live in their own modules register themselves here."""
+    from engine.synth import cli as synth_cli
+
+    synth_cli.register(sub)
+    from engine.bench import cli as bench_cli
+
+    bench_cli.register(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mtp-studio",
+        description="MTP Studio: local LLMs, faster with multi-token prediction. "
+        "Without a command it opens the desktop app.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    chat = sub.add_parser("chat", help="stream a reply in the terminal")
+    chat.add_argument("prompt")
+    _add_load_args(chat)
+    _add_spec_args(chat)
+    chat.add_argument("--max-tokens", type=int, default=256)
+    chat.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    chat.add_argument("--seed", type=int, default=0xFFFFFFFF)
+    chat.add_argument("--stop", action="append", help="stop string (repeatable)")
+    chat.add_argument("--raw", action="store_true", help="send the text as a raw prompt, no chat template")
+    chat.add_argument("--json", action="store_true", help="also print the full statistics as JSON")
+    chat.add_argument("--verbose", action="store_true", help="show the engine's log")
+    chat.set_defaults(func=cmd_chat)
+
+    info = sub.add_parser("info", help="facts about a GGUF file, read without loading it")
+    info.add_argument("file", type=Path)
+    info.add_argument("--json", action="store_true")
+    info.set_defaults(func=cmd_info)
+
+    dm = sub.add_parser("default-model", help="assemble the embedded default model and print its path")
+    dm.add_argument("--verify", action="store_true", help="check its sha256 again")
+    dm.set_defaults(func=cmd_default_model)
+
+    _register_extras(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args))
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

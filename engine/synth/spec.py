@@ -1,0 +1,104 @@
+"""What a synthetic model is: architecture, size, weights, head maps, layout.
+
+A spec is frozen and hashable; its cache key names the generated files, so
+the same spec is generated once per generator version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, replace
+
+GENERATOR_VERSION = 3  # bump when the files a spec produces change
+
+ARCHITECTURES = ("glm4moe", "step35", "qwen35", "qwen3next")
+# The llama.cpp vendored in llama-cpp-python 0.3.36 keeps per-token recurrent
+# snapshots (n_rs_seq) for qwen35 but not for qwen3next (checkpoint fallback).
+HYBRID = frozenset({"qwen35", "qwen3next"})
+
+
+@dataclass(frozen=True)
+class HeadMap:
+    """How one MTP head drafts in an oracle model.
+
+    Attributes:
+        reads: "token" (eh_proj = [I | 0]: the head sees only the input token's
+            embedding) or "hidden" (eh_proj = [0 | I]: only the trunk hidden state).
+        agree: fraction of tokens on which the head's map equals the target's
+            (token reads) or equals f∘f (hidden reads); 1.0 = every draft accepted.
+    """
+
+    reads: str = "token"
+    agree: float = 1.0
+
+
+@dataclass(frozen=True)
+class Size:
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int
+    n_trunk: int
+    n_vocab: int
+    n_expert: int = 4
+    n_expert_used: int = 2
+    n_ff_exp: int = 64
+    dtype: str = "f32"  # f32 | f16
+
+
+SIZES = {
+    "tiny": Size(n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=128, n_trunk=4, n_vocab=512,
+                 n_expert=4, n_expert_used=2, n_ff_exp=64, dtype="f32"),
+    # Big enough that one decode is memory-bound on a CPU (tens of ms).
+    "bench": Size(n_embd=1024, n_head=8, n_head_kv=4, head_dim=128, n_ff=2816, n_trunk=8, n_vocab=4096,
+                  n_expert=8, n_expert_used=2, n_ff_exp=512, dtype="f16"),
+}
+
+# Sizes of "another model", for sidecars made for the wrong target.
+for _base, _size in list(SIZES.items()):
+    SIZES[f"{_base}-other-embd"] = replace(_size, n_embd=_size.n_embd * 2)
+    SIZES[f"{_base}-other-vocab"] = replace(_size, n_vocab=_size.n_vocab + 128)
+    SIZES[f"{_base}-other-layers"] = replace(_size, n_trunk=_size.n_trunk + 2)
+
+
+@dataclass(frozen=True)
+class SynthSpec:
+    arch: str = "glm4moe"
+    size: str = "tiny"
+    # oracle: exactly predictable; random: every weight random (acceptance ~0);
+    # mixed: oracle maps plus random residual writers, so the context (KV cache,
+    # recurrent state) changes some predictions and drafts are partly accepted.
+    weights: str = "oracle"
+    n_heads: int = 1  # MTP heads (NextN blocks); step35 chains several
+    heads: tuple[HeadMap, ...] = field(default_factory=lambda: (HeadMap(),))
+    seed: int = 0
+    dense: bool = False  # step35/glm4moe: dense FFN instead of MoE where the arch allows
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHITECTURES:
+            raise ValueError(f"unknown architecture {self.arch!r}; expected one of {ARCHITECTURES}")
+        if self.size not in SIZES:
+            raise ValueError(f"unknown size {self.size!r}; expected one of {sorted(SIZES)}")
+        if self.weights not in ("oracle", "random", "mixed"):
+            raise ValueError("weights must be 'oracle', 'random' or 'mixed'")
+        if self.n_heads < 1 or (self.n_heads > 1 and self.arch != "step35"):
+            raise ValueError(f"{self.arch} takes exactly one MTP head; only step35 chains heads")
+        if len(self.heads) not in (1, self.n_heads):
+            raise ValueError("give one HeadMap, or one per head")
+
+    @property
+    def dims(self) -> Size:
+        return SIZES[self.size]
+
+    def head(self, i: int) -> HeadMap:
+        return self.heads[i] if len(self.heads) > 1 else self.heads[0]
+
+    def key(self) -> str:
+        blob = json.dumps({"v": GENERATOR_VERSION, **asdict(self)}, sort_keys=True)
+        digest = hashlib.sha256(blob.encode()).hexdigest()[:10]
+        return f"{self.arch}-{self.size}-{self.weights}-s{self.seed}-{digest}"
+
+    def with_(self, **changes: object) -> SynthSpec:
+        return replace(self, **changes)  # type: ignore[arg-type]
