@@ -1,4 +1,4 @@
-"""Facts about a GGUF file, read with the ``gguf`` package, without llama.cpp.
+"""Facts about a GGUF file, read from its header, without llama.cpp.
 
 llama.cpp aborts the whole process on many malformed files, so every file is
 checked here first: magic, parseable metadata, an architecture, tensor data
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ModelFileError
+from engine.gguf_header import Header, StringArraySummary, read_header
 
-GGUF_MAGIC = b"GGUF"
 _SPLIT_RE = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 
 
@@ -74,84 +74,78 @@ class GGUFFacts:
         ]
 
 
-def _value(field_: Any) -> Any:
-    try:
-        return field_.contents()
-    except Exception:  # a value the reader cannot decode is treated as absent
-        return None
+def shard_paths(path: Path, split_count: int) -> list[Path]:
+    """All shards of a split model, given its first shard (``-00001-of-0000N.gguf``)."""
+    match = _SPLIT_RE.search(path.name)
+    if split_count <= 1 or not match:
+        return [path]
+    stem = path.name[: match.start()]
+    return [path.with_name(f"{stem}-{i:05d}-of-{split_count:05d}.gguf") for i in range(1, split_count + 1)]
 
 
-def _check_magic(path: Path) -> None:
-    try:
-        with path.open("rb") as f:
-            magic = f.read(4)
-    except FileNotFoundError:
-        raise ModelFileError(f"Model file not found: {path}") from None
-    except OSError as exc:
-        raise ModelFileError(f"Cannot read {path}: {exc.strerror}") from exc
-    if magic != GGUF_MAGIC:
-        raise ModelFileError(f"{path.name} is not a GGUF file (it starts with {magic!r}, not b'GGUF').")
+def _headers(path: Path, first: Header, split_count: int) -> list[Header]:
+    out = [first]
+    for other in shard_paths(path, split_count)[1:]:
+        if not other.exists():
+            raise ModelFileError(
+                f"{path.name} is shard 1 of {split_count}, but {other.name} is missing. "
+                "Download every shard into the same folder."
+            )
+        out.append(read_header(other))
+    return out
 
 
 def read_facts(path: str | Path) -> GGUFFacts:
-    """Read and validate a GGUF file's metadata.
+    """Read and validate a GGUF file's metadata (every shard of a split model).
 
     Raises:
         ModelFileError: missing, unreadable, not GGUF, corrupt or truncated.
     """
-    from gguf import GGUFReader
+    from gguf.constants import GGMLQuantizationType
 
     path = Path(path)
-    _check_magic(path)
-    try:
-        reader = GGUFReader(path, "r")
-    except Exception as exc:
-        raise ModelFileError(f"{path.name} is not a valid GGUF file: {exc}") from exc
-
-    fields = reader.fields
+    header = read_header(path)
+    meta = header.metadata
 
     def get(key: str, default: Any = None) -> Any:
-        f = fields.get(key)
-        if f is None:
-            return default
-        value = _value(f)
+        value = meta.get(key)
         return default if value is None else value
 
     arch = get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise ModelFileError(f"{path.name} has no general.architecture; it is not a model GGUF.")
 
-    file_size = path.stat().st_size
+    match = _SPLIT_RE.search(path.name)
+    split_count = int(get("split.count", int(match.group(2)) if match else 1))
     quant: Counter[str] = Counter()
     n_params = 0
     names: list[str] = []
-    for tensor in reader.tensors:
-        end = tensor.data_offset + tensor.n_bytes
-        if end > file_size:
-            raise ModelFileError(
-                f"{path.name} is truncated: tensor {tensor.name} ends at byte {end} but the file "
-                f"has {file_size} bytes. Download it again."
-            )
-        quant[tensor.tensor_type.name] += 1
-        n_params += int(tensor.n_elements)
-        names.append(tensor.name)
+    file_size = 0
+    for shard in _headers(path, header, split_count):
+        file_size += shard.file_size
+        for tensor in shard.tensors:
+            try:
+                quant[GGMLQuantizationType(tensor.ggml_type).name] += 1
+            except ValueError:
+                quant[f"type{tensor.ggml_type}"] += 1
+            n_params += tensor.n_elements
+            names.append(tensor.name)
 
     block_count = int(get(f"{arch}.block_count", 0))
     nextn = int(get(f"{arch}.nextn_predict_layers", 0))
     n_embd = int(get(f"{arch}.embedding_length", 0))
-    tokens_field = fields.get("tokenizer.ggml.tokens")
-    if tokens_field is not None:
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, StringArraySummary):
+        vocab_size, token_hash = tokens.count, tokens.sha256
+    elif isinstance(tokens, list):
         digest = hashlib.sha256()
-        for idx in tokens_field.data:
-            digest.update(tokens_field.parts[idx].tobytes())
+        for tok in tokens:
+            digest.update(tok.encode("utf-8"))
             digest.update(b"\0")
-        vocab_size = len(tokens_field.data)
-        token_hash = digest.hexdigest()
+        vocab_size, token_hash = len(tokens), digest.hexdigest()
     else:
         vocab_size, token_hash = 0, ""
     template = get("tokenizer.chat_template")
-    match = _SPLIT_RE.search(path.name)
-    split_count = int(get("split.count", int(match.group(2)) if match else 1))
 
     name_set = set(names)
     if nextn <= 0:

@@ -4,6 +4,8 @@ mismatch, or does not check at all (vocabulary)."""
 
 from __future__ import annotations
 
+import re
+
 from engine.errors import SidecarMismatch, SpeculativeUnavailable
 from engine.gguf_info import GGUFFacts
 
@@ -58,7 +60,7 @@ def check_sidecar(target: GGUFFacts, sidecar: GGUFFacts) -> None:
         raise mismatch(
             "token list hash", sidecar.token_list_sha256[:12], target.token_list_sha256[:12], get_matching
         )
-    target_trunk = target.block_count - (target.nextn_layers or sidecar.nextn_layers)
+    target_trunk = target.block_count - target.nextn_layers
     if sidecar.trunk_layers != target_trunk:
         raise mismatch("trunk layers", sidecar.trunk_layers, target_trunk, get_matching)
     if sidecar.layout != "mtp-only" and sidecar.layout != "combined":
@@ -70,9 +72,28 @@ def check_sidecar(target: GGUFFacts, sidecar: GGUFFacts) -> None:
     _check_tensors(sidecar)
 
 
+# Tensor names llama.cpp's loaders consume in an MTP sidecar. Anything else
+# (typically the same weights again under a legacy exporter's name) makes the
+# loader fail with "wrong number of tensors".
+_EXPECTED = re.compile(
+    r"^(token_embd|output_norm|output)\.weight$"
+    r"|^blk\.\d+\.(attn_\w+|ffn_\w+|post_attention_norm|exp_probs_b|ssm_\w+"
+    r"|nextn\.(eh_proj|enorm|hnorm|embed_tokens|shared_head_head|shared_head_norm))\.(weight|bias)$"
+    r"|^blk\.\d+\.ssm_a$"
+)
+
+
 def _check_tensors(sidecar: GGUFFacts) -> None:
-    """Every declared MTP block must hold the three tensors llama.cpp requires, once."""
+    """Every declared MTP block must hold the three tensors llama.cpp requires,
+    once, and nothing the loader would not consume."""
     names = sidecar.tensor_names
+    unexpected = [n for n in names if not _EXPECTED.match(n)]
+    if unexpected:
+        raise SidecarMismatch(
+            f"{sidecar.path.name} holds {len(unexpected)} tensor(s) this engine's loader does not "
+            f"expect, e.g. {', '.join(unexpected[:3])} — usually the same weights stored again under a "
+            "legacy exporter's names. llama.cpp rejects the file ('wrong number of tensors'). Run Repair."
+        )
     dupes = {n for n in names if names.count(n) > 1}
     if dupes:
         raise SidecarMismatch(f"{sidecar.path.name} holds duplicate tensors: {sorted(dupes)[:3]}. Run Repair.")

@@ -152,10 +152,13 @@ def global_tensors(spec: SynthSpec) -> list[TensorSpec]:
     ]
 
 
-def metadata(spec: SynthSpec, block_count: int | None = None) -> dict[str, Any]:
-    """Architecture keys (without the ``<arch>.`` prefix) for a GGUF of ``spec``."""
+def metadata(spec: SynthSpec, with_mtp: bool = True) -> dict[str, Any]:
+    """Architecture keys (without the ``<arch>.`` prefix) for a GGUF of ``spec``.
+
+    ``with_mtp=False`` describes a trunk-only export: no NextN blocks counted.
+    """
     d = spec.dims
-    n_blocks = block_count if block_count is not None else d.n_trunk + spec.n_heads
+    n_blocks = d.n_trunk + (spec.n_heads if with_mtp else 0)
     keys: dict[str, Any] = {
         "context_length": 4096,
         "embedding_length": d.n_embd,
@@ -168,7 +171,7 @@ def metadata(spec: SynthSpec, block_count: int | None = None) -> dict[str, Any]:
         "attention.layer_norm_rms_epsilon": 1e-6,
         "rope.dimension_count": d.head_dim,
         "rope.freq_base": 10000.0,
-        "nextn_predict_layers": spec.n_heads,
+        "nextn_predict_layers": spec.n_heads if with_mtp else 0,
     }
     if spec.arch in ("glm4moe", "qwen3next"):
         keys.update({

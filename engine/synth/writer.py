@@ -2,8 +2,7 @@
 
 Layouts:
   combined              trunk and MTP blocks in one file
-  trunk                 trunk only (block_count still counts the MTP blocks,
-                        as llama.cpp's ``--no-mtp`` export leaves it)
+  trunk                 trunk only, no NextN blocks declared (``--no-mtp``)
   sidecar               MTP blocks only, absolute block indices, plus
                         token_embd / output_norm / output (``--mtp`` export)
   sharded               the combined file split in two (``-0000N-of-00002``)
@@ -49,12 +48,12 @@ def synth_dir() -> Path:
 
 
 def _write(path: Path, spec: SynthSpec, vocab: Vocabulary, tensors: Iterable[tuple[str, np.ndarray]],
-           block_count: int, name: str, split_max_tensors: int = 0) -> None:
+           name: str, *, with_mtp: bool = True, split_max_tensors: int = 0) -> None:
     import gguf
 
     writer = gguf.GGUFWriter(path, spec.arch, split_max_tensors=split_max_tensors)
     writer.add_name(name)
-    for key, value in archs.metadata(spec, block_count).items():
+    for key, value in archs.metadata(spec, with_mtp).items():
         full = f"{spec.arch}.{key}"
         if isinstance(value, bool):
             writer.add_bool(full, value)
@@ -164,7 +163,6 @@ class SynthModel:
     def _write_layout(self, layout: str, out: Path) -> None:
         spec, d = self.spec, self.spec.dims
         arrays = self._build()
-        n_blocks = d.n_trunk + spec.n_heads
         label = f"synthetic {spec.arch} {spec.size} {spec.weights}"
 
         def items(select: Any) -> list[tuple[str, np.ndarray]]:
@@ -175,25 +173,25 @@ class SynthModel:
 
         globals_ = ("token_embd.weight", "output_norm.weight", "output.weight")
         if layout == "combined":
-            _write(out, spec, self.vocab, arrays.items(), n_blocks, label)
+            _write(out, spec, self.vocab, arrays.items(), label)
         elif layout == "sharded":
             half = len(arrays) // 2 + 1
-            _write(out, spec, self.vocab, arrays.items(), n_blocks, label, split_max_tensors=half)
+            _write(out, spec, self.vocab, arrays.items(), label, split_max_tensors=half)
         elif layout == "trunk":
-            _write(out, spec, self.vocab, items(lambda n: not is_mtp(n)), n_blocks, label + " trunk")
+            _write(out, spec, self.vocab, items(lambda n: not is_mtp(n)), label + " trunk", with_mtp=False)
         elif layout == "sidecar":
-            _write(out, spec, self.vocab, items(lambda n: n in globals_ or is_mtp(n)), n_blocks, label + " MTP")
+            _write(out, spec, self.vocab, items(lambda n: n in globals_ or is_mtp(n)), label + " MTP")
         elif layout == "sidecar-relative":
             renamed = [(_renumber(n, -d.n_trunk), a) for n, a in items(lambda n: n in globals_ or is_mtp(n))]
-            _write(out, spec, self.vocab, renamed, n_blocks, label + " MTP (relative indices)")
+            _write(out, spec, self.vocab, renamed, label + " MTP (relative indices)")
         elif layout == "sidecar-duplicates":
             base = items(lambda n: n in globals_ or is_mtp(n))
             legacy = [(n.replace(".nextn.shared_head_", ".shared_head."), a)
                       for n, a in base if ".nextn.shared_head_" in n]
-            _write(out, spec, self.vocab, base + legacy, n_blocks, label + " MTP (duplicate names)")
+            _write(out, spec, self.vocab, base + legacy, label + " MTP (duplicate names)")
         elif layout == "sidecar-missing":
             base = items(lambda n: (n in globals_ or is_mtp(n)) and not n.endswith(".nextn.hnorm.weight"))
-            _write(out, spec, self.vocab, base, n_blocks, label + " MTP (incomplete)")
+            _write(out, spec, self.vocab, base, label + " MTP (incomplete)")
         else:  # sidecar-other-*: a sidecar generated for a different model
             other = _other_model(spec, layout)
             shutil.copyfile(SynthModel(other).path("sidecar"), out)
