@@ -91,7 +91,7 @@ class _Cursor:
         n = self.unpack("<Q", 8)
         if n > len(self.buf):
             raise ModelFileError(f"{self.name} has a corrupt header (string of {n} bytes).")
-        return bytes(self.take(n))
+        return self.take(n)
 
     def value(self, vtype: int) -> Any:
         if vtype in _SCALARS:
@@ -153,7 +153,7 @@ def read_header(path: Path) -> Header:
             if size < 24:
                 raise ModelFileError(f"{path.name} is not a GGUF file (it holds only {size} bytes).")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                return _parse(memoryview(buf), path.name, size)
+                return _parse(buf, path.name, size)  # slicing an mmap copies: no exports outlive it
     except FileNotFoundError:
         raise ModelFileError(f"Model file not found: {path}") from None
     except IsADirectoryError:
