@@ -23,12 +23,17 @@ class OracleMaps:
     n_normal: int  # tokens [0, n_normal) take part; the rest are control tokens
 
 
-def build_maps(spec: SynthSpec, n_normal: int) -> OracleMaps:
-    """Draw f (a permutation of the normal tokens) and each head's map, from the seed."""
+def build_maps(spec: SynthSpec, n_normal: int, first_word: int = 256) -> OracleMaps:
+    """Draw f and each head's map from the seed.
+
+    f permutes the word tokens [first_word, n_normal) and sends every byte
+    token to a word, so generated text reads as words, never as stray bytes.
+    """
     rng = random.Random(spec.seed * 7919 + 17)
-    perm = list(range(n_normal))
+    words = list(range(first_word, n_normal))
+    perm = words[:]
     rng.shuffle(perm)
-    f = perm  # f[t] = perm[t]
+    f = [rng.choice(words) for _ in range(first_word)] + perm
     heads: list[list[int]] = []
     reads: list[str] = []
     for i in range(spec.n_heads):
@@ -38,8 +43,8 @@ def build_maps(spec: SynthSpec, n_normal: int) -> OracleMaps:
         head_rng = random.Random(spec.seed * 104729 + 31 * i + 5)
         for t in range(n_normal):
             if head_rng.random() >= hm.agree:
-                wrong = head_rng.randrange(n_normal - 1)
-                g[t] = wrong if wrong < ideal[t] else wrong + 1  # anything but the ideal
+                wrong = head_rng.randrange(first_word, n_normal - 1)
+                g[t] = wrong if wrong < ideal[t] else wrong + 1  # any word but the ideal
         heads.append(g)
         reads.append(hm.reads)
     return OracleMaps(f=f, heads=heads, reads=reads, n_normal=n_normal)

@@ -10,7 +10,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field, replace
 
-GENERATOR_VERSION = 4  # bump when the files a spec produces change
+GENERATOR_VERSION = 5  # bump when the files a spec produces change
 
 ARCHITECTURES = ("glm4moe", "step35", "qwen35", "qwen3next")
 # The llama.cpp vendored in llama-cpp-python 0.3.36 keeps per-token recurrent

@@ -31,18 +31,45 @@ class Vocabulary:
     bos: int
     eos: int
 
+    first_word = 256  # tokens [first_word, n_normal) are the readable filler words
+
     @property
     def n_normal(self) -> int:
         """Tokens [0, n_normal) are ordinary text; the rest are control tokens."""
         return self.bos
 
 
+_WORDS = (
+    "the of and to in is that for it as with was on be by this are from at or an have not which but "
+    "all were when we there can more if will one about up out them some so what time would other into "
+    "has its two like then first any new could very after most also made did many over such where "
+    "through back years much before good great well must know still own see world even here under "
+    "model token draft head fast slow river light stone water paper green quiet bright simple small "
+    "large early later every often rarely north south east west cloud rain wind field garden market "
+    "number letter signal engine window bridge forest mountain valley ocean island harbor station"
+).split()
+_SYLLABLES = ("ka", "lo", "mi", "ren", "to", "sa", "vi", "dor", "ne", "pa", "ru", "el", "tan", "so", "fi", "ma")
+
+
+def filler_words(n: int) -> list[str]:
+    """``n`` distinct readable words: common English first, then made-up ones."""
+    words = list(dict.fromkeys(_WORDS))[:n]
+    i = 0
+    while len(words) < n:
+        a, b, c = i % 16, (i // 16) % 16, (i // 256) % 16
+        word = _SYLLABLES[a] + _SYLLABLES[b] + (_SYLLABLES[c] if i >= 256 else "")
+        if word not in words:
+            words.append(word)
+        i += 1
+    return words
+
+
 def build_vocabulary(n_vocab: int) -> Vocabulary:
     if n_vocab < 260:
         raise ValueError("a synthetic vocabulary needs at least 260 tokens")
     tokens = _byte_chars()
-    # "Ġ" is the byte-level space, so filler i reads " w<i>" when detokenized.
-    tokens += [f"Ġw{i}" for i in range(n_vocab - 256 - 2)]
+    # "Ġ" is the byte-level space, so each filler reads " word" when detokenized.
+    tokens += [f"Ġ{w}" for w in filler_words(n_vocab - 256 - 2)]
     tokens += ["<|bos|>", "<|eos|>"]
     types = [TOKEN_NORMAL] * (n_vocab - 2) + [TOKEN_CONTROL, TOKEN_CONTROL]
-    return Vocabulary(tokens=tokens, types=types, merges=["Ġ w"], bos=n_vocab - 2, eos=n_vocab - 1)
+    return Vocabulary(tokens=tokens, types=types, merges=["Ġ t"], bos=n_vocab - 2, eos=n_vocab - 1)

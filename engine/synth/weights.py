@@ -19,7 +19,7 @@ from engine.synth.oracle import OracleMaps
 from engine.synth.spec import SynthSpec
 
 LOGIT_SCALE = 2.0
-MIXED_WRITER_SCALE = 0.2  # residual writers of "mixed" models, relative to random ones
+MIXED_WRITER_SCALE = 0.12  # residual writers of "mixed" models, relative to random ones
 
 
 def _rng(spec: SynthSpec, name: str) -> np.random.Generator:

@@ -1,0 +1,1 @@
+"""The chat: conversation storage, message rendering, and the chat page."""

@@ -1,0 +1,169 @@
+"""Live speculative statistics beside the chat: tok/s over time, acceptance,
+acceptance per draft position, mean accepted length, and where the time goes.
+
+Painted by hand (QPainter) so it needs nothing beyond PySide6-Essentials and
+costs little per update.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QFont, QPainter, QPen
+from PySide6.QtWidgets import QWidget
+
+from app.theme import Palette
+
+PHASE_COLORS = {"prefill": "#a78bfa", "draft": "#f59e0b", "verify": "#3b82f6", "catch_up": "#14b8a6",
+                "sampling": "#ec4899", "other": "#9ca3af"}
+PHASE_NAMES = {"catch_up": "catch-up"}
+
+
+class StatsPanel(QWidget):
+    def __init__(self, palette: Palette, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.palette_ = palette
+        self.stats: dict[str, Any] = {}
+        self.history: list[float] = []  # decode tok/s at each update
+        self.final = False
+        self.setMinimumWidth(250)
+
+    def sizeHint(self) -> QSize:
+        return QSize(280, 520)
+
+    def reset(self) -> None:
+        self.stats = {}
+        self.history = []
+        self.final = False
+        self.update()
+
+    def update_stats(self, stats: dict[str, Any], final: bool = False) -> None:
+        self.stats = stats
+        self.final = final
+        tps = stats.get("decode_tps")
+        if tps and not final:
+            self.history.append(float(tps))
+            self.history = self.history[-120:]
+        self.update()
+
+    # -- painting ---------------------------------------------------------------
+    def paintEvent(self, _event: object) -> None:
+        p = self.palette_
+        qp = QPainter(self)
+        qp.setRenderHint(QPainter.RenderHint.Antialiasing)
+        qp.fillRect(self.rect(), QColor(p.panel_bg))
+        w = self.width() - 32
+        x, y = 16, 18
+        s = self.stats
+        title = QFont(self.font())
+        title.setBold(True)
+        qp.setFont(title)
+        qp.setPen(QColor(p.text))
+        qp.drawText(x, y + 4, "Live statistics" if not self.final else "Last reply")
+        y += 22
+        if not s:
+            qp.setFont(self.font())
+            qp.setPen(QColor(p.muted))
+            qp.drawText(QRectF(x, y, w, 60), Qt.TextFlag.TextWordWrap,
+                        "Statistics appear here while a reply streams.")
+            return
+        big = QFont(self.font())
+        big.setPointSizeF(self.font().pointSizeF() * 2.2)
+        big.setBold(True)
+        qp.setFont(big)
+        qp.setPen(QColor(p.accent))
+        tps = s.get("decode_tps")
+        qp.drawText(x, y + 30, f"{tps:.1f}" if tps else "–")
+        qp.setFont(self.font())
+        qp.setPen(QColor(p.muted))
+        qp.drawText(x + 110, y + 30, "tok/s decode")
+        y += 44
+        e2e = s.get("end_to_end_tps")
+        qp.drawText(x, y + 10, f"end-to-end {e2e:.1f} tok/s · {s.get('generated_tokens', 0)} tokens"
+                    if e2e else f"{s.get('generated_tokens', 0)} tokens")
+        y += 20
+        y = self._sparkline(qp, x, y, w, 48)
+
+        y += 10
+        y = self._section(qp, x, y, "Speculative decoding")
+        if s.get("rounds"):
+            rate = s.get("acceptance_rate") or 0.0
+            lines = [
+                f"{s.get('mode', '')}, rollback: {s.get('rollback', '')}",
+                f"acceptance {100 * rate:.1f}%  ({s['accepted']}/{s['drafted']})",
+                f"mean accepted length {s.get('mean_accepted_length') or 0:.2f}",
+                f"rounds {s['rounds']}",
+            ]
+            y = self._lines(qp, x, y, lines)
+            y = self._position_bars(qp, x, y, w)
+        else:
+            y = self._lines(qp, x, y, ["off for this reply" if s.get("mode") == "none" else "no drafts yet"])
+
+        y += 8
+        y = self._section(qp, x, y, "Where the time goes")
+        self._time_split(qp, x, y, w)
+
+    def _section(self, qp: QPainter, x: int, y: int, text: str) -> int:
+        f = QFont(self.font())
+        f.setBold(True)
+        qp.setFont(f)
+        qp.setPen(QColor(self.palette_.text))
+        qp.drawText(x, y + 12, text)
+        qp.setFont(self.font())
+        return y + 20
+
+    def _lines(self, qp: QPainter, x: int, y: int, lines: list[str]) -> int:
+        qp.setPen(QColor(self.palette_.muted))
+        for line in lines:
+            qp.drawText(x, y + 12, line)
+            y += 18
+        return y
+
+    def _sparkline(self, qp: QPainter, x: int, y: int, w: int, h: int) -> int:
+        p = self.palette_
+        qp.setPen(QPen(QColor(p.code_bg), 1))
+        qp.drawRect(QRectF(x, y, w, h))
+        pts = self.history
+        if len(pts) >= 2:
+            top = max(pts) * 1.1 or 1.0
+            step = w / (len(pts) - 1)
+            qp.setPen(QPen(QColor(p.accent), 2))
+            for i in range(1, len(pts)):
+                qp.drawLine(int(x + (i - 1) * step), int(y + h - pts[i - 1] / top * h),
+                            int(x + i * step), int(y + h - pts[i] / top * h))
+        return y + h + 4
+
+    def _position_bars(self, qp: QPainter, x: int, y: int, w: int) -> int:
+        per_pos = self.stats.get("acceptance_per_pos") or []
+        p = self.palette_
+        for i, frac in enumerate(per_pos):
+            qp.setPen(QColor(p.muted))
+            qp.drawText(x, y + 12, f"pos {i + 1}")
+            bar = QRectF(x + 50, y + 2, w - 100, 12)
+            qp.fillRect(bar, QColor(p.code_bg))
+            qp.fillRect(QRectF(bar.x(), bar.y(), bar.width() * frac, bar.height()), QColor(p.good))
+            qp.drawText(int(bar.right() + 6), y + 12, f"{100 * frac:.0f}%")
+            y += 18
+        return y
+
+    def _time_split(self, qp: QPainter, x: int, y: int, w: int) -> None:
+        phases = self.stats.get("phase_seconds") or {}
+        total = sum(phases.values()) or 1.0
+        cx = float(x)
+        for name, secs in phases.items():
+            width = w * secs / total
+            qp.fillRect(QRectF(cx, y, width, 14), QColor(PHASE_COLORS.get(name, "#888")))
+            cx += width
+        y += 22
+        qp.setFont(self.font())
+        plain = self.stats.get("mode") == "none"
+        for name, secs in phases.items():
+            if secs <= 0:
+                continue
+            label = "decode" if plain and name == "verify" else PHASE_NAMES.get(name, name)
+            qp.fillRect(QRectF(x, y + 2, 10, 10), QColor(PHASE_COLORS.get(name, "#888")))
+            qp.setPen(QColor(self.palette_.muted))
+            qp.drawText(x + 16, y + 12, f"{label}  {1000 * secs:.0f} ms "
+                                        f"({100 * secs / total:.0f}%)")
+            y += 18

@@ -1,0 +1,183 @@
+"""The transcript: rendered messages, with the streaming reply updated in place.
+
+Tokens arrive far faster than a screen needs; they are buffered and the
+streaming message is re-rendered at most every ``FLUSH_MS``, replacing only
+its own part of the document, so the cost per flush does not grow with the
+conversation.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import QTimer, QUrl, Signal
+from PySide6.QtGui import QGuiApplication, QTextCursor
+from PySide6.QtWidgets import QTextBrowser, QWidget
+
+from app.chat import markdown
+from app.theme import Palette
+
+FLUSH_MS = 33
+
+
+@dataclass
+class ShownMessage:
+    role: str
+    content: str
+    status: str = "complete"
+    stats: dict[str, Any] | None = None
+    segments: list[tuple[str, bool]] = field(default_factory=list)  # (text, from accepted drafts)
+
+
+def footer_text(stats: dict[str, Any] | None, status: str) -> str:
+    """The line under a reply with its final figures."""
+    parts: list[str] = []
+    if status == "interrupted":
+        parts.append("interrupted: the engine stopped before the reply ended")
+    elif status == "cancelled":
+        parts.append("stopped")
+    elif status == "error":
+        parts.append("failed")
+    if stats:
+        parts.append(f"{stats.get('generated_tokens', 0)} tokens")
+        if stats.get("decode_tps"):
+            parts.append(f"{stats['decode_tps']:.1f} tok/s")
+        if stats.get("rounds"):
+            parts.append(f"MTP {100 * stats['acceptance_rate']:.0f}% accepted")
+            parts.append(f"mean length {stats['mean_accepted_length']:.2f}")
+        parts.append(f"{stats.get('elapsed', 0):.1f} s")
+    return " · ".join(parts)
+
+
+class TranscriptView(QTextBrowser):
+    """Shows a conversation.
+
+    Signals:
+        sig_copied(str): a code block was copied to the clipboard.
+    """
+
+    sig_copied = Signal(str)
+
+    def __init__(self, palette: Palette, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setOpenLinks(False)
+        self.anchorClicked.connect(self._on_anchor)
+        self.palette_ = palette
+        self.messages: list[ShownMessage] = []
+        self.highlight_drafts = False
+        self.notice = ""
+        self._stream_start = -1
+        self._pending = False
+        self._timer = QTimer(self)
+        self._timer.setInterval(FLUSH_MS)
+        self._timer.timeout.connect(self._flush)
+        self.flushes = 0
+
+    # -- whole transcript ---------------------------------------------------
+    def set_messages(self, messages: list[ShownMessage]) -> None:
+        self._timer.stop()
+        self.messages = messages
+        self._stream_start = -1
+        self.rerender()
+
+    def rerender(self) -> None:
+        """Render every message; a streaming reply is re-attached at the end."""
+        p = self.palette_
+        self.document().setDefaultStyleSheet(
+            f"body {{ color:{p.text}; }} code {{ background:{p.code_bg}; font-family:monospace; }}"
+            f" a {{ color:{p.accent}; text-decoration:none; }}"
+        )
+        streaming = self._stream_start >= 0
+        shown = self.messages[:-1] if streaming else self.messages
+        parts = []
+        if self.notice:
+            parts.append(f'<p style="color:{p.muted}"><i>{html.escape(self.notice)}</i></p>')
+        parts += [self._message_html(i, m) for i, m in enumerate(shown)]
+        self.setHtml("".join(parts))
+        if streaming:
+            self._attach_stream()
+        self._scroll_to_end()
+
+    def _attach_stream(self) -> None:
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.insertBlock()
+        self._stream_start = cursor.position()
+        self._pending = True
+        self._flush()
+
+    # -- streaming ------------------------------------------------------------
+    def begin_reply(self) -> None:
+        self.messages.append(ShownMessage(role="assistant", content="", status="streaming"))
+        self._stream_start = 0
+        self.rerender()
+        self._timer.start()
+
+    def append_reply(self, text: str, from_draft: bool) -> None:
+        msg = self.messages[-1]
+        msg.content += text
+        if msg.segments and msg.segments[-1][1] == from_draft:
+            msg.segments[-1] = (msg.segments[-1][0] + text, from_draft)
+        else:
+            msg.segments.append((text, from_draft))
+        self._pending = True
+
+    def end_reply(self, status: str, stats: dict[str, Any] | None) -> None:
+        self._timer.stop()
+        if self.messages and self.messages[-1].role == "assistant":
+            self.messages[-1].status = status
+            self.messages[-1].stats = stats
+        self._pending = True
+        self._flush()
+        self._stream_start = -1
+
+    @property
+    def streaming(self) -> bool:
+        return self._stream_start >= 0
+
+    def _flush(self) -> None:
+        if not self._pending or self._stream_start < 0:
+            return
+        self._pending = False
+        self.flushes += 1
+        at_end = self.verticalScrollBar().value() >= self.verticalScrollBar().maximum() - 4
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(self._stream_start)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.insertHtml(self._message_html(len(self.messages) - 1, self.messages[-1]))
+        if at_end:
+            self._scroll_to_end()
+
+    # -- rendering ------------------------------------------------------------
+    def _message_html(self, index: int, m: ShownMessage) -> str:
+        p = self.palette_
+        who = {"user": "You", "assistant": "Assistant", "system": "System"}.get(m.role, m.role)
+        color = p.accent if m.role == "assistant" else p.user
+        head = (f'<p style="margin-top:14px;margin-bottom:2px"><b style="color:{color}">{who}</b>'
+                + (f' <span style="color:{p.muted}">…</span>' if m.status == "streaming" else "") + "</p>")
+        if self.highlight_drafts and m.role == "assistant" and m.segments:
+            body = "".join(
+                f'<span style="background:{p.draft_bg}">{html.escape(t)}</span>' if d else html.escape(t)
+                for t, d in m.segments
+            )
+            body = f'<p style="white-space:pre-wrap">{body}</p>'
+        else:
+            body = markdown.render(m.content, p.code_palette(), copy_prefix=f"copy:{index}:")
+        foot = footer_text(m.stats, m.status) if m.role == "assistant" and m.status != "streaming" else ""
+        footer = f'<p style="color:{p.muted};font-size:small;margin-top:0">{html.escape(foot)}</p>' if foot else ""
+        return head + body + footer
+
+    def _scroll_to_end(self) -> None:
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    def _on_anchor(self, url: QUrl) -> None:
+        text = url.toString()
+        if text.startswith("copy:"):
+            _, msg_index, block_index = text.split(":")
+            blocks = markdown.code_blocks(self.messages[int(msg_index)].content)
+            code = blocks[int(block_index)]
+            QGuiApplication.clipboard().setText(code)
+            self.sig_copied.emit(code)

@@ -1,0 +1,73 @@
+"""Preferences: engine, sampling and speculative defaults, and the theme."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QLabel,
+    QPlainTextEdit,
+    QSpinBox,
+    QWidget,
+)
+
+from app.settings import Settings
+
+
+class SettingsDialog(QDialog):
+    def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Preferences")
+        self.settings = settings
+        form = QFormLayout(self)
+        self.threads = QSpinBox(minimum=1, maximum=256, value=settings.n_threads)
+        self.ctx = QSpinBox(minimum=256, maximum=262144, singleStep=1024, value=settings.n_ctx)
+        self.gpu_layers = QSpinBox(minimum=0, maximum=999, value=settings.n_gpu_layers)
+        self.theme = QComboBox()
+        self.theme.addItems(["system", "light", "dark"])
+        self.theme.setCurrentText(settings.theme)
+        self.temperature = QDoubleSpinBox(minimum=0.0, maximum=2.0, singleStep=0.1, value=settings.temperature)
+        self.max_tokens = QSpinBox(minimum=1, maximum=32768, value=settings.max_tokens)
+        self.speculative = QComboBox()
+        self.speculative.addItems(["auto", "mtp", "off"])
+        self.speculative.setCurrentText(settings.speculative)
+        self.n_max = QSpinBox(minimum=1, maximum=8, value=settings.n_max)
+        self.p_min = QDoubleSpinBox(minimum=0.0, maximum=1.0, singleStep=0.05, value=settings.p_min)
+        self.system_prompt = QPlainTextEdit(settings.system_prompt)
+        self.system_prompt.setFixedHeight(70)
+        form.addRow("CPU threads", self.threads)
+        form.addRow("", QLabel("<small>On small models one thread is often fastest; autotune measures it.</small>"))
+        form.addRow("Context size (tokens)", self.ctx)
+        form.addRow("GPU layers", self.gpu_layers)
+        form.addRow("Theme", self.theme)
+        form.addRow("Temperature (0 = greedy)", self.temperature)
+        form.addRow("Max reply tokens", self.max_tokens)
+        form.addRow("Speculative decoding", self.speculative)
+        form.addRow("Draft depth (n_max)", self.n_max)
+        form.addRow("Draft gate (p_min)", self.p_min)
+        form.addRow("System prompt for new chats", self.system_prompt)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+
+    def apply(self) -> bool:
+        """Copy the values into the settings; True when the model must be reloaded."""
+        s = self.settings
+        reload_needed = (s.n_threads, s.n_ctx, s.n_gpu_layers) != (
+            self.threads.value(), self.ctx.value(), self.gpu_layers.value())
+        reload_needed |= (s.speculative == "off") != (self.speculative.currentText() == "off")
+        s.n_threads = self.threads.value()
+        s.n_ctx = self.ctx.value()
+        s.n_gpu_layers = self.gpu_layers.value()
+        s.theme = self.theme.currentText()
+        s.temperature = self.temperature.value()
+        s.max_tokens = self.max_tokens.value()
+        s.speculative = self.speculative.currentText()
+        s.n_max = self.n_max.value()
+        s.p_min = self.p_min.value()
+        s.system_prompt = self.system_prompt.toPlainText()
+        return reload_needed

@@ -1,0 +1,78 @@
+"""Screenshots of the main window with a streamed reply, for docs and review.
+
+Run under a real (virtual) screen:
+
+    xvfb-run -a -s "-screen 0 1400x900x24" .venv/bin/python scripts/screenshot.py [OUT_DIR]
+
+It uses a throw-away data folder, sends one prompt to the embedded default
+model and one to a synthetic MTP model, and saves the window mid-stream and
+after each reply: OUT_DIR/chat-default.png, chat-mtp-streaming.png, chat-mtp.png.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+tmp = tempfile.mkdtemp(prefix="mtp-studio-shot-")
+os.environ["MTP_STUDIO_DATA_DIR"] = str(Path(tmp) / "data")
+os.environ["MTP_STUDIO_CONFIG_DIR"] = str(Path(tmp) / "config")
+
+from PySide6.QtCore import QEventLoop, QTimer  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+
+def wait_for(signal, timeout_ms: int) -> None:  # noqa: ANN001
+    loop = QEventLoop()
+    signal.connect(loop.quit)
+    QTimer.singleShot(timeout_ms, loop.quit)
+    loop.exec()
+
+
+def pause(ms: int) -> None:
+    loop = QEventLoop()
+    QTimer.singleShot(ms, loop.quit)
+    loop.exec()
+
+
+def main() -> int:
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "screenshots")
+    out.mkdir(parents=True, exist_ok=True)
+    app = QApplication(sys.argv[:1])
+    from app.application import Services
+    from engine.synth import HeadMap, SynthModel, SynthSpec
+
+    services = Services()
+    win = services.window
+    win.resize(1360, 860)
+    services.start()
+    wait_for(services.client.sig_loaded, 60000)
+    win.composer.setPlainText("The three most useful things to know about the Rhine river are")
+    win.send()
+    wait_for(win.chat.sig_reply_finished, 60000)
+    pause(300)
+    win.grab().save(str(out / "chat-default.png"))
+
+    model = SynthModel(SynthSpec(arch="step35", n_heads=3, weights="oracle", heads=(HeadMap("token", 0.8),)))
+    services.settings.model_path = str(model.path("combined"))
+    services.settings.max_tokens = 400
+    services.settings.speculative = "mtp"
+    win.load_model()
+    wait_for(services.client.sig_loaded, 60000)
+    win.new_chat()
+    win.composer.setPlainText(" w1 w2 w3")
+    win.send()
+    pause(700)
+    win.grab().save(str(out / "chat-mtp-streaming.png"))
+    wait_for(win.chat.sig_reply_finished, 60000)
+    pause(300)
+    win.grab().save(str(out / "chat-mtp.png"))
+    services.shutdown()
+    print(f"saved to {out}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

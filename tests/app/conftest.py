@@ -1,0 +1,26 @@
+"""GUI tests: the real main window, the real worker process, offscreen Qt."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture()
+def services(qtbot, isolated_dirs, tmp_path, monkeypatch) -> Iterator[object]:
+    # A fresh data folder per test: its own conversations and settings.
+    monkeypatch.setenv("MTP_STUDIO_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("MTP_STUDIO_CONFIG_DIR", str(tmp_path / "config"))
+    from app.application import Services
+
+    s = Services()
+    qtbot.addWidget(s.window)
+    yield s
+    s.client.stop()
+    s.store.close()
+
+
+def start_and_load(qtbot, services) -> None:
+    with qtbot.waitSignal(services.client.sig_loaded, timeout=60000):
+        services.start()
