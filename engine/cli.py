@@ -117,6 +117,12 @@ def _register_extras(sub: argparse._SubParsersAction) -> None:
     from engine.synth import cli as synth_cli
 
     synth_cli.register(sub)
+    from engine.bench import cli as bench_cli
+
+    bench_cli.register(sub)
+    from engine.hardware import cli as hardware_cli
+
+    hardware_cli.register(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -42,6 +42,10 @@ class GenerateRequest:
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
     speculative: SpeculativeParams = SpeculativeParams()
+    # Prefill all but the last prompt token and start the loop from it, as
+    # llama.cpp's speculative-simple does; the benchmark uses this to compare
+    # drafted/accepted counts round by round with the C++ driver.
+    hold_last_prompt_token: bool = False
 
 
 @dataclass
@@ -52,6 +56,7 @@ class GenerateResult:
     stats: GenerationStats
     prompt_mode: str = chat_template.COMPLETION
     accepted_per_round: list[int] = field(default_factory=list)
+    drafted_per_round: list[int] = field(default_factory=list)
 
 
 # on_text(text, from_draft): text that became visible, and whether it came
@@ -148,6 +153,7 @@ def generate(
     sampler = Sampler(request.sampling)
     batch = Batch(max(target.n_batch, MAX_DRAFT + 1))
     accepted_per_round: list[int] = []
+    drafted_per_round: list[int] = []
     last_stats = time.perf_counter()
     try:
         # -- prefill, in chunks of n_batch; the drafter catches up on each chunk
@@ -155,11 +161,13 @@ def generate(
         target.clear()
         if drafter is not None:
             drafter.begin()
-        for start in range(0, len(tokens), target.n_batch):
-            chunk = tokens[start:start + target.n_batch]
+        held = request.hold_last_prompt_token and len(tokens) > 1
+        prefill = tokens[:-1] if held else tokens
+        for start in range(0, len(prefill), target.n_batch):
+            chunk = prefill[start:start + target.n_batch]
             batch.clear()
             for k, tok in enumerate(chunk):
-                batch.add(tok, start + k, start + k == len(tokens) - 1)
+                batch.add(tok, start + k, start + k == len(prefill) - 1)
             target.decode(batch)
             if drafter is not None:
                 drafter.process(chunk, start)
@@ -167,10 +175,12 @@ def generate(
                 out.finish = "cancelled"
                 break
         stats.phase_seconds["prefill"] = time.perf_counter() - t0
-        pos0 = len(tokens)
-        if out.finish is None:
+        pos0 = len(prefill)
+        stats.t_first_token = time.perf_counter()
+        if held:
+            id_last = tokens[-1]
+        elif out.finish is None:
             id_last = sampler.sample(target.handle, batch.n - 1)
-            stats.t_first_token = time.perf_counter()
             out.push(id_last, False)
 
         # -- decode loop ------------------------------------------------------
@@ -216,6 +226,7 @@ def generate(
                 assert drafter is not None
                 drafter.accept(accepted, pos0)
                 accepted_per_round.append(accepted)
+                drafted_per_round.append(len(drafts))
             stats.record_round(len(drafts), accepted)
 
             for k, tok in enumerate(new_tokens):
@@ -246,4 +257,5 @@ def generate(
         stats=stats,
         prompt_mode=prompt_mode,
         accepted_per_round=accepted_per_round,
+        drafted_per_round=drafted_per_round,
     )

@@ -1,0 +1,1 @@
+"""Hardware detection, the engine-build recommendation, and the machine fingerprint."""

@@ -1,0 +1,104 @@
+"""Parsers for what system tools print about GPUs, kept apart from running
+them so they are tested against recorded samples (tests/data/hardware/).
+
+Each returns a list of :class:`GPU`; unknown or partial output yields what
+can be read, never an exception.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+SOFTWARE_RENDERERS = ("llvmpipe", "lavapipe", "swiftshader", "softpipe")
+
+
+@dataclass(frozen=True)
+class GPU:
+    vendor: str  # nvidia | amd | intel | apple | other
+    name: str
+    memory_mib: int | None = None
+    driver: str | None = None
+    api: str = ""  # cuda | rocm | vulkan | metal
+
+
+def parse_nvidia_smi_csv(text: str) -> list[GPU]:
+    """``nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader,nounits``."""
+    gpus = []
+    for line in text.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 3 or not parts[0] or parts[0].lower().startswith("name"):
+            continue
+        try:
+            mem = int(float(parts[1]))
+        except ValueError:
+            mem = None
+        gpus.append(GPU("nvidia", parts[0], mem, parts[2], "cuda"))
+    return gpus
+
+
+def parse_vulkaninfo_summary(text: str) -> list[GPU]:
+    """``vulkaninfo --summary``: the "Devices:" section, one ``GPUn:`` block per device.
+
+    Software renderers (llvmpipe and friends) are left out: they are the CPU.
+    """
+    gpus = []
+    for block in re.split(r"\n\s*GPU\d+:\s*\n", "\n" + text)[1:]:
+        fields = {}
+        for line in block.splitlines():
+            m = re.match(r"\s*(\w+)\s*=\s*(.*)", line)
+            if m:
+                fields.setdefault(m.group(1), m.group(2).strip())
+        name = fields.get("deviceName", "")
+        if not name or any(s in name.lower() for s in SOFTWARE_RENDERERS):
+            continue
+        if fields.get("deviceType", "").startswith("PHYSICAL_DEVICE_TYPE_CPU"):
+            continue
+        vendor_id = fields.get("vendorID", "").lower()
+        vendor = {"0x10de": "nvidia", "0x1002": "amd", "0x8086": "intel", "0x106b": "apple"}.get(vendor_id, "other")
+        gpus.append(GPU(vendor, name, None, fields.get("driverInfo") or fields.get("driverVersion"), "vulkan"))
+    return gpus
+
+
+def parse_kfd_topology(nodes: dict[str, str]) -> list[GPU]:
+    """ROCm's ``/sys/class/kfd/kfd/topology/nodes/<n>/properties`` (by node).
+
+    A node with ``simd_count 0`` is a CPU; GPU nodes carry ``gfx_target_version``.
+    """
+    gpus = []
+    for _node, props in sorted(nodes.items()):
+        values = dict(line.split(maxsplit=1) for line in props.splitlines() if len(line.split()) == 2)
+        if int(values.get("simd_count", "0")) == 0:
+            continue
+        gfx = int(values.get("gfx_target_version", "0"))
+        name = f"AMD gfx{gfx // 10000}{(gfx // 100) % 100:x}{gfx % 100:x}" if gfx else "AMD GPU"
+        gpus.append(GPU("amd", name, None, None, "rocm"))
+    return gpus
+
+
+def parse_system_profiler_displays(text: str) -> list[GPU]:
+    """``system_profiler SPDisplaysDataType`` on macOS (text form)."""
+    gpus = []
+    for m in re.finditer(r"Chipset Model:\s*(.+)", text):
+        name = m.group(1).strip()
+        vendor = "apple" if name.startswith("Apple") else ("amd" if "AMD" in name else "other")
+        gpus.append(GPU(vendor, name, None, None, "metal"))
+    return gpus
+
+
+def parse_meminfo_total_mib(text: str) -> int | None:
+    m = re.search(r"MemTotal:\s+(\d+)\s+kB", text)
+    return int(m.group(1)) // 1024 if m else None
+
+
+def parse_cpuinfo(text: str) -> tuple[str, list[str]]:
+    """CPU model name and feature flags from ``/proc/cpuinfo`` (x86 or ARM)."""
+    model, flags = "", []
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key in ("model name", "Hardware", "Model") and not model:
+            model = value.strip()
+        elif key in ("flags", "Features") and not flags:
+            flags = value.split()
+    return model, flags
