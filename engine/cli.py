@@ -123,6 +123,9 @@ def _register_extras(sub: argparse._SubParsersAction) -> None:
     from engine.hardware import cli as hardware_cli
 
     hardware_cli.register(sub)
+    from engine.autotune import cli as autotune_cli
+
+    autotune_cli.register(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,82 @@
+"""Tuned settings, remembered per (hardware fingerprint, model file, engine build).
+
+A profile applies only while all three are unchanged; when one changes, the
+old profile is *stale* and the app offers to tune again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from engine import paths
+
+HASH_SPAN = 8 << 20  # bytes read from each end of the file
+
+
+def model_identity(path: str | Path) -> str:
+    """A content hash of a model file that is cheap for 100 GB files: size plus
+    the first and last 8 MiB (header, tokenizer, and the tail of the weights)."""
+    path = Path(path)
+    size = path.stat().st_size
+    digest = hashlib.sha256(str(size).encode())
+    with path.open("rb") as f:
+        digest.update(f.read(HASH_SPAN))
+        if size > 2 * HASH_SPAN:
+            f.seek(size - HASH_SPAN)
+            digest.update(f.read(HASH_SPAN))
+    return digest.hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class Profile:
+    fingerprint: str
+    model_hash: str
+    engine: str
+    model_path: str
+    setting: dict[str, Any]  # speculative settings: mode, n_max, n_min, p_min
+    speedup: float
+    reason: str
+    created: float
+
+    @property
+    def key(self) -> str:
+        return f"{self.fingerprint}:{self.model_hash}:{self.engine}"
+
+
+class ProfileStore:
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or paths.data_dir() / "autotune-profiles.json"
+
+    def _load(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def save(self, profile: Profile) -> None:
+        data = self._load()
+        data[profile.key] = asdict(profile)
+        tmp = self.path.with_suffix(".partial")
+        tmp.write_text(json.dumps(data, indent=2))
+        os.replace(tmp, self.path)
+
+    def find(self, fingerprint: str, model_hash: str, engine: str) -> Profile | None:
+        raw = self._load().get(f"{fingerprint}:{model_hash}:{engine}")
+        return Profile(**raw) if raw else None
+
+    def stale_for(self, model_path: str, fingerprint: str, model_hash: str, engine: str) -> list[Profile]:
+        """Profiles of this model file made on other hardware, engine or file contents."""
+        current = f"{fingerprint}:{model_hash}:{engine}"
+        return [Profile(**p) for k, p in self._load().items() if p.get("model_path") == model_path and k != current]
+
+
+def new_profile(fingerprint: str, model_path: str, engine: str, setting: dict[str, Any], speedup: float,
+                reason: str) -> Profile:
+    return Profile(fingerprint, model_identity(model_path), engine, model_path, setting, speedup, reason, time.time())

@@ -1,0 +1,200 @@
+"""Find the fastest speculative setting for this machine and model, never
+slower than no speculation.
+
+Steps:
+1. Candidates: "off"; MTP with n_max 1..(head count for chained heads, else
+   up to 8); for n_max >= 2 also a p_min gate.
+2. Successive halving: every candidate runs on a few prompts; the slower half
+   (by mean speed relative to "off" on the same prompts) is dropped; the rest
+   run on more prompts, until the prompt budget is spent. "off" always stays.
+3. Decision: per prompt, the ratio setting/off is a paired sample. The
+   fastest setting whose lower confidence bound on the mean ratio is above
+   1.0 wins; if none clears the noise, the answer is "off".
+4. Greedy identity with "off" is checked on every prompt a setting runs.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.generation.generator import GenerateRequest, GenerateResult, generate
+from engine.generation.session import Session
+from engine.speculative.drafter import MAX_DRAFT, SpeculativeParams
+
+Z_LOWER = 1.64  # one-sided 95 % bound on the mean ratio
+
+
+@dataclass(frozen=True)
+class Setting:
+    n_max: int = 0  # 0 = off
+    p_min: float = 0.0
+
+    @property
+    def label(self) -> str:
+        if not self.n_max:
+            return "off"
+        return f"mtp n_max={self.n_max}" + (f" p_min={self.p_min:g}" if self.p_min else "")
+
+    def params(self) -> SpeculativeParams:
+        return SpeculativeParams("mtp", self.n_max, 0, self.p_min) if self.n_max else SpeculativeParams()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": "mtp" if self.n_max else "none", "n_max": self.n_max or 3, "n_min": 0, "p_min": self.p_min}
+
+
+@dataclass
+class Measurement:
+    setting: Setting
+    tps: list[float] = field(default_factory=list)  # per prompt
+    ratios: list[float] = field(default_factory=list)  # per prompt, vs off on that prompt
+    drafted: int = 0
+    accepted: int = 0
+    drafted_per_pos: list[int] = field(default_factory=list)
+    accepted_per_pos: list[int] = field(default_factory=list)
+    identical: bool = True
+    dropped_after: int | None = None  # prompts seen when successive halving dropped it
+
+    @property
+    def mean_ratio(self) -> float:
+        return statistics.fmean(self.ratios) if self.ratios else 1.0
+
+    @property
+    def lower_bound(self) -> float:
+        if len(self.ratios) < 2:
+            return 0.0
+        return self.mean_ratio - Z_LOWER * statistics.stdev(self.ratios) / math.sqrt(len(self.ratios))
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def per_pos(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_per_pos, self.drafted_per_pos)]
+
+    @property
+    def mean_tps(self) -> float:
+        return statistics.fmean(self.tps) if self.tps else 0.0
+
+    def add(self, result: GenerateResult, off: GenerateResult | None) -> None:
+        s = result.stats
+        tps = s.decode_tps() or 0.0
+        self.tps.append(tps)
+        if off is not None:
+            off_tps = off.stats.decode_tps() or 0.0
+            self.ratios.append(tps / off_tps if off_tps else 1.0)
+            self.identical &= result.tokens == off.tokens
+        self.drafted += s.drafted
+        self.accepted += s.accepted
+        for i, (d, a) in enumerate(zip(s.drafted_per_pos, s.accepted_per_pos)):
+            if i >= len(self.drafted_per_pos):
+                self.drafted_per_pos.append(0)
+                self.accepted_per_pos.append(0)
+            self.drafted_per_pos[i] += d
+            self.accepted_per_pos[i] += a
+
+
+@dataclass
+class TuneResult:
+    best: Setting
+    measurements: list[Measurement]
+    reason: str
+
+    def table(self) -> str:
+        head = f"{'setting':<24} {'tok/s':>7} {'vs off':>7} {'low 95%':>8} {'accept':>7} {'prompts':>7} identical"
+        lines = [head, "-" * len(head)]
+        for m in sorted(self.measurements, key=lambda m: -m.mean_ratio):
+            acc = f"{100 * m.acceptance:.0f}%" if m.acceptance is not None else "-"
+            mark = " <- chosen" if m.setting == self.best else (" (dropped)" if m.dropped_after else "")
+            lines.append(f"{m.setting.label:<24} {m.mean_tps:7.1f} {m.mean_ratio:6.2f}x {m.lower_bound:7.2f}x "
+                         f"{acc:>7} {len(m.tps):7d} {'yes' if m.identical else 'NO':>9}{mark}")
+        return "\n".join(lines)
+
+
+def candidates(n_heads: int, chained: bool, p_grid: tuple[float, ...] = (0.5,)) -> list[Setting]:
+    depth = n_heads if chained else MAX_DRAFT
+    out = [Setting(0)]
+    for n in range(1, depth + 1):
+        out.append(Setting(n))
+        if n >= 2:
+            out += [Setting(n, p) for p in p_grid]
+    return out
+
+
+ProgressFn = Callable[[dict[str, Any]], None]
+
+
+def tune(session: Session, prompts: list[list[dict[str, str]]], *, max_tokens: int = 96,
+         first_round: int = 2, settings: list[Setting] | None = None, progress: ProgressFn | None = None,
+         ) -> TuneResult:
+    """Successive halving over ``settings`` (default: :func:`candidates`) on ``prompts`` (chat messages)."""
+    drafter = session.drafter
+    if settings is None:
+        settings = candidates(drafter.n_heads, drafter.chained) if drafter else [Setting(0)]
+    measurements = {s: Measurement(s) for s in settings}
+    alive = list(settings)
+    used = 0
+    batch = first_round
+    total_steps = _planned_steps(len(settings), len(prompts), first_round)
+    step = 0
+    _run(session, prompts[0], 8, Setting(0))  # warm-up
+    while used < len(prompts) and alive:
+        chunk = prompts[used:used + batch]
+        for prompt in chunk:
+            off = _run(session, prompt, max_tokens, Setting(0))
+            measurements[Setting(0)].add(off, off)
+            for s in alive:
+                if s.n_max == 0:
+                    continue
+                measurements[s].add(_run(session, prompt, max_tokens, s), off)
+                step += 1
+                if progress:
+                    m = measurements[s]
+                    progress({"step": step, "total": total_steps, "setting": s.label, "tps": m.tps[-1],
+                              "ratio": m.ratios[-1], "acceptance": m.acceptance})
+        used += len(chunk)
+        spec = sorted((s for s in alive if s.n_max), key=lambda s: -measurements[s].mean_ratio)
+        keep = spec[: max(1, (len(spec) + 1) // 2)] if used < len(prompts) else spec
+        for s in spec:
+            if s not in keep:
+                measurements[s].dropped_after = used
+        alive = [Setting(0), *keep]
+        batch *= 2
+    return _decide(list(measurements.values()))
+
+
+def _planned_steps(n_settings: int, n_prompts: int, first: int) -> int:
+    alive, used, batch, steps = n_settings - 1, 0, first, 0
+    while used < n_prompts and alive > 0:
+        chunk = min(batch, n_prompts - used)
+        steps += chunk * alive
+        used += chunk
+        alive = max(1, (alive + 1) // 2) if used < n_prompts else alive
+        batch *= 2
+    return steps
+
+
+def _run(session: Session, messages: list[dict[str, str]], max_tokens: int, setting: Setting) -> GenerateResult:
+    return generate(session, GenerateRequest(messages=tuple(messages), max_tokens=max_tokens,
+                                             speculative=setting.params()))
+
+
+def _decide(measurements: list[Measurement]) -> TuneResult:
+    finalists = [m for m in measurements if m.setting.n_max and m.dropped_after is None and m.identical]
+    winners = [m for m in finalists if m.lower_bound > 1.0]
+    if winners:
+        best = max(winners, key=lambda m: m.mean_ratio)
+        reason = (f"{best.setting.label} is {best.mean_ratio:.2f}x as fast as no speculation "
+                  f"(at least {best.lower_bound:.2f}x with 95% confidence over {len(best.ratios)} prompts).")
+        return TuneResult(best.setting, measurements, reason)
+    top = max(finalists, key=lambda m: m.mean_ratio, default=None)
+    if top is None:
+        reason = "This model has no MTP head (or no setting kept the output identical); speculation stays off."
+    else:
+        reason = (f"No setting was faster beyond the noise (best: {top.setting.label} at {top.mean_ratio:.2f}x, "
+                  f"lower bound {top.lower_bound:.2f}x); speculation stays off.")
+    return TuneResult(Setting(0), measurements, reason)
