@@ -60,7 +60,7 @@ class Comparison:
 def run_driver(binary: Path, model: Path, prompt: str, n_tokens: int, n_max: int, threads: int) -> DriverRun:
     cmd = [str(binary), "-m", str(model), "--spec-type", "draft-mtp", "--spec-draft-n-max", str(n_max),
            "-p", prompt, "-n", str(n_tokens), "--temp", "0", "-t", str(threads), "-tb", str(threads),
-           "-c", "2048", "-v", "--no-warmup"]
+           "-c", "2048", "-v"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:

@@ -1,0 +1,78 @@
+"""Hardware parsers against recorded samples, the recommendation, the fingerprint."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from engine.hardware import parsers
+from engine.hardware.parsers import GPU
+from engine.hardware.probe import HardwareReport
+from engine.hardware.recommend import recommend
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "hardware"
+
+
+def sample(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def test_nvidia_smi_csv_gives_each_gpu_with_memory_and_driver():
+    gpus = parsers.parse_nvidia_smi_csv(sample("nvidia-smi.csv"))
+    assert gpus == [GPU("nvidia", "NVIDIA RTX A6000", 49140, "560.94", "cuda")] * 2
+
+
+def test_vulkaninfo_summary_skips_software_renderers():
+    gpus = parsers.parse_vulkaninfo_summary(sample("vulkaninfo-summary.txt"))
+    assert [(g.vendor, g.name) for g in gpus] == [("amd", "AMD Radeon Graphics (RADV GFX1151)")]
+    assert gpus[0].driver == "Mesa 24.1.2"
+
+
+def test_kfd_topology_ignores_cpu_nodes():
+    nodes = {"0": sample("kfd-node0.properties"), "1": sample("kfd-node1.properties")}
+    assert parsers.parse_kfd_topology(nodes) == [GPU("amd", "AMD gfx1151", None, None, "rocm")]
+
+
+def test_system_profiler_finds_apple_gpu():
+    assert parsers.parse_system_profiler_displays(sample("system_profiler-displays.txt")) == [
+        GPU("apple", "Apple M4 Max", None, None, "metal")]
+
+
+def test_cpuinfo_model_and_flags():
+    model, flags = parsers.parse_cpuinfo(sample("cpuinfo-x86.txt"))
+    assert model == "Intel(R) Xeon(R) Platinum 8480+" and "amx_tile" in flags and "avx2" in flags
+
+
+def report(**kw) -> HardwareReport:
+    base = HardwareReport(os="Linux 6.8", machine="x86_64", cpu_model="Xeon", cpu_flags=["avx2"], cores=16,
+                          ram_mib=65536, engine={"llama_cpp_python": "0.3.36", "backend": "cpu", "cache_key": "k1"})
+    return replace(base, **kw)
+
+
+def test_cpu_engine_on_an_nvidia_machine_recommends_the_cuda_build():
+    rec = recommend(report(gpus=[GPU("nvidia", "NVIDIA RTX A6000", 49140, "560.94", "cuda")]))
+    assert rec.backend == "cuda" and not rec.matches
+    assert "NVIDIA GPU found (NVIDIA RTX A6000, 49140 MiB)." in rec.reasons
+    assert "The engine is CPU-only; build the CUDA engine." in rec.reasons
+    assert rec.command == "mtp-studio engine build --backend cuda"
+
+
+def test_amx_is_explained():
+    rec = recommend(report(cpu_flags=["avx2", "amx_tile"]))
+    assert rec.matches and any("AMX" in r for r in rec.reasons)
+
+
+def test_fingerprint_is_stable_and_changes_with_gpu_driver_or_engine():
+    a = report(gpus=[GPU("nvidia", "RTX", 24000, "560.94", "cuda")])
+    assert a.fingerprint() == report(gpus=[GPU("nvidia", "RTX", 24000, "560.94", "cuda")]).fingerprint()
+    assert a.fingerprint() != report(gpus=[GPU("nvidia", "RTX", 24000, "565.10", "cuda")]).fingerprint()
+    assert a.fingerprint() != replace(a, engine={**a.engine, "backend": "cuda", "cache_key": "k2"}).fingerprint()
+    assert a.fingerprint() != report().fingerprint()
+
+
+@pytest.mark.parametrize("field", ["notes", "engine_devices"])
+def test_fingerprint_ignores_volatile_fields(field):
+    a = report()
+    assert a.fingerprint() == replace(a, **{field: [{"free_mib": 1}] if field == "engine_devices" else ["x"]}).fingerprint()
