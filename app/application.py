@@ -25,6 +25,21 @@ class Services:
     def start(self) -> None:
         self.window.show()
         self.client.start()
+        self._probe_hardware()
+
+    def _probe_hardware(self) -> None:
+        """The fingerprint keys autotune profiles; probing runs in a child process."""
+        from app.json_process import JsonProcess
+
+        self._probe = JsonProcess()
+
+        def on_report(data: dict) -> None:
+            self.window.hardware_fingerprint = data.get("fingerprint")
+            if self.window.model_facts:
+                self.window.apply_profile(self.window.model_facts)
+
+        self._probe.sig_message.connect(on_report)
+        self._probe.start(["hardware", "--json"])
 
     def shutdown(self) -> None:
         self.client.stop()

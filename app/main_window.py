@@ -87,6 +87,7 @@ class MainWindow(QMainWindow):
         self.store = store
         self.client = client
         self.model_facts: dict[str, Any] = {}
+        self.hardware_fingerprint: str | None = None
         self.palette_ = palette_for(settings.theme)
         apply_qt_palette(self.palette_)
         self.setWindowTitle("MTP Studio")
@@ -189,6 +190,8 @@ class MainWindow(QMainWindow):
         self._action(model_menu, "Use the built-in default model", self.use_default_model)
         model_menu.addSeparator()
         self._action(model_menu, "Restart engine", self.restart_engine)
+        tools_menu = self.menuBar().addMenu("&Tools")
+        self._action(tools_menu, "Autotune speculative decoding…", self.open_autotune)
         settings_menu = self.menuBar().addMenu("&Settings")
         self._action(settings_menu, "Preferences…", self.open_settings, QKeySequence.StandardKey.Preferences)
 
@@ -367,6 +370,28 @@ class MainWindow(QMainWindow):
             notice += (" " if notice else "") + facts["mtp_unavailable_reason"]
         self.model_notice.setText(notice)
         self.model_notice.setVisible(bool(notice))
+        self.apply_profile(facts)
+
+    def apply_profile(self, facts: dict[str, Any]) -> None:
+        """Use the autotune profile for this model, machine and engine build, if one exists."""
+        from engine.autotune.profiles import ProfileStore, model_identity
+
+        fingerprint = self.hardware_fingerprint
+        self.chat.profile_speculative = None
+        if not fingerprint or facts.get("mtp", "off") == "off":
+            return
+        engine = str(self.client.engine_info.get("cache_key") or self.client.engine_info.get("llama_cpp_python"))
+        store = ProfileStore()
+        model_hash = model_identity(facts["path"])
+        profile = store.find(fingerprint, model_hash, engine)
+        if profile is not None:
+            self.chat.profile_speculative = profile.setting
+            self.statusBar().showMessage(f"Using the autotune profile: {profile.reason}", 8000)
+        elif store.stale_for(facts["path"], fingerprint, model_hash, engine):
+            self.model_notice.setText((self.model_notice.text() + " ").lstrip() +
+                                      "The hardware, engine or model changed since this model was tuned: "
+                                      "run Tools → Autotune again.")
+            self.model_notice.show()
 
     def _on_engine_error(self, _rid: str, kind: str, message: str) -> None:
         if kind in ("model_file", "model_load", "sidecar_mismatch", "context"):
@@ -407,6 +432,13 @@ class MainWindow(QMainWindow):
         self.settings.sidecar_path = None
         self.settings.save()
         self.load_model()
+
+    def open_autotune(self) -> None:
+        from app.autotune_wizard import AutotuneWizard
+
+        wizard = AutotuneWizard(self.settings, self.palette_, self)
+        if wizard.exec():
+            self.load_model()
 
     def open_settings(self) -> None:
         dialog = SettingsDialog(self.settings, self)

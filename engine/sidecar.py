@@ -83,11 +83,16 @@ _EXPECTED = re.compile(
 )
 
 
+def unexpected_tensors(names: tuple[str, ...] | list[str]) -> list[str]:
+    """Tensor names an MTP sidecar should not hold (see ``_EXPECTED``)."""
+    return [n for n in names if not _EXPECTED.match(n)]
+
+
 def _check_tensors(sidecar: GGUFFacts) -> None:
     """Every declared MTP block must hold the three tensors llama.cpp requires,
     once, and nothing the loader would not consume."""
     names = sidecar.tensor_names
-    unexpected = [n for n in names if not _EXPECTED.match(n)]
+    unexpected = unexpected_tensors(names)
     if unexpected:
         raise SidecarMismatch(
             f"{sidecar.path.name} holds {len(unexpected)} tensor(s) this engine's loader does not "

@@ -25,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--dense", action="store_true", help="dense FFN trunk (glm4moe; the MTP block stays MoE)")
     p.add_argument("--model", help="benchmark this GGUF instead of synthetic ones")
     p.add_argument("--reference", choices=("auto", "skip", "only"), default="auto",
                    help="compare with llama-speculative-simple (auto: if it is built)")
@@ -44,12 +45,12 @@ def run(args: argparse.Namespace) -> int:
          f"{args.tokens} tokens, {args.repeats} interleaved repeats; medians")
     if args.reference != "only":
         targets = [(Path(args.model), None)] if args.model else [
-            (SynthModel(SynthSpec(arch=args.arch, size=args.size, n_heads=heads,
+            (SynthModel(SynthSpec(arch=args.arch, size=args.size, n_heads=heads, dense=args.dense,
                                   heads=(HeadMap("token", a),))).path(), a) for a in levels
         ]
         for path, agree in targets:
-            _say(f"\n## {path.name}" + (f" — {args.arch} {args.size}, head agreement {agree}" if agree is not None
-                                        else ""))
+            kind = f"{args.arch}{' dense' if args.dense else ''} {args.size}"
+            _say(f"\n## {path.name}" + (f" — {kind}, head agreement {agree}" if agree is not None else ""))
             session = Session(LoadOptions(path=str(path), n_ctx=2048, n_threads=args.threads))
             try:
                 rows = measure.compare(session, PROMPT, args.tokens, depths if session.drafter else [],
@@ -77,7 +78,8 @@ def _reference(args: argparse.Namespace, heads: int) -> int:
             return 0
         binary = brd.build("cpu")
     path = Path(args.model) if args.model else SynthModel(
-        SynthSpec(arch=args.arch, size=args.size, n_heads=heads, heads=(HeadMap("token", 1.0),))).path()
+        SynthSpec(arch=args.arch, size=args.size, n_heads=heads, dense=args.dense,
+                  heads=(HeadMap("token", 1.0),))).path()
     n_max = args.reference_n_max
     _say(f"\n## ours vs llama.cpp's llama-speculative-simple — {path.name}, n_max {n_max}")
     session = Session(LoadOptions(path=str(path), n_ctx=2048, n_threads=args.threads))

@@ -207,7 +207,7 @@ def generate(
             t_sample = time.perf_counter()
             stats.phase_seconds["verify"] += t_sample - t_verify
             if drafter is not None:
-                drafter.process(verified, pos0)
+                drafter.verified(verified, pos0)
 
             t_sample = time.perf_counter()
             accepted = 0
@@ -223,10 +223,10 @@ def generate(
 
             if drafts:
                 rollback.after_verify(verified, pos0, accepted)
-                assert drafter is not None
-                drafter.accept(accepted, pos0)
                 accepted_per_round.append(accepted)
                 drafted_per_round.append(len(drafts))
+            if drafter is not None:
+                drafter.accept(accepted, pos0)
             stats.record_round(len(drafts), accepted)
 
             for k, tok in enumerate(new_tokens):

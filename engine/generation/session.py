@@ -26,6 +26,7 @@ class LoadOptions:
     n_batch: int = 512
     mtp: bool = True  # prepare MTP if the model (or sidecar) has it
     sidecar: str | None = None
+    fold: bool = True  # fold the MTP catch-up into the next draft (see engine/speculative/mtp.py)
 
 
 class Session:
@@ -88,7 +89,8 @@ class Session:
             self.mtp_model = Model(self.options.sidecar, n_gpu_layers=self.options.n_gpu_layers, load_mtp=True)
             self._own_mtp_model = True
         self.target.set_embeddings_nextn(True, False)
-        self.drafter = MTPDrafter(self.target, self.mtp_model, self.stats_ref)
+        self.drafter = MTPDrafter(self.target, self.mtp_model, self.stats_ref, arch=self.facts.architecture,
+                                  fold=self.options.fold)
         self.rollback_strategy = rollback.choose(self.target, hybrid, MAX_DRAFT)
         self.mtp_status = "chained" if self.drafter.chained else "single"
 

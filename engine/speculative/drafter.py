@@ -38,10 +38,11 @@ class SpeculativeParams:
 class Drafter(Protocol):
     """Proposes tokens for the target to verify.
 
-    The generation loop calls, per generation: ``begin`` once; ``process`` after
-    every target decode (prompt chunks and verify batches) with the tokens and
-    positions that decode saw; ``draft`` before each verify; ``accept`` after
-    each verify with how many drafted tokens the target agreed with.
+    The generation loop calls, per generation: ``begin`` once; ``process``
+    after each prompt chunk the target decoded; ``draft`` before each verify;
+    ``verified`` right after each verify decode (before anything else decodes
+    on the target); ``accept`` after each verify with how many drafted tokens
+    the target agreed with.
     """
 
     n_heads: int
@@ -49,6 +50,8 @@ class Drafter(Protocol):
     def begin(self) -> None: ...
 
     def process(self, tokens: list[int], pos_start: int) -> None: ...
+
+    def verified(self, tokens: list[int], pos_start: int) -> None: ...
 
     def draft(self, id_last: int, pos0: int, n_max: int, n_min: int, p_min: float) -> list[int]: ...
 

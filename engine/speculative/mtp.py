@@ -1,5 +1,13 @@
 """MTP (NextN) drafting: one looped head, or chained heads selected by offset.
 
+Folding (one looped head): llama.cpp's driver catches the MTP context up on
+every verified row, trims the rejected ones, then decodes ``id_last`` alone
+to start the next draft. Here the catch-up of the *accepted* rows is deferred
+and decoded in the same batch as the next ``id_last``, whose row gives the
+first draft token: one MTP decode fewer per round, and rejected drafts never
+enter the MTP KV cache. It is off for qwen35/qwen35moe, whose MTP graph
+returns the wrong hidden-state row when only some rows of a batch are outputs.
+
 The invariant everything rests on (see docs/mtp.md): the MTP input at
 position p is (token x_p, h_target(p-1)), so ``pending_h`` always holds the
 target's hidden state at ``pos0 - 1``, where ``pos0`` is the position of
@@ -17,6 +25,10 @@ import numpy as np
 from engine.runtime import Batch, Context, ContextParams, Model
 from engine.speculative.stats import GenerationStats
 
+# MTP graphs that take the hidden-state rows before cropping to the output
+# rows: with only some rows marked as outputs they return the wrong row.
+NO_FOLD_ARCHS = frozenset({"qwen35", "qwen35moe"})
+
 
 class MTPDrafter:
     """Drafts with the MTP head(s) of ``mtp_model`` (the target itself, or a sidecar).
@@ -27,7 +39,8 @@ class MTPDrafter:
         stats: where draft and catch-up time is accounted.
     """
 
-    def __init__(self, target_ctx: Context, mtp_model: Model, stats_ref: list[GenerationStats]) -> None:
+    def __init__(self, target_ctx: Context, mtp_model: Model, stats_ref: list[GenerationStats],
+                 arch: str = "", fold: bool = True) -> None:
         self.target = target_ctx
         self.model = mtp_model
         self.n_embd = mtp_model.n_embd_out
@@ -46,6 +59,13 @@ class MTPDrafter:
         self.pending_h = np.zeros(self.n_embd, dtype=np.float32)
         self.verify_h = np.zeros((1, self.n_embd), dtype=np.float32)
         self._stats_ref = stats_ref  # the generator swaps in each generation's stats
+        self.fold = fold and not self.chained and arch not in NO_FOLD_ARCHS
+        self._verified: list[int] = []
+        self._verified_pos = 0
+        # accepted rows whose catch-up is deferred into the next draft's first decode
+        self._fold_tokens: list[int] = []
+        self._fold_pos = 0
+        self._fold_embd = np.zeros((0, self.n_embd), dtype=np.float32)
         self._row_bytes = 4 * self.n_embd
         self._n_vocab = mtp_model.n_vocab
 
@@ -53,6 +73,7 @@ class MTPDrafter:
     def begin(self) -> None:
         self.ctx.clear()
         self.pending_h[:] = 0.0
+        self._fold_tokens = []
 
     def process(self, tokens: list[int], pos_start: int) -> None:
         """Catch the MTP context up on a target decode of ``tokens`` at ``pos_start``.
@@ -82,6 +103,19 @@ class MTPDrafter:
         self.pending_h[:] = self.verify_h[n - 1]
         self._stats_ref[0].phase_seconds["catch_up"] += time.perf_counter() - t0
 
+    def verified(self, tokens: list[int], pos_start: int) -> None:
+        """The target just decoded ``tokens`` (a verify batch): keep its hidden
+        states before anything else decodes on the target, and catch up now
+        unless folding defers it."""
+        if not self.fold:
+            self.process(tokens, pos_start)
+            return
+        n = len(tokens)
+        view = np.ctypeslib.as_array(self.target.embeddings_nextn(), shape=(n, self.n_embd))
+        self.verify_h = view.copy()
+        self._verified = tokens
+        self._verified_pos = pos_start
+
     def draft(self, id_last: int, pos0: int, n_max: int, n_min: int, p_min: float) -> list[int]:
         t0 = time.perf_counter()
         if self.chained:
@@ -95,8 +129,18 @@ class MTPDrafter:
 
     def accept(self, n_accepted: int, pos0: int) -> None:
         """Keep the MTP KV for accepted positions only and re-anchor ``pending_h``."""
+        if self.fold:
+            kept = self._verified[: n_accepted + 1]
+            embd = np.vstack([self.pending_h[None, :], self.verify_h[:n_accepted]])
+            if not self._fold_tokens:
+                self._fold_pos = pos0
+                self._fold_embd = embd
+            else:  # no draft ran since the last verify: keep both, they are contiguous
+                self._fold_embd = np.vstack([self._fold_embd, embd])
+            self._fold_tokens = self._fold_tokens + kept
+        else:
+            self.ctx.seq_rm(pos0 + n_accepted + 1, -1)
         self.pending_h[:] = self.verify_h[n_accepted]
-        self.ctx.seq_rm(pos0 + n_accepted + 1, -1)
 
     def close(self) -> None:
         self.ctx.close()
@@ -122,18 +166,30 @@ class MTPDrafter:
         drafts: list[int] = []
         batch = self.batch
         batch.clear()
+        first = 0
+        if self._fold_tokens:  # the deferred catch-up rides along with id_last
+            self.ctx.seq_rm(self._fold_pos, -1)
+            for j, tok in enumerate(self._fold_tokens):
+                batch.add(tok, self._fold_pos + j, False)
+            first = len(self._fold_tokens)
+            ctypes.memmove(batch.embd_row_address(0), np.ascontiguousarray(self._fold_embd).ctypes.data,
+                           self._row_bytes * first)
+            self._fold_tokens = []
+        else:
+            self.ctx.seq_rm(pos0, -1)
         batch.add(id_last, pos0, True)
-        ctypes.memmove(batch.embd_row_address(0), self.pending_h.ctypes.data, self._row_bytes)
-        self.ctx.seq_rm(pos0, -1)
+        ctypes.memmove(batch.embd_row_address(first), self.pending_h.ctypes.data, self._row_bytes)
+        row = first
         while True:
             self.ctx.decode(batch)
-            token = self._pick(0, p_min)
+            token = self._pick(row, p_min)
+            row = 0
             if token is None:
                 break
             drafts.append(token)
             if len(drafts) >= n_max:
                 break
-            h_row = self.ctx.embeddings_nextn_ith(0)
+            h_row = self.ctx.embeddings_nextn_ith(batch.n - 1)
             batch.clear()
             batch.add(token, pos0 + len(drafts), True)
             ctypes.memmove(batch.embd_row_address(0), h_row, self._row_bytes)

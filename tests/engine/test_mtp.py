@@ -171,3 +171,28 @@ def test_mtp_requested_on_a_model_without_mtp_decodes_plainly_with_a_reason(defa
         assert result.stats.rounds == 0 and result.stats.mode == "none" and result.tokens
     finally:
         session.close()
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "qwen3next"])
+def test_folded_catch_up_changes_no_token_and_no_acceptance(arch):
+    model = synth(arch, "mixed", seed=2)
+    folded = open_session(model)
+    plain_loop = Session(LoadOptions(path=str(model.path()), n_ctx=512, fold=False))
+    try:
+        assert folded.drafter.fold and not plain_loop.drafter.fold
+        for n_max in (1, 3):
+            a, b = run(folded, n_max), run(plain_loop, n_max)
+            assert a.tokens == b.tokens
+            assert a.accepted_per_round == b.accepted_per_round and a.drafted_per_round == b.drafted_per_round
+    finally:
+        folded.close()
+        plain_loop.close()
+
+
+def test_folding_is_off_where_the_mtp_graph_cannot_crop_rows():
+    for arch, expect in (("qwen35", False), ("step35", False), ("glm4moe", True)):
+        session = open_session(synth(arch))
+        try:
+            assert session.drafter.fold is expect, arch
+        finally:
+            session.close()

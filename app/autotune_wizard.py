@@ -1,0 +1,299 @@
+"""The autotune wizard: hardware → model → run (progress and a live chart of
+speed by setting) → results → apply.
+
+The measuring runs in a child process (``python -m engine autotune --jsonl``);
+the wizard only draws what it reports.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QColor, QPainter
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+    QWizard,
+    QWizardPage,
+)
+
+from app.json_process import JsonProcess
+from app.settings import Settings
+from app.theme import Palette
+from engine import gguf_info
+from engine.errors import ModelFileError
+
+
+class SpeedChart(QWidget):
+    """Bars of speed relative to "off", one per setting, updated live."""
+
+    def __init__(self, palette: Palette, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.palette_ = palette
+        self.ratios: dict[str, float] = {}
+        self.setMinimumHeight(200)
+
+    def set_ratio(self, label: str, ratio: float) -> None:
+        self.ratios[label] = ratio
+        self.update()
+
+    def paintEvent(self, _event: object) -> None:
+        p = self.palette_
+        qp = QPainter(self)
+        qp.fillRect(self.rect(), QColor(p.panel_bg))
+        if not self.ratios:
+            qp.setPen(QColor(p.muted))
+            qp.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, "Speed by setting appears here")
+            return
+        items = sorted(self.ratios.items())
+        top = max(1.2, max(self.ratios.values()) * 1.1)
+        row_h = min(24.0, (self.height() - 10) / len(items))
+        label_w = 150
+        width = self.width() - label_w - 60
+        one = label_w + width / top
+        for i, (label, ratio) in enumerate(items):
+            y = 5 + i * row_h
+            qp.setPen(QColor(p.text))
+            qp.drawText(QRectF(4, y, label_w - 8, row_h), Qt.AlignmentFlag.AlignVCenter, label)
+            color = p.good if ratio >= 1.0 else p.bad
+            qp.fillRect(QRectF(label_w, y + 3, width * ratio / top, row_h - 6), QColor(color))
+            qp.drawText(QRectF(label_w + width * ratio / top + 4, y, 60, row_h), Qt.AlignmentFlag.AlignVCenter,
+                        f"{ratio:.2f}x")
+        qp.setPen(QColor(p.muted))
+        qp.drawLine(int(one), 0, int(one), self.height())
+
+
+class HardwarePage(QWizardPage):
+    def __init__(self) -> None:
+        super().__init__()
+        self.setTitle("This machine")
+        self.setSubTitle("Tuning is specific to the hardware and the engine build; it is remembered for both.")
+        self.text = QLabel("Looking at the hardware…")
+        self.text.setWordWrap(True)
+        QVBoxLayout(self).addWidget(self.text)
+        self.report: dict[str, Any] | None = None
+        self.proc = JsonProcess(self)
+        self.proc.sig_message.connect(self._on_report)
+        self.proc.sig_finished.connect(self._on_finished)
+
+    def initializePage(self) -> None:
+        if self.report is None:
+            self.proc.start(["hardware", "--json"])
+
+    def isComplete(self) -> bool:
+        return self.report is not None
+
+    def _on_report(self, data: dict[str, Any]) -> None:
+        self.report = data
+        gpus = ", ".join(g["name"] for g in data.get("gpus", [])) or "none"
+        ram = f"{data['ram_mib'] / 1024:.1f} GiB" if data.get("ram_mib") else "unknown"
+        rec = data.get("recommendation", {})
+        self.text.setText(
+            f"<b>{data.get('cpu_model')}</b>, {data.get('cores')} cores, {ram} RAM<br>"
+            f"GPUs: {gpus}<br>Engine: llama-cpp-python {data['engine'].get('llama_cpp_python')} "
+            f"({data['engine'].get('backend')})<br>Fingerprint: <code>{data.get('fingerprint')}</code><br><br>"
+            + " ".join(rec.get("reasons", []))
+        )
+        self.completeChanged.emit()
+
+    def _on_finished(self, code: int, error: str) -> None:
+        if code != 0 and self.report is None:
+            self.text.setText(f"The hardware probe failed: {error}")
+
+
+class ModelPage(QWizardPage):
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.setTitle("Model")
+        self.setSubTitle("Choose the GGUF to tune. It needs an MTP head (in the file or as a sidecar).")
+        self.path = QLineEdit(settings.model_path or "")
+        self.sidecar = QLineEdit(settings.sidecar_path or "")
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(lambda: self._browse(self.path))
+        browse_side = QPushButton("Browse…")
+        browse_side.clicked.connect(lambda: self._browse(self.sidecar))
+        self.facts = QLabel()
+        self.facts.setWordWrap(True)
+        self.prompts = QSpinBox(minimum=2, maximum=9, value=9)
+        self.tokens = QSpinBox(minimum=16, maximum=512, value=96)
+        form = QFormLayout(self)
+        row = QHBoxLayout()
+        row.addWidget(self.path)
+        row.addWidget(browse)
+        form.addRow("Model", row)
+        row2 = QHBoxLayout()
+        row2.addWidget(self.sidecar)
+        row2.addWidget(browse_side)
+        form.addRow("MTP sidecar (optional)", row2)
+        form.addRow("Prompts", self.prompts)
+        form.addRow("Tokens per prompt", self.tokens)
+        form.addRow(self.facts)
+        self.path.textChanged.connect(self._check)
+        self.sidecar.textChanged.connect(self._check)
+        self._ok = False
+
+    def initializePage(self) -> None:
+        self._check()
+
+    def _browse(self, target: QLineEdit) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Choose a GGUF", str(Path.home()), "GGUF (*.gguf)")
+        if path:
+            target.setText(path)
+
+    def _check(self) -> None:
+        self._ok = False
+        try:
+            facts = gguf_info.read_facts(self.path.text().strip())
+            side = gguf_info.read_facts(self.sidecar.text().strip()) if self.sidecar.text().strip() else None
+        except ModelFileError as exc:
+            self.facts.setText(str(exc) if self.path.text().strip() else "Choose a model file.")
+        else:
+            heads = side.nextn_layers if side else facts.nextn_layers
+            self.facts.setText(f"{facts.architecture}, {facts.trunk_layers} layers, {heads} MTP head(s), "
+                               f"{facts.file_size / 2**20:.0f} MiB."
+                               + ("" if heads else " It has no MTP head: the result will be 'off'."))
+            self._ok = True
+        self.completeChanged.emit()
+
+    def isComplete(self) -> bool:
+        return self._ok
+
+
+class RunPage(QWizardPage):
+    def __init__(self, palette: Palette) -> None:
+        super().__init__()
+        self.setTitle("Measuring")
+        self.setSubTitle("Each setting generates on the prompt suite; clearly slower settings stop early.")
+        self.progress = QProgressBar()
+        self.status = QLabel("Starting…")
+        self.chart = SpeedChart(palette)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.status)
+        layout.addWidget(self.chart, 1)
+        self.result: dict[str, Any] | None = None
+        self.error = ""
+        self.proc = JsonProcess(self)
+        self.proc.sig_message.connect(self._on_message)
+        self.proc.sig_finished.connect(self._on_finished)
+
+    def initializePage(self) -> None:
+        wizard = self.wizard()
+        assert isinstance(wizard, AutotuneWizard)
+        page = wizard.model_page
+        args = ["autotune", page.path.text().strip(), "--jsonl", "--prompts", str(page.prompts.value()),
+                "--tokens", str(page.tokens.value()), "--threads", str(wizard.settings.n_threads)]
+        if page.sidecar.text().strip():
+            args += ["--sidecar", page.sidecar.text().strip()]
+        if wizard.max_n:
+            args += ["--max-n", str(wizard.max_n)]
+        self.result = None
+        self.chart.ratios.clear()
+        self.progress.setRange(0, 0)
+        self.proc.start(args)
+
+    def cleanupPage(self) -> None:
+        self.proc.stop()
+
+    def isComplete(self) -> bool:
+        return self.result is not None
+
+    def _on_message(self, msg: dict[str, Any]) -> None:
+        if msg.get("type") == "progress":
+            self.progress.setRange(0, int(msg["total"]))
+            self.progress.setValue(int(msg["step"]))
+            acc = msg.get("acceptance")
+            self.status.setText(f"{msg['setting']}: {msg['tps']:.1f} tok/s"
+                                + (f", acceptance {100 * acc:.0f}%" if acc is not None else ""))
+            self.chart.set_ratio(msg["setting"], float(msg["ratio"]))
+        elif msg.get("type") == "result":
+            self.result = msg
+            for row in msg["rows"]:
+                self.chart.set_ratio(row["setting"], row["ratio"])
+            self.progress.setRange(0, 1)
+            self.progress.setValue(1)
+            self.status.setText(f"Done: {msg['label']}.")
+            self.completeChanged.emit()
+
+    def _on_finished(self, code: int, error: str) -> None:
+        if code != 0 and self.result is None:
+            self.error = error
+            self.progress.setRange(0, 1)
+            self.status.setText(f"Tuning failed: {error or f'exit code {code}'}")
+
+
+class ResultsPage(QWizardPage):
+    def __init__(self) -> None:
+        super().__init__()
+        self.setTitle("Results")
+        self.decision = QLabel()
+        self.decision.setWordWrap(True)
+        self.table = QTableWidget(0, 6)
+        self.table.setHorizontalHeaderLabels(["Setting", "tok/s", "vs off", "Acceptance", "Prompts", "Identical"])
+        self.table.horizontalHeader().setStretchLastSection(True)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.decision)
+        layout.addWidget(self.table, 1)
+        self.setButtonText(QWizard.WizardButton.FinishButton, "Apply")
+
+    def initializePage(self) -> None:
+        wizard = self.wizard()
+        assert isinstance(wizard, AutotuneWizard)
+        result = wizard.run_page.result or {}
+        self.decision.setText(f"<b>Use: {result.get('label', 'off')}</b><br>{result.get('reason', '')}<br>"
+                              "Apply makes it the default for this model on this machine.")
+        rows = sorted(result.get("rows", []), key=lambda r: -r["ratio"])
+        self.table.setRowCount(len(rows))
+        for i, r in enumerate(rows):
+            acc = f"{100 * r['acceptance']:.0f}%" if r.get("acceptance") is not None else "–"
+            values = [r["setting"] + (" (stopped early)" if r["dropped"] else ""), f"{r['tps']:.1f}",
+                      f"{r['ratio']:.2f}x", acc, str(r["prompts"]), "yes" if r["identical"] else "NO"]
+            for j, v in enumerate(values):
+                self.table.setItem(i, j, QTableWidgetItem(v))
+        self.table.resizeColumnsToContents()
+
+
+class AutotuneWizard(QWizard):
+    def __init__(self, settings: Settings, palette: Palette, parent: QWidget | None = None,
+                 max_n: int | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Autotune speculative decoding")
+        self.settings = settings
+        self.max_n = max_n
+        self.hardware_page = HardwarePage()
+        self.model_page = ModelPage(settings)
+        self.run_page = RunPage(palette)
+        self.results_page = ResultsPage()
+        for page in (self.hardware_page, self.model_page, self.run_page, self.results_page):
+            self.addPage(page)
+        self.resize(760, 560)
+
+    def applied_setting(self) -> dict[str, Any] | None:
+        result = self.run_page.result
+        return result["best"] if result else None
+
+    def accept(self) -> None:
+        best = self.applied_setting()
+        if best is not None:
+            self.settings.model_path = self.model_page.path.text().strip() or None
+            self.settings.sidecar_path = self.model_page.sidecar.text().strip() or None
+            self.settings.speculative = "auto"
+            self.settings.save()
+        super().accept()
+
+    def reject(self) -> None:
+        self.hardware_page.proc.stop()
+        self.run_page.proc.stop()
+        super().reject()

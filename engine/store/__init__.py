@@ -1,0 +1,1 @@
+"""Models on disk: the sidecar doctor and repair, the library, memory fit, downloads."""

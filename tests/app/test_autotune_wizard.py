@@ -1,0 +1,44 @@
+"""The autotune wizard, walked from start to Apply against the real engine."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QWizard
+
+from app.autotune_wizard import AutotuneWizard
+from app.settings import Settings
+from app.theme import LIGHT
+from engine.autotune.profiles import ProfileStore
+from tests.engine.conftest import synth
+
+
+def test_wizard_walks_from_hardware_to_apply_and_stores_the_profile(qtbot, isolated_dirs, tmp_path, monkeypatch):
+    monkeypatch.setenv("MTP_STUDIO_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("MTP_STUDIO_CONFIG_DIR", str(tmp_path / "config"))
+    model = synth("glm4moe", "oracle", agree=1.0).path()
+    settings = Settings(model_path=str(model))
+    wizard = AutotuneWizard(settings, LIGHT, max_n=2)
+    qtbot.addWidget(wizard)
+    wizard.show()
+
+    qtbot.waitUntil(lambda: wizard.hardware_page.isComplete(), timeout=60000)
+    assert "Fingerprint" in wizard.hardware_page.text.text()
+    wizard.next()
+    assert wizard.model_page.isComplete()
+    assert "1 MTP head" in wizard.model_page.facts.text()
+    wizard.model_page.prompts.setValue(2)
+    wizard.model_page.tokens.setValue(16)
+    wizard.next()
+    qtbot.waitUntil(lambda: wizard.run_page.isComplete(), timeout=180000)
+    assert wizard.run_page.chart.ratios  # the live chart got data
+    wizard.next()
+    assert wizard.results_page.table.rowCount() >= 2
+    assert "Use:" in wizard.results_page.decision.text()
+    wizard.button(QWizard.WizardButton.FinishButton).click()
+
+    assert settings.speculative == "auto" and settings.model_path == str(model)
+    assert Settings.load().speculative == "auto"  # persisted
+    profiles = ProfileStore()._load()
+    assert len(profiles) == 1
+    (profile,) = profiles.values()
+    assert profile["model_path"] == str(model)
+    assert profile["setting"] == wizard.applied_setting()
