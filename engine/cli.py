@@ -126,6 +126,9 @@ def _register_extras(sub: argparse._SubParsersAction) -> None:
     from engine.autotune import cli as autotune_cli
 
     autotune_cli.register(sub)
+    from engine.store import cli as store_cli
+
+    store_cli.register(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -118,7 +118,7 @@ def download(repo_id: str, filename: str, dest_dir: str | Path, *, revision: str
                 digest, done, resumed_from = hashlib.sha256(), 0, 0
             mode = "ab" if done else "wb"
             with partial.open(mode) as out:
-                for block in resp.iter_bytes(CHUNK):
+                for block in resp.iter_bytes():  # as received: a dropped connection loses nothing
                     if cancel is not None and cancel.is_set():
                         raise DownloadCancelled(f"Download of {filename} cancelled at {done} of {total} bytes; "
                                                 "it resumes from there next time.")

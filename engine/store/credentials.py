@@ -1,0 +1,38 @@
+"""The Hugging Face token: kept in the OS keyring, never written to logs or
+settings files. ``HF_TOKEN`` in the environment wins; without a keyring
+backend the token is simply not remembered between runs."""
+
+from __future__ import annotations
+
+import os
+
+SERVICE = "mtp-studio"
+USER = "huggingface"
+
+
+def get_token() -> str | None:
+    env = os.environ.get("HF_TOKEN")
+    if env:
+        return env
+    try:
+        import keyring
+
+        return keyring.get_password(SERVICE, USER)
+    except Exception:  # no keyring package or no backend (headless Linux)
+        return None
+
+
+def set_token(token: str) -> bool:
+    """Store the token; False when no keyring backend is available."""
+    try:
+        import keyring
+
+        keyring.set_password(SERVICE, USER, token)
+        return True
+    except Exception:
+        return False
+
+
+def mask(token: str | None) -> str:
+    """A form safe to show: the first 4 characters and the length."""
+    return f"{token[:4]}…({len(token)} chars)" if token else "(none)"

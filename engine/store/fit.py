@@ -1,0 +1,179 @@
+"""Will this model fit? An estimate of what llama.cpp will allocate — weights,
+KV cache, recurrent state, the MTP context and compute buffers — read from
+the GGUF header, against the memory this machine has.
+
+The compute-buffer model was fitted to llama.cpp's own reported buffer sizes
+(``sched_reserve: CPU compute buffer size``) on CPU builds with flash
+attention "auto": one f16 attention mask of n_ctx × n_ubatch per attention
+kind (two when sliding-window layers exist) plus per-token activations of
+about 4·n_embd + 3·(active FFN width) floats.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.gguf_header import read_header
+from engine.gguf_info import read_facts, shard_paths
+
+MIB = 2**20
+N_UBATCH = 512
+MTP_RS_SNAPSHOTS = 8  # engine.speculative.drafter.MAX_DRAFT: n_rs_seq for hybrid targets with MTP
+# Architectures whose recurrent state keeps per-token snapshots (llm_arch_supports_rs_rollback).
+RS_ROLLBACK_ARCHS = frozenset({"qwen35", "qwen35moe", "qwen4exp", "bailingmoe3", "nemotron_h_moe", "deepseek4"})
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    weights: int
+    kv_cache: int
+    recurrent: int
+    mtp_context: int
+    compute: int
+    available: int | None
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.recurrent + self.mtp_context + self.compute
+
+    @property
+    def verdict(self) -> str:
+        if self.available is None:
+            return "unknown"
+        if self.total > self.available:
+            return "won't fit"
+        return "tight" if self.total > 0.8 * self.available else "fits"
+
+    def lines(self) -> list[str]:
+        def mib(x: int) -> str:
+            return f"{x / MIB:9.1f} MiB"
+
+        out = [f"weights       {mib(self.weights)}", f"KV cache      {mib(self.kv_cache)}"]
+        if self.recurrent:
+            out.append(f"recurrent     {mib(self.recurrent)}")
+        if self.mtp_context:
+            out.append(f"MTP context   {mib(self.mtp_context)}")
+        out += [f"compute       {mib(self.compute)}", f"total         {mib(self.total)}"]
+        if self.available is not None:
+            out.append(f"available     {mib(self.available)}  → {self.verdict}")
+        return out
+
+
+def _per_layer(meta: dict[str, Any], key: str, n: int, default: int) -> list[int]:
+    value = meta.get(key, default)
+    return [int(v) for v in value][:n] if isinstance(value, list) else [int(value)] * n
+
+
+def _recurrent_layers(arch: str, meta: dict[str, Any], n_trunk: int) -> list[bool]:
+    if f"{arch}.ssm.state_size" not in meta:
+        return [False] * n_trunk
+    explicit = meta.get(f"{arch}.attention.recurrent_layers")
+    if isinstance(explicit, list):
+        return [bool(x) for x in explicit[:n_trunk]]
+    interval = int(meta.get(f"{arch}.full_attention_interval", 4))
+    return [(i + 1) % interval != 0 for i in range(n_trunk)]
+
+
+def available_memory() -> int | None:
+    """MemAvailable (Linux) or total physical memory, in bytes."""
+    try:
+        text = Path("/proc/meminfo").read_text()
+        m = re.search(r"MemAvailable:\s+(\d+) kB", text)
+        if m:
+            return int(m.group(1)) * 1024
+    except OSError:
+        pass
+    try:
+        import os
+
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def estimate(path: str | Path, *, n_ctx: int = 4096, sidecar: str | Path | None = None, mtp: bool = True,
+             available: int | None = None) -> MemoryEstimate:
+    facts = read_facts(path)
+    arch, meta = facts.architecture, read_header(Path(path)).metadata
+    n_trunk = facts.trunk_layers
+    head_count = _per_layer(meta, f"{arch}.attention.head_count", facts.block_count, 1)
+    kv_heads = _per_layer(meta, f"{arch}.attention.head_count_kv", facts.block_count, head_count[0])
+    dk = int(meta.get(f"{arch}.attention.key_length", facts.n_embd // max(1, head_count[0])))
+    dv = int(meta.get(f"{arch}.attention.value_length", dk))
+    recurrent = _recurrent_layers(arch, meta, n_trunk)
+    use_mtp = mtp and (facts.has_mtp or sidecar is not None)
+
+    # weights: every tensor llama.cpp loads (MTP blocks only when drafting)
+    mtp_re = re.compile(rf"^blk\.({'|'.join(str(i) for i in range(n_trunk, facts.block_count))})\.") \
+        if facts.nextn_layers else None
+    weights = 0
+    for shard in shard_paths(Path(path), facts.split_count):
+        for t in read_header(shard).tensors:
+            if not use_mtp and mtp_re is not None and mtp_re.match(t.name):
+                continue
+            weights += t.n_bytes
+    side_facts = read_facts(sidecar) if sidecar else None
+    if side_facts is not None and use_mtp:
+        weights += sum(t.n_bytes for t in read_header(Path(sidecar)).tensors if t.name.startswith("blk."))
+
+    kv_per_layer = n_ctx * (dk + dv) * 2  # f16 K and V, per KV head
+    kv_cache = sum(kv_per_layer * kv_heads[i] for i in range(n_trunk) if not recurrent[i])
+    rec = 0
+    if any(recurrent):
+        d_state = int(meta.get(f"{arch}.ssm.state_size", 0))
+        groups = int(meta.get(f"{arch}.ssm.group_count", 1))
+        dt_rank = int(meta.get(f"{arch}.ssm.time_step_rank", 1))
+        d_conv = int(meta.get(f"{arch}.ssm.conv_kernel", 4))
+        conv_dim = 2 * d_state * groups + d_state * dt_rank
+        per_layer = 4 * ((d_conv - 1) * conv_dim + d_state * d_state * dt_rank)
+        snapshots = 1 + (MTP_RS_SNAPSHOTS if use_mtp and arch in RS_ROLLBACK_ARCHS else 0)
+        rec = per_layer * sum(recurrent) * snapshots
+
+    swa = meta.get(f"{arch}.attention.sliding_window_pattern")
+    has_swa = bool(meta.get(f"{arch}.attention.sliding_window")) and (not isinstance(swa, list) or any(swa))
+    masks = 2 if has_swa else 1
+    n_embd = facts.n_embd
+    n_ff = int(meta.get(f"{arch}.feed_forward_length", 4 * n_embd)) if not isinstance(
+        meta.get(f"{arch}.feed_forward_length"), list) else max(meta[f"{arch}.feed_forward_length"])
+    if f"{arch}.expert_count" in meta and int(meta.get(f"{arch}.leading_dense_block_count", 0)) < n_trunk:
+        ff_active = int(meta.get(f"{arch}.expert_feed_forward_length", n_ff)) * int(
+            meta.get(f"{arch}.expert_used_count", 1))
+    else:
+        ff_active = n_ff
+    mask_bytes = n_ctx * N_UBATCH * 2
+    compute = masks * mask_bytes + N_UBATCH * 4 * (4 * n_embd + 3 * ff_active)
+
+    mtp_ctx = 0
+    if use_mtp:
+        heads = side_facts.nextn_layers if side_facts else facts.nextn_layers
+        mtp_ctx = heads * kv_per_layer * kv_heads[-1] + mask_bytes + N_UBATCH * 4 * (9 * n_embd // 2)
+    return MemoryEstimate(weights, kv_cache, rec, mtp_ctx, compute,
+                          available if available is not None else available_memory())
+
+
+_MEASURE = """
+import sys
+from engine.runtime import native
+native.set_verbose(True)
+from engine.generation.session import LoadOptions, Session
+s = Session(LoadOptions(path=sys.argv[1], n_ctx=int(sys.argv[2]), mtp=sys.argv[3] == "1",
+                        sidecar=sys.argv[4] or None))
+s.close()
+"""
+_BUFFER = re.compile(r"(\w+) buffer size =\s+([\d.]+) MiB")
+
+
+def measure(path: str | Path, *, n_ctx: int = 4096, sidecar: str | Path | None = None,
+            mtp: bool = True) -> dict[str, float]:
+    """What llama.cpp reports allocating, by buffer kind (MiB), loading in a child process."""
+    proc = subprocess.run([sys.executable, "-c", _MEASURE, str(path), str(n_ctx), "1" if mtp else "0",
+                           str(sidecar or "")], capture_output=True, text=True, timeout=600)
+    totals: dict[str, float] = {}
+    for kind, size in _BUFFER.findall(proc.stderr):
+        totals[kind] = totals.get(kind, 0.0) + float(size)
+    return totals

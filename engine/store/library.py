@@ -1,0 +1,75 @@
+"""The models on disk: the Hugging Face cache and folders the user adds,
+each GGUF described from its header (nothing is loaded)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine import paths
+from engine.errors import ModelFileError
+from engine.gguf_info import GGUFFacts, read_facts
+
+_SHARD = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
+
+
+@dataclass(frozen=True)
+class LibraryEntry:
+    path: Path
+    facts: GGUFFacts | None
+    problem: str | None = None
+
+
+def folders_file() -> Path:
+    return paths.config_dir() / "library.json"
+
+
+def folders() -> list[Path]:
+    try:
+        data = json.loads(folders_file().read_text())
+    except (OSError, ValueError):
+        data = {}
+    return [Path(p) for p in data.get("folders", [])]
+
+
+def add_folder(folder: str | Path) -> None:
+    current = [str(p) for p in folders()]
+    folder = str(Path(folder).expanduser().resolve())
+    if folder not in current:
+        current.append(folder)
+    tmp = folders_file().with_suffix(".partial")
+    tmp.write_text(json.dumps({"folders": current}, indent=2))
+    os.replace(tmp, folders_file())
+
+
+def hub_cache() -> Path:
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    return Path(HF_HUB_CACHE)
+
+
+def _candidates(root: Path) -> list[Path]:
+    if not root.is_dir():
+        return []
+    # only the first shard stands for a split model
+    return sorted(p for p in root.rglob("*.gguf") if not (_SHARD.search(p.name) and "-00001-of-" not in p.name))
+
+
+def scan(extra: list[Path] | None = None) -> list[LibraryEntry]:
+    roots = [hub_cache(), paths.data_dir() / "models", *folders(), *(extra or [])]
+    seen: set[Path] = set()
+    entries = []
+    for root in roots:
+        for path in _candidates(root):
+            real = path.resolve()
+            if real in seen:
+                continue
+            seen.add(real)
+            try:
+                entries.append(LibraryEntry(path, read_facts(path)))
+            except ModelFileError as exc:
+                entries.append(LibraryEntry(path, None, str(exc)))
+    return entries

@@ -1,0 +1,140 @@
+"""The model manager: hub search and files on a loopback stand-in for the hub,
+resumable verified downloads, the sidecar doctor, repair, and memory fit."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from engine.store import download as dl
+from engine.store import hub
+from engine.store.doctor import diagnose
+from engine.store.fit import estimate, measure
+from engine.store.repair import RepairError, prove, repair
+from tests.engine.conftest import synth
+from tests.fake_hub import FakeHub
+
+REPO = "test/Synth-MTP-GGUF"
+
+
+@pytest.fixture()
+def fake_hub(monkeypatch):
+    model = synth("glm4moe")
+    files = {
+        "Synth-Q8_0.gguf": model.path("trunk"),
+        "mtp-Synth-Q8_0.gguf": model.path("sidecar"),
+        "Synth-F16-00001-of-00002.gguf": model.path("sharded"),
+        "Synth-F16-00002-of-00002.gguf": model.path("sharded").with_name("sharded-00002-of-00002.gguf"),
+    }
+    with FakeHub({REPO: files, "other/unrelated": {}}) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        yield server, files
+
+
+def test_search_finds_gguf_repositories(fake_hub):
+    server, _ = fake_hub
+    assert [r.repo_id for r in hub.search("synth", endpoint=server.url)] == [REPO]
+
+
+def test_files_are_grouped_by_quantization_with_shards_and_the_sidecar_suggested(fake_hub):
+    server, files = fake_hub
+    groups = hub.repo_files(REPO, endpoint=server.url)
+    by_quant = {(g.quant, g.is_mtp): g for g in groups}
+    f16 = by_quant[("F16", False)]
+    assert f16.shards == 2 and f16.size == sum(files[n].stat().st_size for n in f16.files)
+    assert by_quant[("Q8_0", True)].files == ["mtp-Synth-Q8_0.gguf"]
+    assert hub.suggest_sidecar(REPO, groups) == (REPO, "mtp-Synth-Q8_0.gguf")
+
+
+def test_catalog_suggests_sidecars_for_known_families():
+    assert hub.suggest_sidecar("unsloth/Qwen3.8-Flash-Next-GGUF", [])[0] == "dzannotti/Qwen3.8-Flash-Next-MTP-GGUF"
+
+
+def test_a_download_killed_half_way_resumes_without_starting_over(fake_hub, tmp_path):
+    server, files = fake_hub
+    size = files["Synth-Q8_0.gguf"].stat().st_size
+    server.drop_after["Synth-Q8_0.gguf"] = size // 2
+    with pytest.raises(dl.DownloadError, match="resumes next time"):
+        dl.download(REPO, "Synth-Q8_0.gguf", tmp_path, endpoint=server.url)
+    partial = tmp_path / "Synth-Q8_0.gguf.partial"
+    assert partial.stat().st_size == size // 2
+    seen = []
+    path = dl.download(REPO, "Synth-Q8_0.gguf", tmp_path, endpoint=server.url, progress=seen.append)
+    assert server.range_requests == [("Synth-Q8_0.gguf", f"bytes={size // 2}-")]
+    assert seen[0].resumed_from == size // 2 and seen[-1].done == size
+    assert path.read_bytes() == files["Synth-Q8_0.gguf"].read_bytes() and not partial.exists()
+
+
+def test_a_corrupt_download_is_discarded_with_a_clear_error(fake_hub, tmp_path):
+    server, _ = fake_hub
+    server.corrupt.add("mtp-Synth-Q8_0.gguf")
+    with pytest.raises(dl.DownloadError, match="arrived corrupt"):
+        dl.download(REPO, "mtp-Synth-Q8_0.gguf", tmp_path, endpoint=server.url)
+    assert not list(tmp_path.iterdir())
+
+
+def test_not_enough_disk_space_is_refused_before_downloading(fake_hub, tmp_path, monkeypatch):
+    server, _ = fake_hub
+    monkeypatch.setattr(dl.shutil, "disk_usage", lambda _p: type("U", (), {"free": 1000})())
+    with pytest.raises(dl.DiskFullError, match="Free some space"):
+        dl.download(REPO, "Synth-Q8_0.gguf", tmp_path, endpoint=server.url)
+
+
+def test_every_shard_downloads_and_the_set_reads_as_one_model(fake_hub, tmp_path):
+    server, files = fake_hub
+    for name in ("Synth-F16-00001-of-00002.gguf", "Synth-F16-00002-of-00002.gguf"):
+        p = dl.download(REPO, name, tmp_path, endpoint=server.url)
+        assert hashlib.sha256(p.read_bytes()).digest() == hashlib.sha256(files[name].read_bytes()).digest()
+    from engine.gguf_info import read_facts
+
+    assert read_facts(tmp_path / "Synth-F16-00001-of-00002.gguf").layout == "combined"
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "step35", "qwen35"])
+def test_doctor_accepts_a_good_pair_and_explains_each_broken_sidecar(arch):
+    model = synth(arch)
+    trunk = model.path("trunk")
+    assert diagnose(trunk, model.path("sidecar")).ok
+    relative = diagnose(trunk, model.path("sidecar-relative"))
+    assert relative.repairable and "relative" in relative.report()
+    dupes = diagnose(trunk, model.path("sidecar-duplicates"))
+    assert dupes.repairable and "legacy duplicate names" in dupes.report()
+    missing = diagnose(trunk, model.path("sidecar-missing"))
+    assert not missing.ok and not missing.repairable and "nextn.hnorm" in missing.report()
+    other = diagnose(trunk, model.path("sidecar-other-embd"))
+    assert not other.repairable and "the sidecar has 128, the target 64" in other.report()
+
+
+@pytest.mark.parametrize("layout", ["sidecar-relative", "sidecar-duplicates"])
+def test_repair_writes_a_copy_that_the_engine_loads_and_drafts_with(layout, tmp_path):
+    model = synth("step35", "oracle", agree=1.0)
+    fixed = repair(model.path("trunk"), model.path(layout), tmp_path / "fixed.gguf")
+    assert diagnose(model.path("trunk"), fixed).ok
+    assert "loaded with MTP (chained)" in prove(model.path("trunk"), fixed)
+
+
+def test_repair_refuses_what_it_cannot_fix():
+    model = synth("glm4moe")
+    with pytest.raises(RepairError, match="cannot fix"):
+        repair(model.path("trunk"), model.path("sidecar-other-vocab"))
+    with pytest.raises(RepairError, match="nothing to repair"):
+        repair(model.path("trunk"), model.path("sidecar"))
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "step35", "qwen35", "qwen3next"])
+@pytest.mark.parametrize("n_ctx", [2048, 8192])
+def test_memory_estimate_is_within_15_percent_of_what_llama_cpp_allocates(arch, n_ctx):
+    path = synth(arch).path()
+    est = estimate(path, n_ctx=n_ctx)
+    allocated = sum(measure(path, n_ctx=n_ctx).values()) * 2**20
+    assert allocated > 0
+    assert abs(est.total - allocated) / allocated < 0.15, (est.lines(), allocated)
+
+
+def test_fit_verdicts():
+    path = synth("glm4moe").path()
+    assert estimate(path, available=10**12).verdict == "fits"
+    assert estimate(path, available=1).verdict == "won't fit"
+    total = estimate(path, available=10**12).total
+    assert estimate(path, available=int(total * 1.1)).verdict == "tight"
