@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSplitter,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -34,6 +35,8 @@ from app.chat.stats_panel import StatsPanel
 from app.chat.store import ConversationStore
 from app.chat.transcript import TranscriptView
 from app.engine_client import EngineClient
+from app.hardware_page import HardwarePage
+from app.models_page import ModelsPage
 from app.settings import Settings
 from app.settings_dialog import SettingsDialog
 from app.theme import Palette, apply_qt_palette, palette_for
@@ -168,7 +171,14 @@ class MainWindow(QMainWindow):
         splitter.addWidget(right)
         splitter.setSizes([230, 720, 300])
         splitter.setStretchFactor(1, 1)
-        self.setCentralWidget(splitter)
+        self.models_page = ModelsPage()
+        self.hardware_page = HardwarePage()
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(splitter, "Chat")
+        self.tabs.addTab(self.models_page, "Models")
+        self.tabs.addTab(self.hardware_page, "Hardware")
+        self.setCentralWidget(self.tabs)
 
         self.state_label = QLabel("Engine: starting…")
         self.model_label = QLabel("")
@@ -226,6 +236,19 @@ class MainWindow(QMainWindow):
         self.client.sig_stats.connect(self._on_stats)
         self.transcript.sig_copied.connect(lambda _c: self.statusBar().showMessage("Code copied", 2000))
         self._set_highlight(self.settings.highlight_drafts)
+        self.models_page.sig_use_model.connect(self._use_model)
+        self.tabs.currentChanged.connect(self._on_tab)
+
+    def _on_tab(self, index: int) -> None:
+        if self.tabs.widget(index) is self.hardware_page and self.hardware_page.report is None:
+            self.hardware_page.refresh()
+
+    def _use_model(self, path: str, sidecar: str) -> None:
+        self.settings.model_path = path
+        self.settings.sidecar_path = sidecar or None
+        self.settings.save()
+        self.load_model()
+        self.tabs.setCurrentIndex(0)
 
     # -- conversations --------------------------------------------------------
     def refresh_conversations(self) -> None:
@@ -451,5 +474,6 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event: QCloseEvent) -> None:
         if self.chat.busy:
             self.chat.stop()
+        self.models_page.shutdown()
         self.settings.save()
         event.accept()

@@ -30,6 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reference", choices=("auto", "skip", "only"), default="auto",
                    help="compare with llama-speculative-simple (auto: if it is built)")
     p.add_argument("--reference-n-max", type=int, default=3)
+    p.add_argument("--autotune", action="store_true",
+                   help="instead: check autotune's choice against an exhaustive sweep")
     p.set_defaults(func=run)
 
 
@@ -43,6 +45,11 @@ def run(args: argparse.Namespace) -> int:
     heads = 3 if args.arch == "step35" else 1
     _say(f"# MTP Studio benchmark — {time.strftime('%Y-%m-%d %H:%M')}, {args.threads} thread(s), "
          f"{args.tokens} tokens, {args.repeats} interleaved repeats; medians")
+    if args.autotune:
+        from engine.bench.autotune_check import check
+
+        check(args.arch, args.size, levels, args.tokens, args.threads, args.dense, say=_say)
+        return 0
     if args.reference != "only":
         targets = [(Path(args.model), None)] if args.model else [
             (SynthModel(SynthSpec(arch=args.arch, size=args.size, n_heads=heads, dense=args.dense,

@@ -76,6 +76,7 @@ def download(repo_id: str, filename: str, dest_dir: str | Path, *, revision: str
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.utils import get_session
 
+    endpoint = _endpoint(endpoint)
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
     final = dest_dir / Path(filename).name
@@ -152,3 +153,8 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(CHUNK), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _endpoint(endpoint: str | None) -> str | None:
+    """``HF_ENDPOINT`` is read per call (huggingface_hub reads it once, at import)."""
+    return endpoint or os.environ.get("HF_ENDPOINT") or None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+import os
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ class FileGroup:
 def search(query: str, limit: int = 20, endpoint: str | None = None, token: str | None = None) -> list[RepoSummary]:
     from huggingface_hub import HfApi
 
-    api = HfApi(endpoint=endpoint, token=token)
+    api = HfApi(endpoint=_endpoint(endpoint), token=token)
     return [RepoSummary(m.id, int(getattr(m, "downloads", 0) or 0), int(getattr(m, "likes", 0) or 0))
             for m in api.list_models(search=query, filter="gguf", limit=limit)]
 
@@ -73,7 +74,7 @@ def group_files(siblings: list[tuple[str, int]]) -> list[FileGroup]:
 def repo_files(repo_id: str, endpoint: str | None = None, token: str | None = None) -> list[FileGroup]:
     from huggingface_hub import HfApi
 
-    info = HfApi(endpoint=endpoint, token=token).model_info(repo_id, files_metadata=True)
+    info = HfApi(endpoint=_endpoint(endpoint), token=token).model_info(repo_id, files_metadata=True)
     return group_files([(s.rfilename, int(s.size or 0)) for s in info.siblings or []])
 
 
@@ -96,3 +97,8 @@ def suggest_sidecar(repo_id: str, groups: list[FileGroup]) -> tuple[str, str] | 
             if side:
                 return side["repo"], side.get("pattern", "*mtp*.gguf")
     return None
+
+
+def _endpoint(endpoint: str | None) -> str | None:
+    """``HF_ENDPOINT`` is read per call (huggingface_hub reads it once, at import)."""
+    return endpoint or os.environ.get("HF_ENDPOINT") or None

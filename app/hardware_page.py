@@ -1,0 +1,131 @@
+"""The hardware page: this machine, its devices, the active engine build, and
+the action that builds the engine matching the hardware (with the compiler's
+log). A failed build leaves the working engine in place."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QProcess
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.json_process import JsonProcess
+
+BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "packaging" / "build_engine.py"
+_STEP = re.compile(r"\[(\d+)/(\d+)\]")
+
+
+class HardwarePage(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.summary = QLabel("Looking at the hardware…")
+        self.summary.setWordWrap(True)
+        self.devices = QTableWidget(0, 4)
+        self.devices.setHorizontalHeaderLabels(["Device", "Description", "Type", "Memory"])
+        self.devices.horizontalHeader().setStretchLastSection(True)
+        self.recommendation = QLabel()
+        self.recommendation.setWordWrap(True)
+        self.build_button = QPushButton("Build the matching engine")
+        self.build_button.setEnabled(False)
+        self.refresh_button = QPushButton("Check again")
+        self.progress = QProgressBar()
+        self.progress.hide()
+        self.log = QPlainTextEdit()
+        self.log.setReadOnly(True)
+        self.log.setPlaceholderText("The compiler's log appears here during a build.")
+        row = QHBoxLayout()
+        row.addWidget(self.refresh_button)
+        row.addWidget(self.build_button)
+        row.addStretch(1)
+        col = QVBoxLayout(self)
+        col.addWidget(self.summary)
+        col.addWidget(self.devices)
+        col.addWidget(self.recommendation)
+        col.addLayout(row)
+        col.addWidget(self.progress)
+        col.addWidget(self.log, 1)
+        self.report: dict[str, Any] | None = None
+        self.probe = JsonProcess(self)
+        self.probe.sig_message.connect(self._show)
+        self.probe.sig_finished.connect(self._probe_finished)
+        self.refresh_button.clicked.connect(self.refresh)
+        self.build_button.clicked.connect(self.build)
+        self.build_proc: QProcess | None = None
+
+    def refresh(self) -> None:
+        self.summary.setText("Looking at the hardware…")
+        self.probe.start(["hardware", "--json"])
+
+    def _probe_finished(self, code: int, error: str) -> None:
+        if code != 0:
+            self.summary.setText(f"The hardware probe failed: {error}")
+
+    def _show(self, data: dict[str, Any]) -> None:
+        self.report = data
+        ram = f"{data['ram_mib'] / 1024:.1f} GiB" if data.get("ram_mib") else "unknown"
+        eng = data.get("engine", {})
+        gpus = ", ".join(f"{g['name']} ({g['api']})" for g in data.get("gpus", [])) or "none found"
+        self.summary.setText(
+            f"<b>{data.get('os')}</b>, {data.get('machine')} — {data.get('cpu_model')}, {data.get('cores')} cores, "
+            f"{ram} RAM<br>CPU features: {' '.join(data.get('cpu_flags', [])) or '–'}<br>GPUs: {gpus}<br>"
+            f"Active engine: llama-cpp-python {eng.get('llama_cpp_python')}, backend <b>{eng.get('backend')}</b>, "
+            f"GPU offload {'yes' if data.get('gpu_offload') else 'no'}<br>Fingerprint: {data.get('fingerprint')}"
+            + "".join(f"<br><i>{n}</i>" for n in data.get("notes", []))
+        )
+        devices = data.get("engine_devices", [])
+        self.devices.setRowCount(len(devices))
+        for i, d in enumerate(devices):
+            for j, v in enumerate([d["name"], d["description"], d["type"],
+                                   f"{d['free_mib']} / {d['total_mib']} MiB free"]):
+                self.devices.setItem(i, j, QTableWidgetItem(v))
+        rec = data.get("recommendation", {})
+        self.recommendation.setText(" ".join(rec.get("reasons", [])))
+        self.build_button.setText(f"Build the {rec.get('backend', 'cpu')} engine")
+        self.build_button.setEnabled(self.build_proc is None)
+
+    def build(self) -> None:
+        backend = (self.report or {}).get("recommendation", {}).get("backend", "cpu")
+        self.log.clear()
+        self.progress.setRange(0, 0)
+        self.progress.show()
+        self.build_button.setEnabled(False)
+        proc = QProcess(self)
+        proc.setProcessChannelMode(QProcess.ProcessChannelMode.MergedChannels)
+        proc.readyReadStandardOutput.connect(self._on_output)
+        proc.finished.connect(self._on_built)
+        self.build_proc = proc
+        proc.start(sys.executable, [str(BUILD_SCRIPT), "--backend", backend])
+
+    def _on_output(self) -> None:
+        assert self.build_proc is not None
+        text = bytes(self.build_proc.readAllStandardOutput().data()).decode("utf-8", errors="replace")
+        self.log.appendPlainText(text.rstrip())
+        steps = _STEP.findall(text)
+        if steps:
+            done, total = map(int, steps[-1])
+            self.progress.setRange(0, total)
+            self.progress.setValue(done)
+
+    def _on_built(self, code: int, _status: object) -> None:
+        self.build_proc = None
+        self.progress.hide()
+        self.build_button.setEnabled(True)
+        if code == 0:
+            self.log.appendPlainText("\nThe engine was built and installed. Restart the engine to use it.")
+            self.refresh()
+        else:
+            self.log.appendPlainText(f"\nThe build failed (exit {code}); the engine that was installed is still "
+                                     "in place. The log above says why.")

@@ -1,0 +1,336 @@
+"""The model manager page: search the hub, pick a quantization, download with
+progress; the library on disk with each model's facts; the sidecar doctor,
+repair, and memory fit."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app import background
+from engine import paths
+from engine.store import credentials, fit, hub, library
+from engine.store.doctor import diagnose
+from engine.store.download import Progress, download
+
+
+class DownloadRow(QWidget):
+    """One queued download: name, progress, speed, cancel."""
+
+    def __init__(self, repo: str, filename: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.repo, self.filename = repo, filename
+        self.cancel_event = threading.Event()
+        self.label = QLabel(filename)
+        self.bar = QProgressBar()
+        self.speed = QLabel("queued")
+        self.cancel = QPushButton("Cancel")
+        self.cancel.clicked.connect(self.cancel_event.set)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.label, 2)
+        row.addWidget(self.bar, 3)
+        row.addWidget(self.speed, 2)
+        row.addWidget(self.cancel)
+
+    def show_progress(self, p: Progress) -> None:
+        self.bar.setRange(0, 1000)
+        self.bar.setValue(int(1000 * p.done / p.total) if p.total else 0)
+        resumed = f", resumed at {p.resumed_from / 2**20:.0f} MiB" if p.resumed_from else ""
+        self.speed.setText(f"{p.done / 2**20:.0f}/{p.total / 2**20:.0f} MiB, {p.bytes_per_s / 2**20:.1f} MiB/s{resumed}")
+
+
+class ModelsPage(QWidget):
+    """Signals:
+        sig_use_model(str, str): load this target (and sidecar path, or "") in the chat.
+    """
+
+    sig_use_model = Signal(str, str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._tasks: list[background.Task] = []
+        self._build()
+        self.refresh_library()
+
+    # -- layout ---------------------------------------------------------------
+    def _build(self) -> None:
+        hub_box = QGroupBox("Hugging Face")
+        self.query = QLineEdit()
+        self.query.setPlaceholderText("Search GGUF models, e.g. Qwen3.6 MTP")
+        self.search_button = QPushButton("Search")
+        self.token = QLineEdit()
+        self.token.setEchoMode(QLineEdit.EchoMode.Password)
+        self.token.setPlaceholderText("Access token (kept in the system keyring)")
+        save_token = QPushButton("Save token")
+        save_token.clicked.connect(self._save_token)
+        self.results = QListWidget()
+        self.files = QTableWidget(0, 4)
+        self.files.setHorizontalHeaderLabels(["Quantization", "Size", "Kind", "Files"])
+        self.files.horizontalHeader().setStretchLastSection(True)
+        self.files.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        self.sidecar_hint = QLabel()
+        self.sidecar_hint.setWordWrap(True)
+        self.download_button = QPushButton("Download selected")
+        self.downloads = QVBoxLayout()
+        top = QHBoxLayout()
+        top.addWidget(self.query, 1)
+        top.addWidget(self.search_button)
+        tok = QHBoxLayout()
+        tok.addWidget(self.token, 1)
+        tok.addWidget(save_token)
+        hub_col = QVBoxLayout(hub_box)
+        hub_col.addLayout(top)
+        hub_col.addLayout(tok)
+        lists = QSplitter(Qt.Orientation.Horizontal)
+        lists.addWidget(self.results)
+        lists.addWidget(self.files)
+        lists.setSizes([250, 450])
+        hub_col.addWidget(lists, 1)
+        hub_col.addWidget(self.sidecar_hint)
+        hub_col.addWidget(self.download_button)
+        hub_col.addLayout(self.downloads)
+
+        lib_box = QGroupBox("On this computer")
+        self.library = QListWidget()
+        self.facts = QPlainTextEdit()
+        self.facts.setReadOnly(True)
+        add_folder = QPushButton("Add folder…")
+        add_folder.clicked.connect(self._add_folder)
+        refresh = QPushButton("Refresh")
+        refresh.clicked.connect(self.refresh_library)
+        self.use_button = QPushButton("Use in chat")
+        self.set_target = QPushButton("Set as target")
+        self.set_sidecar = QPushButton("Set as sidecar")
+        self.doctor_button = QPushButton("Check pair (doctor)")
+        self.repair_button = QPushButton("Repair sidecar")
+        self.ctx = QSpinBox(minimum=256, maximum=1_048_576, singleStep=4096, value=8192)
+        self.pair = QLabel("Target: –   Sidecar: –")
+        self.pair.setWordWrap(True)
+        buttons = QHBoxLayout()
+        for b in (add_folder, refresh, self.set_target, self.set_sidecar, self.use_button):
+            buttons.addWidget(b)
+        pair_row = QHBoxLayout()
+        pair_row.addWidget(self.doctor_button)
+        pair_row.addWidget(self.repair_button)
+        pair_row.addWidget(QLabel("Context"))
+        pair_row.addWidget(self.ctx)
+        pair_row.addStretch(1)
+        lib_col = QVBoxLayout(lib_box)
+        lib_split = QSplitter(Qt.Orientation.Horizontal)
+        lib_split.addWidget(self.library)
+        lib_split.addWidget(self.facts)
+        lib_col.addWidget(lib_split, 1)
+        lib_col.addLayout(buttons)
+        lib_col.addWidget(self.pair)
+        lib_col.addLayout(pair_row)
+
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(hub_box)
+        split.addWidget(lib_box)
+        QVBoxLayout(self).addWidget(split)
+
+        self.search_button.clicked.connect(self.search)
+        self.query.returnPressed.connect(self.search)
+        self.results.currentItemChanged.connect(self._show_repo)
+        self.download_button.clicked.connect(self.download_selected)
+        self.library.currentItemChanged.connect(self._show_facts)
+        self.set_target.clicked.connect(lambda: self._set_pair("target"))
+        self.set_sidecar.clicked.connect(lambda: self._set_pair("sidecar"))
+        self.doctor_button.clicked.connect(self.run_doctor)
+        self.repair_button.clicked.connect(self.run_repair)
+        self.use_button.clicked.connect(self._use)
+        self.ctx.valueChanged.connect(lambda _v: self._show_facts(self.library.currentItem(), None))
+        self.target_path: str | None = None
+        self.sidecar_path: str | None = None
+        self._groups: list[hub.FileGroup] = []
+
+    def _track(self, task: background.Task) -> background.Task:
+        self._tasks.append(task)
+        task.sig_done.connect(lambda _r: self._tasks.remove(task) if task in self._tasks else None)
+        task.sig_failed.connect(lambda _r: self._tasks.remove(task) if task in self._tasks else None)
+        return task
+
+    # -- hub ------------------------------------------------------------------
+    def search(self) -> None:
+        query = self.query.text().strip()
+        if not query:
+            return
+        self.results.clear()
+        self.results.addItem("Searching…")
+        task = self._track(background.run(hub.search, query, 30, None, credentials.get_token(), parent=self))
+        task.sig_done.connect(self._show_results)
+        task.sig_failed.connect(lambda msg: self._message(self.results, f"Search failed: {msg}"))
+
+    def _message(self, widget: QListWidget, text: str) -> None:
+        widget.clear()
+        widget.addItem(text)
+
+    def _show_results(self, repos: list[hub.RepoSummary]) -> None:
+        self.results.clear()
+        for r in repos:
+            item = QListWidgetItem(f"{r.repo_id}  ·  {r.downloads} downloads")
+            item.setData(Qt.ItemDataRole.UserRole, r.repo_id)
+            self.results.addItem(item)
+        if not repos:
+            self.results.addItem("No GGUF repositories found.")
+
+    def _show_repo(self, item: QListWidgetItem | None, _prev: object) -> None:
+        repo = item.data(Qt.ItemDataRole.UserRole) if item else None
+        if not repo:
+            return
+        self.files.setRowCount(0)
+        task = self._track(background.run(hub.repo_files, repo, None, credentials.get_token(), parent=self))
+        task.sig_done.connect(lambda groups: self._show_files(repo, groups))
+        task.sig_failed.connect(lambda msg: self.sidecar_hint.setText(f"Could not list files: {msg}"))
+
+    def _show_files(self, repo: str, groups: list[hub.FileGroup]) -> None:
+        self._repo, self._groups = repo, groups
+        self.files.setRowCount(len(groups))
+        for i, g in enumerate(groups):
+            values = [g.quant, f"{g.size / 2**30:.2f} GiB", "MTP sidecar" if g.is_mtp else
+                      ("model" + (f", {g.shards} shards" if g.shards > 1 else "")), ", ".join(g.files)]
+            for j, v in enumerate(values):
+                self.files.setItem(i, j, QTableWidgetItem(v))
+        side = hub.suggest_sidecar(repo, groups)
+        self.sidecar_hint.setText(f"MTP sidecar for this model: {side[0]} — {side[1]}" if side
+                                  else "No MTP sidecar known for this repository.")
+
+    def download_selected(self) -> None:
+        rows = sorted({i.row() for i in self.files.selectedIndexes()})
+        for row in rows:
+            for name in self._groups[row].files:  # every shard
+                self._start_download(self._repo, name)
+
+    def _start_download(self, repo: str, filename: str) -> DownloadRow:
+        row = DownloadRow(repo, filename)
+        self.downloads.addWidget(row)
+        dest = paths.data_dir() / "models" / repo.replace("/", "__")
+        task = self._track(background.run(
+            lambda r, f, d, report: download(r, f, d, token=credentials.get_token(), progress=report,
+                                             cancel=row.cancel_event),
+            repo, filename, dest, parent=self, with_report=True))
+        task.sig_progress.connect(row.show_progress)
+        task.sig_done.connect(lambda path: (row.speed.setText("done, sha256 verified"), row.cancel.setEnabled(False),
+                                            self.refresh_library()))
+        task.sig_failed.connect(lambda msg: (row.speed.setText(msg), row.cancel.setEnabled(False)))
+        return row
+
+    def _save_token(self) -> None:
+        token = self.token.text().strip()
+        if token:
+            saved = credentials.set_token(token)
+            self.token.clear()
+            self.token.setPlaceholderText("Token saved in the keyring" if saved else
+                                          "No keyring on this system: set HF_TOKEN in the environment instead")
+
+    # -- library ----------------------------------------------------------------
+    def refresh_library(self) -> None:
+        self._scan_generation = getattr(self, "_scan_generation", 0) + 1
+        generation = self._scan_generation
+        task = self._track(background.run(library.scan, parent=self))
+        task.sig_done.connect(lambda entries: self._show_library(entries, generation))
+
+    def _show_library(self, entries: list[library.LibraryEntry], generation: int) -> None:
+        if generation != self._scan_generation:
+            return  # a newer scan is under way; scans may finish out of order
+        self.library.clear()
+        for e in entries:
+            label = e.path.name + (f"  ·  {e.facts.architecture}, MTP {e.facts.nextn_layers} ({e.facts.layout})"
+                                   if e.facts else "  ·  unreadable")
+            item = QListWidgetItem(label)
+            item.setData(Qt.ItemDataRole.UserRole, str(e.path))
+            item.setToolTip(str(e.path) if e.facts else e.problem or "")
+            self.library.addItem(item)
+
+    def _selected_path(self) -> str | None:
+        item = self.library.currentItem()
+        return item.data(Qt.ItemDataRole.UserRole) if item else None
+
+    def _show_facts(self, item: QListWidgetItem | None, _prev: object) -> None:
+        path = item.data(Qt.ItemDataRole.UserRole) if item else None
+        if not path:
+            return
+        from engine.gguf_info import read_facts
+
+        try:
+            lines = read_facts(path).summary_lines()
+            est = fit.estimate(path, n_ctx=self.ctx.value())
+            lines += ["", f"memory at n_ctx {self.ctx.value()}:", *("  " + ln for ln in est.lines())]
+        except Exception as exc:
+            lines = [str(exc)]
+        self.facts.setPlainText("\n".join(lines))
+
+    def _add_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Add a folder of models")
+        if folder:
+            library.add_folder(folder)
+            self.refresh_library()
+
+    def _set_pair(self, which: str) -> None:
+        path = self._selected_path()
+        if path:
+            setattr(self, f"{which}_path", path)
+            self.pair.setText(f"Target: {Path(self.target_path).name if self.target_path else '–'}   "
+                              f"Sidecar: {Path(self.sidecar_path).name if self.sidecar_path else '–'}")
+
+    def run_doctor(self) -> None:
+        if not (self.target_path and self.sidecar_path):
+            self.facts.setPlainText("Choose a target and a sidecar first (Set as target / Set as sidecar).")
+            return
+        try:
+            self.facts.setPlainText(diagnose(self.target_path, self.sidecar_path).report())
+        except Exception as exc:
+            self.facts.setPlainText(str(exc))
+
+    def run_repair(self) -> None:
+        if not (self.target_path and self.sidecar_path):
+            return
+        from engine.store.repair import prove, repair
+
+        def work(target: str, sidecar: str) -> tuple[Path, str]:
+            out = repair(target, sidecar)
+            return out, prove(target, out)
+
+        self.facts.setPlainText("Repairing (streaming a corrected copy), then loading it in the engine…")
+        task = self._track(background.run(work, self.target_path, self.sidecar_path, parent=self))
+        task.sig_done.connect(self._repaired)
+        task.sig_failed.connect(lambda msg: self.facts.setPlainText(f"Repair failed: {msg}"))
+
+    def _repaired(self, result: tuple[Path, str]) -> None:
+        out, proof = result
+        self.sidecar_path = str(out)
+        self.facts.setPlainText(f"Wrote {out}\n{proof}\nThe repaired copy is now the selected sidecar.")
+        self.refresh_library()
+
+    def _use(self) -> None:
+        path = self.target_path or self._selected_path()
+        if path:
+            self.sig_use_model.emit(path, self.sidecar_path or "")
+
+    def shutdown(self) -> None:
+        for i in range(self.downloads.count()):
+            widget = self.downloads.itemAt(i).widget()
+            if isinstance(widget, DownloadRow):
+                widget.cancel_event.set()

@@ -1,0 +1,62 @@
+"""The models and hardware pages, driven through their widgets."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+from app.hardware_page import HardwarePage
+from app.models_page import ModelsPage
+from tests.engine.conftest import synth
+from tests.fake_hub import FakeHub
+
+
+def test_models_page_searches_lists_files_downloads_and_checks_a_pair(qtbot, isolated_dirs, tmp_path, monkeypatch):
+    monkeypatch.setenv("MTP_STUDIO_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("MTP_STUDIO_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    model = synth("glm4moe")
+    files = {"Synth-Q8_0.gguf": model.path("trunk"), "mtp-Synth-Q8_0.gguf": model.path("sidecar-relative")}
+    with FakeHub({"test/Synth-GGUF": files}) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        page = ModelsPage()
+        qtbot.addWidget(page)
+        page.query.setText("synth")
+        page.search_button.click()
+        qtbot.waitUntil(lambda: page.results.count() and page.results.item(0).text() != "Searching…",
+                        timeout=20000)
+        assert page.results.item(0).data(Qt.ItemDataRole.UserRole) == "test/Synth-GGUF", page.results.item(0).text()
+        page.results.setCurrentRow(0)
+        qtbot.waitUntil(lambda: page.files.rowCount() == 2, timeout=20000)
+        assert "mtp-Synth-Q8_0.gguf" in page.sidecar_hint.text()
+        page.files.selectAll()
+        page.download_selected()
+        rows = [page.downloads.itemAt(i).widget() for i in range(page.downloads.count())]
+        assert [r.filename for r in rows] == ["Synth-Q8_0.gguf", "mtp-Synth-Q8_0.gguf"]
+        qtbot.waitUntil(lambda: all(r.speed.text().startswith("done") for r in rows), timeout=30000)
+        qtbot.waitUntil(lambda: page.library.count() >= 2, timeout=30000)
+        names = [page.library.item(i).text() for i in range(page.library.count())]
+        assert any(n.startswith("Synth-Q8_0.gguf") for n in names)
+
+        by_name = {page.library.item(i).text().split("  ")[0]: i for i in range(page.library.count())}
+        page.library.setCurrentRow(by_name["Synth-Q8_0.gguf"])
+        assert "architecture  glm4moe" in page.facts.toPlainText()
+        assert "memory at n_ctx" in page.facts.toPlainText()
+        page.set_target.click()
+        page.library.setCurrentRow(by_name["mtp-Synth-Q8_0.gguf"])
+        page.set_sidecar.click()
+        page.doctor_button.click()
+        assert "Repair can fix it" in page.facts.toPlainText()
+        page.repair_button.click()
+        qtbot.waitUntil(lambda: "loaded with MTP" in page.facts.toPlainText(), timeout=120000)
+        assert page.sidecar_path.endswith(".repaired.gguf")
+
+
+def test_hardware_page_shows_the_machine_and_the_matching_build(qtbot):
+    page = HardwarePage()
+    qtbot.addWidget(page)
+    page.refresh()
+    qtbot.waitUntil(lambda: page.report is not None, timeout=60000)
+    assert "Fingerprint" in page.summary.text() and "Active engine" in page.summary.text()
+    assert page.devices.rowCount() >= 1 and page.devices.item(0, 2).text() == "cpu"
+    assert "engine" in page.recommendation.text()
+    assert page.build_button.isEnabled() and page.build_button.text() == "Build the cpu engine"
