@@ -1,0 +1,60 @@
+"""Live speculative statistics in the chat, against the real worker on a
+synthetic MTP model."""
+
+from __future__ import annotations
+
+from tests.app.conftest import start_and_load
+from tests.engine.conftest import synth
+
+
+def test_live_per_position_acceptance_matches_the_engines_final_counts(qtbot, services):
+    model = synth("glm4moe", "oracle", agree=0.7)
+    services.settings.model_path = str(model.path())
+    services.settings.speculative = "mtp"
+    services.settings.n_max = 3
+    services.settings.max_tokens = 3000
+    start_and_load(qtbot, services)
+    window = services.window
+    assert window.model_facts["mtp"] == "single"
+    live: list[dict] = []
+    services.client.sig_stats.connect(lambda _rid, stats: live.append(stats))
+    finals: list[dict] = []
+    services.client.sig_done.connect(lambda _rid, ev: finals.append(ev["stats"]))
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=120000):
+        window.composer.setPlainText(" the river model")
+        window.send()
+    final = finals[-1]
+    assert live, "statistics streamed while the reply was generated"
+    assert final["rounds"] > 0 and len(final["acceptance_per_pos"]) == 3
+    # What the panel shows is the engine's final count, exactly.
+    shown = window.stats_panel.stats
+    assert shown["acceptance_per_pos"] == final["acceptance_per_pos"]
+    assert [a / d for a, d in zip(final["accepted_per_pos"], final["drafted_per_pos"])] == final["acceptance_per_pos"]
+    assert shown["accepted"] == final["accepted"] and shown["drafted"] == final["drafted"]
+    # Live snapshots only ever grow towards the final counts.
+    for snap in live[:-1]:
+        assert snap["drafted"] <= final["drafted"] and snap["accepted"] <= final["accepted"]
+        assert all(a <= b for a, b in zip(snap["accepted_per_pos"], final["accepted_per_pos"]))
+    # The reply's footer carries the final figures; the stored reply keeps them.
+    text = window.transcript.toPlainText()
+    assert f"MTP {100 * final['acceptance_rate']:.0f}% accepted" in text
+    stored = services.store.messages(window.chat.conversation_id)[-1]
+    assert stored.stats["accepted_per_pos"] == final["accepted_per_pos"]
+
+
+def test_highlighting_marks_text_from_accepted_drafts(qtbot, services):
+    model = synth("glm4moe", "oracle", agree=1.0)
+    services.settings.model_path = str(model.path())
+    services.settings.speculative = "mtp"
+    services.settings.max_tokens = 40
+    start_and_load(qtbot, services)
+    window = services.window
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
+        window.composer.setPlainText(" the river")
+        window.send()
+    reply = window.transcript.messages[-1]
+    drafted_text = "".join(t for t, d in reply.segments if d)
+    assert drafted_text and len(drafted_text) > len(reply.content) / 2  # most tokens came from drafts
+    assert window.palette_.draft_bg not in window.transcript.toHtml().lower()
+    window.highlight_box.setChecked(True)
+    assert window.palette_.draft_bg in window.transcript.toHtml().lower()

@@ -1,0 +1,34 @@
+"""Autotune against the real engine on synthetic models."""
+
+from __future__ import annotations
+
+from engine.autotune import search
+from engine.generation.session import LoadOptions, Session
+from tests.engine.conftest import synth
+
+PROMPTS = [[{"role": "user", "content": t}] for t in (" the river", " a model", " water light", " north south")]
+
+
+def test_drafts_that_are_never_accepted_leave_speculation_off():
+    session = Session(LoadOptions(path=str(synth("glm4moe", "oracle", agree=0.0).path()), n_ctx=512))
+    try:
+        result = search.tune(session, PROMPTS, max_tokens=32, settings=[search.Setting(n) for n in range(0, 4)])
+    finally:
+        session.close()
+    assert result.best == search.Setting(0)
+    measured = {m.setting: m for m in result.measurements}
+    assert measured[search.Setting(1)].acceptance == 0.0
+    assert all(m.identical for m in result.measurements)
+
+
+def test_successive_halving_drops_the_slow_half_and_keeps_off():
+    session = Session(LoadOptions(path=str(synth("glm4moe", "oracle", agree=0.0).path()), n_ctx=512))
+    try:
+        settings = [search.Setting(n) for n in range(0, 5)]
+        result = search.tune(session, PROMPTS, max_tokens=24, first_round=1, settings=settings)
+    finally:
+        session.close()
+    by = {m.setting: m for m in result.measurements}
+    assert len(by[search.Setting(0)].tps) == len(PROMPTS)
+    dropped = [m for m in result.measurements if m.dropped_after is not None]
+    assert dropped and all(len(m.tps) < len(PROMPTS) for m in dropped)

@@ -1,0 +1,70 @@
+"""Autotune's decision rule and its profiles, on known measurements."""
+
+from __future__ import annotations
+
+from engine.autotune import search
+from engine.autotune.profiles import ProfileStore, model_identity, new_profile
+from engine.autotune.search import Measurement, Setting
+
+
+def measured(setting: Setting, ratios: list[float], dropped: int | None = None) -> Measurement:
+    m = Measurement(setting, tps=[100 * r for r in ratios], ratios=list(ratios))
+    m.dropped_after = dropped
+    return m
+
+
+def test_the_fastest_setting_that_beats_off_beyond_the_noise_wins():
+    result = search._decide([
+        measured(Setting(0), [1.0] * 6),
+        measured(Setting(2), [1.30, 1.28, 1.33, 1.29, 1.31, 1.30]),
+        measured(Setting(3), [1.38, 1.40, 1.36, 1.41, 1.39, 1.37]),
+        measured(Setting(4), [1.9, 0.7, 1.8, 0.6, 2.0, 0.8]),  # fast on average, but noise
+    ])
+    assert result.best == Setting(3)
+    assert "1.39x" in result.reason
+
+
+def test_when_nothing_clears_the_noise_the_answer_is_off():
+    result = search._decide([
+        measured(Setting(0), [1.0] * 4),
+        measured(Setting(1), [1.02, 0.97, 1.03, 0.99]),
+        measured(Setting(2), [0.6, 0.62, 0.58, 0.61]),
+    ])
+    assert result.best == Setting(0) and "stays off" in result.reason
+
+
+def test_a_setting_whose_output_differs_is_never_chosen():
+    fast = measured(Setting(2), [1.5] * 5)
+    fast.identical = False
+    result = search._decide([measured(Setting(0), [1.0] * 5), fast])
+    assert result.best == Setting(0)
+
+
+def test_settings_dropped_early_are_not_chosen():
+    result = search._decide([measured(Setting(0), [1.0] * 4), measured(Setting(5), [1.5, 1.5], dropped=2)])
+    assert result.best == Setting(0)
+
+
+def test_candidates_respect_head_count_and_looped_depth():
+    chained = search.candidates(3, chained=True)
+    assert max(s.n_max for s in chained) == 3 and Setting(0) in chained
+    looped = search.candidates(1, chained=False)
+    assert max(s.n_max for s in looped) == 8 and Setting(2, 0.5) in looped and Setting(1, 0.5) not in looped
+
+
+def test_profiles_persist_and_go_stale_when_hardware_engine_or_model_change(tmp_path):
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + b"\0" * 5000)
+    store = ProfileStore(tmp_path / "profiles.json")
+    profile = new_profile("hw1", str(model), "engineA", {"mode": "mtp", "n_max": 3, "n_min": 0, "p_min": 0.0},
+                          1.4, "faster")
+    store.save(profile)
+    again = ProfileStore(tmp_path / "profiles.json")  # a restart
+    found = again.find("hw1", model_identity(model), "engineA")
+    assert found is not None and found.setting["n_max"] == 3
+    assert again.find("hw2", model_identity(model), "engineA") is None  # other hardware
+    assert again.find("hw1", model_identity(model), "engineB") is None  # other engine build
+    assert again.stale_for(str(model), "hw2", model_identity(model), "engineA") == [found]
+    model.write_bytes(b"GGUF" + b"\1" * 5000)  # the file changed
+    assert again.find("hw1", model_identity(model), "engineA") is None
+    assert again.stale_for(str(model), "hw1", model_identity(model), "engineA")
