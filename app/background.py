@@ -43,8 +43,12 @@ class _Runnable(QRunnable):
             self.task.sig_done.emit(result)
 
 
-def run(fn: Callable[..., Any], *args: Any, parent: QObject | None = None, with_report: bool = False) -> Task:
-    """Start ``fn(*args)`` (with ``report=`` when ``with_report``) on the global pool."""
-    task = Task(parent)
+def run(fn: Callable[..., Any], *args: Any, with_report: bool = False) -> Task:
+    """Start ``fn(*args)`` (with ``report=`` when ``with_report``) on the global pool.
+
+    The task has no Qt parent on purpose: it must outlive a widget closed while
+    the work still runs (its connections to that widget simply go away).
+    """
+    task = Task()
     QThreadPool.globalInstance().start(_Runnable(task, fn, args, with_report))
     return task

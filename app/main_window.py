@@ -240,8 +240,11 @@ class MainWindow(QMainWindow):
         self.tabs.currentChanged.connect(self._on_tab)
 
     def _on_tab(self, index: int) -> None:
-        if self.tabs.widget(index) is self.hardware_page and self.hardware_page.report is None:
+        page = self.tabs.widget(index)
+        if page is self.hardware_page and self.hardware_page.report is None:
             self.hardware_page.refresh()
+        elif page is self.models_page and not self.models_page.library.count():
+            self.models_page.refresh_library()
 
     def _use_model(self, path: str, sidecar: str) -> None:
         self.settings.model_path = path

@@ -71,8 +71,8 @@ class ModelsPage(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._tasks: list[background.Task] = []
+        self._scan_generation = 0
         self._build()
-        self.refresh_library()
 
     # -- layout ---------------------------------------------------------------
     def _build(self) -> None:
@@ -179,7 +179,7 @@ class ModelsPage(QWidget):
             return
         self.results.clear()
         self.results.addItem("Searching…")
-        task = self._track(background.run(hub.search, query, 30, None, credentials.get_token(), parent=self))
+        task = self._track(background.run(hub.search, query, 30, None, credentials.get_token()))
         task.sig_done.connect(self._show_results)
         task.sig_failed.connect(lambda msg: self._message(self.results, f"Search failed: {msg}"))
 
@@ -201,7 +201,7 @@ class ModelsPage(QWidget):
         if not repo:
             return
         self.files.setRowCount(0)
-        task = self._track(background.run(hub.repo_files, repo, None, credentials.get_token(), parent=self))
+        task = self._track(background.run(hub.repo_files, repo, None, credentials.get_token()))
         task.sig_done.connect(lambda groups: self._show_files(repo, groups))
         task.sig_failed.connect(lambda msg: self.sidecar_hint.setText(f"Could not list files: {msg}"))
 
@@ -230,7 +230,7 @@ class ModelsPage(QWidget):
         task = self._track(background.run(
             lambda r, f, d, report: download(r, f, d, token=credentials.get_token(), progress=report,
                                              cancel=row.cancel_event),
-            repo, filename, dest, parent=self, with_report=True))
+            repo, filename, dest, with_report=True))
         task.sig_progress.connect(row.show_progress)
         task.sig_done.connect(lambda path: (row.speed.setText("done, sha256 verified"), row.cancel.setEnabled(False),
                                             self.refresh_library()))
@@ -247,9 +247,9 @@ class ModelsPage(QWidget):
 
     # -- library ----------------------------------------------------------------
     def refresh_library(self) -> None:
-        self._scan_generation = getattr(self, "_scan_generation", 0) + 1
+        self._scan_generation += 1
         generation = self._scan_generation
-        task = self._track(background.run(library.scan, parent=self))
+        task = self._track(background.run(library.scan))
         task.sig_done.connect(lambda entries: self._show_library(entries, generation))
 
     def _show_library(self, entries: list[library.LibraryEntry], generation: int) -> None:
@@ -314,7 +314,7 @@ class ModelsPage(QWidget):
             return out, prove(target, out)
 
         self.facts.setPlainText("Repairing (streaming a corrected copy), then loading it in the engine…")
-        task = self._track(background.run(work, self.target_path, self.sidecar_path, parent=self))
+        task = self._track(background.run(work, self.target_path, self.sidecar_path))
         task.sig_done.connect(self._repaired)
         task.sig_failed.connect(lambda msg: self.facts.setPlainText(f"Repair failed: {msg}"))
 

@@ -20,6 +20,7 @@ def test_models_page_searches_lists_files_downloads_and_checks_a_pair(qtbot, iso
         monkeypatch.setenv("HF_ENDPOINT", server.url)
         page = ModelsPage()
         qtbot.addWidget(page)
+        page.refresh_library()
         page.query.setText("synth")
         page.search_button.click()
         qtbot.waitUntil(lambda: page.results.count() and page.results.item(0).text() != "Searching…",
