@@ -36,6 +36,7 @@ class HardwarePage(QWidget):
         self.devices = QTableWidget(0, 4)
         self.devices.setHorizontalHeaderLabels(["Device", "Description", "Type", "Memory"])
         self.devices.horizontalHeader().setStretchLastSection(True)
+        self.devices.verticalHeader().hide()
         self.recommendation = QLabel()
         self.recommendation.setWordWrap(True)
         self.build_button = QPushButton("Build the matching engine")
@@ -93,7 +94,8 @@ class HardwarePage(QWidget):
                 self.devices.setItem(i, j, QTableWidgetItem(v))
         rec = data.get("recommendation", {})
         self.recommendation.setText(" ".join(rec.get("reasons", [])))
-        self.build_button.setText(f"Build the {rec.get('backend', 'cpu')} engine")
+        matches = rec.get("backend") == rec.get("active")
+        self.build_button.setText(f"{'Rebuild' if matches else 'Build'} the {rec.get('backend', 'cpu')} engine")
         self.build_button.setEnabled(self.build_proc is None)
 
     def build(self) -> None:

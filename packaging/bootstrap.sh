@@ -17,7 +17,8 @@ fi
 # Qt needs a few system libraries that minimal Debian images lack. Install
 # them when we can (root with apt); otherwise say which are missing.
 need_libs=""
-for lib in libGL.so.1 libEGL.so.1 libxkbcommon.so.0 libfontconfig.so.1 libdbus-1.so.3 libglib-2.0.so.0 libX11.so.6; do
+for lib in libGL.so.1 libEGL.so.1 libxkbcommon.so.0 libxkbcommon-x11.so.0 libfontconfig.so.1 libdbus-1.so.3 \
+           libglib-2.0.so.0 libX11.so.6 libxcb-cursor.so.0; do
   ldconfig -p 2>/dev/null | grep -q "$lib" || need_libs="$need_libs $lib"
 done
 if [ -n "$need_libs" ]; then
@@ -25,7 +26,7 @@ if [ -n "$need_libs" ]; then
     echo "Installing system libraries for Qt:$need_libs"
     apt-get update -qq && apt-get install -y -qq libgl1 libegl1 libxkbcommon0 libxkbcommon-x11-0 \
       libfontconfig1 libdbus-1-3 libglib2.0-0 libx11-6 libx11-xcb1 libxcb-cursor0 libxcb-icccm4 \
-      libxcb-keysyms1 libxcb-shape0 >/dev/null
+      libxcb-keysyms1 libxcb-shape0 libxcb-render-util0 libxcb-image0 >/dev/null
   else
     echo "warning: Qt needs these system libraries:$need_libs (install them with your package manager)" >&2
   fi

@@ -6,7 +6,8 @@ Run under a real (virtual) screen:
 
 It uses a throw-away data folder, sends one prompt to the embedded default
 model and one to a synthetic MTP model, and saves the window mid-stream and
-after each reply: OUT_DIR/chat-default.png, chat-mtp-streaming.png, chat-mtp.png.
+after each reply: OUT_DIR/chat-default.png, chat-mtp-streaming.png, chat-mtp.png,
+then the hardware and models pages: hardware.png, models.png.
 """
 
 from __future__ import annotations
@@ -55,20 +56,38 @@ def main() -> int:
     pause(300)
     win.grab().save(str(out / "chat-default.png"))
 
-    model = SynthModel(SynthSpec(arch="step35", n_heads=3, weights="oracle", heads=(HeadMap("token", 0.8),)))
+    # bench size: slow enough on a CPU (~100 tok/s) to catch the reply mid-stream
+    model = SynthModel(SynthSpec(arch="glm4moe", size="bench", dense=True, weights="oracle",
+                                 heads=(HeadMap("token", 0.9),)))
     services.settings.model_path = str(model.path("combined"))
-    services.settings.max_tokens = 400
+    services.settings.max_tokens = 500
     services.settings.speculative = "mtp"
+    services.settings.n_max = 4
     win.load_model()
     wait_for(services.client.sig_loaded, 60000)
     win.new_chat()
-    win.composer.setPlainText(" w1 w2 w3")
+    win.composer.setPlainText(" the river model")
     win.send()
-    pause(700)
+    pause(2500)
     win.grab().save(str(out / "chat-mtp-streaming.png"))
     wait_for(win.chat.sig_reply_finished, 60000)
     pause(300)
     win.grab().save(str(out / "chat-mtp.png"))
+    win.tabs.setCurrentWidget(win.hardware_page)
+    for _ in range(100):
+        if win.hardware_page.report is not None:
+            break
+        pause(200)
+    win.grab().save(str(out / "hardware.png"))
+    win.tabs.setCurrentWidget(win.models_page)
+    pause(1500)
+    page = win.models_page
+    for i in range(page.library.count()):
+        if "combined" in page.library.item(i).text():
+            page.library.setCurrentRow(i)
+            break
+    pause(300)
+    win.grab().save(str(out / "models.png"))
     services.shutdown()
     print(f"saved to {out}/")
     return 0

@@ -60,4 +60,4 @@ def test_hardware_page_shows_the_machine_and_the_matching_build(qtbot):
     assert "Fingerprint" in page.summary.text() and "Active engine" in page.summary.text()
     assert page.devices.rowCount() >= 1 and page.devices.item(0, 2).text() == "cpu"
     assert "engine" in page.recommendation.text()
-    assert page.build_button.isEnabled() and page.build_button.text() == "Build the cpu engine"
+    assert page.build_button.isEnabled() and page.build_button.text() == "Rebuild the cpu engine"
