@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -58,7 +57,8 @@ class DownloadRow(QWidget):
         self.bar.setRange(0, 1000)
         self.bar.setValue(int(1000 * p.done / p.total) if p.total else 0)
         resumed = f", resumed at {p.resumed_from / 2**20:.0f} MiB" if p.resumed_from else ""
-        self.speed.setText(f"{p.done / 2**20:.0f}/{p.total / 2**20:.0f} MiB, {p.bytes_per_s / 2**20:.1f} MiB/s{resumed}")
+        self.speed.setText(f"{p.done / 2**20:.0f}/{p.total / 2**20:.0f} MiB, "
+                           f"{p.bytes_per_s / 2**20:.1f} MiB/s{resumed}")
 
 
 class ModelsPage(QWidget):

@@ -41,7 +41,7 @@ def pause(ms: int) -> None:
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "screenshots")
     out.mkdir(parents=True, exist_ok=True)
-    app = QApplication(sys.argv[:1])
+    _app = QApplication(sys.argv[:1])  # kept alive for the whole run
     from app.application import Services
     from engine.synth import HeadMap, SynthModel, SynthSpec
 

@@ -31,7 +31,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=3000)
     parser.add_argument("--mtp", action="store_true", help="draft with the model's MTP head")
     args = parser.parse_args()
-    app = QApplication(sys.argv[:1])
+    _app = QApplication(sys.argv[:1])  # kept alive for the whole run
     from app.application import Services
     from engine.synth import HeadMap, SynthModel, SynthSpec
 

@@ -74,7 +74,7 @@ class Measurement:
 
     @property
     def per_pos(self) -> list[float]:
-        return [a / d if d else 0.0 for a, d in zip(self.accepted_per_pos, self.drafted_per_pos)]
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_per_pos, self.drafted_per_pos, strict=False)]
 
     @property
     def mean_tps(self) -> float:
@@ -90,7 +90,7 @@ class Measurement:
             self.identical &= result.tokens == off.tokens
         self.drafted += s.drafted
         self.accepted += s.accepted
-        for i, (d, a) in enumerate(zip(s.drafted_per_pos, s.accepted_per_pos)):
+        for i, (d, a) in enumerate(zip(s.drafted_per_pos, s.accepted_per_pos, strict=False)):
             if i >= len(self.drafted_per_pos):
                 self.drafted_per_pos.append(0)
                 self.accepted_per_pos.append(0)

@@ -5,6 +5,7 @@ levels, in one run; report the tune's time and how its choice compares."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from engine.autotune import search
 from engine.autotune.cli import load_prompts
@@ -13,7 +14,7 @@ from engine.synth import HeadMap, SynthModel, SynthSpec
 
 
 def check(arch: str, size: str, levels: list[float], tokens: int, threads: int, dense: bool,
-          say: object = print) -> None:
+          say: Callable[[str], None] = print) -> None:
     prompts = [[{"role": "user", "content": text}] for _, text in load_prompts(9)]
     for agree in levels:
         path = SynthModel(SynthSpec(arch=arch, size=size, dense=dense, n_heads=3 if arch == "step35" else 1,
@@ -23,7 +24,8 @@ def check(arch: str, size: str, levels: list[float], tokens: int, threads: int, 
             t0 = time.perf_counter()
             tuned = search.tune(session, prompts, max_tokens=tokens)
             tune_s = time.perf_counter() - t0
-            every = search.candidates(session.drafter.n_heads, session.drafter.chained)
+            drafter = session.drafter
+            every = search.candidates(drafter.n_heads, drafter.chained) if drafter else [search.Setting(0)]
             # exhaustive: every candidate on every prompt (first_round = all prompts, nothing dropped)
             sweep = search.tune(session, prompts, max_tokens=tokens, first_round=len(prompts), settings=every)
         finally:

@@ -47,7 +47,7 @@ class Comparison:
 
     @property
     def ratio(self) -> float:
-        ratios = [a / b for a, b in zip(self.ours, self.theirs) if b]
+        ratios = [a / b for a, b in zip(self.ours, self.theirs, strict=False) if b]
         return statistics.median(ratios) if ratios else 0.0
 
     def rounds_equal(self) -> tuple[bool, int]:
@@ -79,7 +79,7 @@ def run_ours(session: Session, prompt: str, n_tokens: int, n_max: int) -> tuple[
                                                speculative=SpeculativeParams("mtp", n_max)))
     s = result.stats
     seconds = (s.t_end or 0.0) - (s.t_first_token or 0.0)
-    rounds = list(zip(result.accepted_per_round, result.drafted_per_round))
+    rounds = list(zip(result.accepted_per_round, result.drafted_per_round, strict=False))
     return (s.generated_tokens / seconds if seconds > 0 else 0.0), rounds
 
 

@@ -44,7 +44,7 @@ def parse_vulkaninfo_summary(text: str) -> list[GPU]:
     """
     gpus = []
     for block in re.split(r"\n\s*GPU\d+:\s*\n", "\n" + text)[1:]:
-        fields = {}
+        fields: dict[str, str] = {}
         for line in block.splitlines():
             m = re.match(r"\s*(\w+)\s*=\s*(.*)", line)
             if m:
@@ -93,7 +93,7 @@ def parse_meminfo_total_mib(text: str) -> int | None:
 
 def parse_cpuinfo(text: str) -> tuple[str, list[str]]:
     """CPU model name and feature flags from ``/proc/cpuinfo`` (x86 or ARM)."""
-    model, flags = "", []
+    model, flags = "", []  # type: str, list[str]
     for line in text.splitlines():
         key, _, value = line.partition(":")
         key = key.strip()

@@ -210,8 +210,8 @@ class MTPDrafter:
             batch.clear()
             batch.add(id_last, pos0, head == 0)
             ctypes.memmove(batch.embd_row_address(0), self.pending_h.ctypes.data, self._row_bytes)
-            for j, token in enumerate(drafts):
-                batch.add(token, pos0 + 1 + j, j == len(drafts) - 1)
+            for j, drafted in enumerate(drafts):
+                batch.add(drafted, pos0 + 1 + j, j == len(drafts) - 1)
                 ctypes.memmove(batch.embd_row_address(j + 1), head_h[j].ctypes.data, self._row_bytes)
             self.ctx.decode(batch)
             token = self._pick(batch.n - 1, p_min)

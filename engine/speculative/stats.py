@@ -72,7 +72,7 @@ class GenerationStats:
 
     @property
     def acceptance_per_pos(self) -> list[float]:
-        return [a / d if d else 0.0 for a, d in zip(self.accepted_per_pos, self.drafted_per_pos)]
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_per_pos, self.drafted_per_pos, strict=False)]
 
     def elapsed(self, now: float | None = None) -> float:
         end = self.t_end if self.t_end is not None else (now or time.perf_counter())

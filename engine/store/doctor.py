@@ -98,7 +98,8 @@ def _check_blocks(d: Diagnosis, sidecar: GGUFFacts) -> None:
     indices = sorted({int(m.group(1)) for n in sidecar.tensor_names if (m := _BLK.match(n))})
     expected = list(range(n_trunk, n_trunk + n_heads))
     if indices == expected:
-        add(Finding("ok", f"MTP blocks use absolute indices ({', '.join(map(str, expected))}), as this loader expects."))
+        add(Finding("ok", f"MTP blocks use absolute indices ({', '.join(map(str, expected))}), "
+                          "as this loader expects."))
     elif indices == list(range(n_heads)):
         d.renumber_from = 0
         add(Finding("error", f"MTP blocks are numbered from 0 (relative); this loader expects blk.{n_trunk}"

@@ -133,7 +133,9 @@ def download(repo_id: str, filename: str, dest_dir: str | Path, *, revision: str
         raise
     except OSError as exc:
         if exc.errno == 28:  # ENOSPC
-            raise DiskFullError(f"The disk filled up while downloading {filename}; the part downloaded is kept.") from exc
+            raise DiskFullError(
+                f"The disk filled up while downloading {filename}; the part downloaded is kept."
+            ) from exc
         raise DownloadError(f"Downloading {filename} failed: {exc}; it resumes next time.") from exc
     except Exception as exc:
         raise DownloadError(f"Downloading {filename} failed: {exc}; it resumes next time.") from exc

@@ -119,7 +119,7 @@ def estimate(path: str | Path, *, n_ctx: int = 4096, sidecar: str | Path | None 
             weights += t.n_bytes
     side_facts = read_facts(sidecar) if sidecar else None
     if side_facts is not None and use_mtp:
-        weights += sum(t.n_bytes for t in read_header(Path(sidecar)).tensors if t.name.startswith("blk."))
+        weights += sum(t.n_bytes for t in read_header(side_facts.path).tensors if t.name.startswith("blk."))
 
     kv_per_layer = n_ctx * (dk + dv) * 2  # f16 K and V, per KV head
     kv_cache = sum(kv_per_layer * kv_heads[i] for i in range(n_trunk) if not recurrent[i])
@@ -132,7 +132,7 @@ def estimate(path: str | Path, *, n_ctx: int = 4096, sidecar: str | Path | None 
         conv_dim = 2 * d_state * groups + d_state * dt_rank
         per_layer = 4 * ((d_conv - 1) * conv_dim + d_state * d_state * dt_rank)
         snapshots = 1 + (MTP_RS_SNAPSHOTS if use_mtp and arch in RS_ROLLBACK_ARCHS else 0)
-        rec = per_layer * sum(recurrent) * snapshots
+        rec = per_layer * sum(1 for r in recurrent if r) * snapshots
 
     swa = meta.get(f"{arch}.attention.sliding_window_pattern")
     has_swa = bool(meta.get(f"{arch}.attention.sliding_window")) and (not isinstance(swa, list) or any(swa))

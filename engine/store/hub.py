@@ -8,9 +8,9 @@ points it elsewhere, which is how the tests use a server on loopback.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
-import os
 from pathlib import Path
 from typing import Any
 

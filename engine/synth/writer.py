@@ -112,7 +112,9 @@ class SynthModel:
 
     def _build(self) -> dict[str, np.ndarray]:
         if self._arrays is None:
-            maps = build_maps(self.spec, self.vocab.n_normal, self.vocab.first_word) if self.spec.weights != "random" else None
+            maps = None
+            if self.spec.weights != "random":
+                maps = build_maps(self.spec, self.vocab.n_normal, self.vocab.first_word)
             filler = WeightFiller(self.spec, maps)
             self._arrays = {t.name: filler.array(t) for t in self._tensor_specs()}
             if self.spec.weights == "oracle":

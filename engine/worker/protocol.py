@@ -173,12 +173,13 @@ def decode_request(line: str | bytes) -> Any:
     cls = REQUESTS.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ProtocolError(f"unknown request type {kind!r}; expected one of {sorted(REQUESTS)}")
-    return _build(cls, data, kind)
+    return _build(cls, data, str(kind))
 
 
 def encode(message: Any) -> str:
     """One line of JSON for a request dataclass (or a plain event dict)."""
-    data = dataclasses.asdict(message) if dataclasses.is_dataclass(message) else message
+    data = dataclasses.asdict(message) if dataclasses.is_dataclass(message) and not isinstance(message, type) \
+        else message
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 

@@ -29,12 +29,13 @@ def test_live_per_position_acceptance_matches_the_engines_final_counts(qtbot, se
     # What the panel shows is the engine's final count, exactly.
     shown = window.stats_panel.stats
     assert shown["acceptance_per_pos"] == final["acceptance_per_pos"]
-    assert [a / d for a, d in zip(final["accepted_per_pos"], final["drafted_per_pos"])] == final["acceptance_per_pos"]
+    pairs = zip(final["accepted_per_pos"], final["drafted_per_pos"], strict=True)
+    assert [a / d for a, d in pairs] == final["acceptance_per_pos"]
     assert shown["accepted"] == final["accepted"] and shown["drafted"] == final["drafted"]
     # Live snapshots only ever grow towards the final counts.
     for snap in live[:-1]:
         assert snap["drafted"] <= final["drafted"] and snap["accepted"] <= final["accepted"]
-        assert all(a <= b for a, b in zip(snap["accepted_per_pos"], final["accepted_per_pos"]))
+        assert all(a <= b for a, b in zip(snap["accepted_per_pos"], final["accepted_per_pos"], strict=False))
     # The reply's footer carries the final figures; the stored reply keeps them.
     text = window.transcript.toPlainText()
     assert f"MTP {100 * final['acceptance_rate']:.0f}% accepted" in text

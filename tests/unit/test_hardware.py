@@ -75,4 +75,5 @@ def test_fingerprint_is_stable_and_changes_with_gpu_driver_or_engine():
 @pytest.mark.parametrize("field", ["notes", "engine_devices"])
 def test_fingerprint_ignores_volatile_fields(field):
     a = report()
-    assert a.fingerprint() == replace(a, **{field: [{"free_mib": 1}] if field == "engine_devices" else ["x"]}).fingerprint()
+    value = [{"free_mib": 1}] if field == "engine_devices" else ["x"]
+    assert a.fingerprint() == replace(a, **{field: value}).fingerprint()
