@@ -190,6 +190,7 @@ class MainWindow(QMainWindow):
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
         self._action(file_menu, "New chat", self.new_chat, QKeySequence.StandardKey.New)
+        self._action(file_menu, "This chat's settings…", self.open_chat_settings)
         self._action(file_menu, "Export as Markdown…", lambda: self.export("md"))
         self._action(file_menu, "Export as JSON…", lambda: self.export("json"))
         file_menu.addSeparator()
@@ -458,6 +459,17 @@ class MainWindow(QMainWindow):
         self.settings.sidecar_path = None
         self.settings.save()
         self.load_model()
+
+    def open_chat_settings(self) -> None:
+        from app.chat.chat_settings import ChatSettingsDialog
+
+        if self.chat.conversation_id is None:
+            self.chat.new_conversation()
+            self.refresh_conversations()
+        conv = self.store.get(self.chat.conversation_id)
+        dialog = ChatSettingsDialog(self.chat.chat_values(), conv.system_prompt, self)
+        if dialog.exec():
+            self.store.update(conv.id, settings=dialog.values(), system_prompt=dialog.system_prompt.toPlainText())
 
     def open_autotune(self) -> None:
         from app.autotune_wizard import AutotuneWizard

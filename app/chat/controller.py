@@ -9,11 +9,13 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from app.chat.chat_settings import effective
 from app.chat.stats_panel import StatsPanel
 from app.chat.store import ConversationStore, Message
 from app.chat.transcript import ShownMessage, TranscriptView
 from app.engine_client import EngineClient
 from app.settings import Settings
+from engine.worker.protocol import SpeculativeSettings
 
 SAVE_INTERVAL_S = 0.5  # a killed app loses at most this much of a streaming reply
 
@@ -112,13 +114,18 @@ class ChatController(QObject):
         if self.request_id is not None:
             self.client.cancel(self.request_id)
 
-    def speculative_settings(self) -> dict[str, Any]:
-        s = self.settings
-        if s.speculative == "off":
-            return {"mode": "none", "n_max": s.n_max, "n_min": 0, "p_min": s.p_min}
-        if s.speculative == "auto" and self.profile_speculative:
+    def chat_values(self) -> dict[str, Any]:
+        """This conversation's settings over the app's preferences."""
+        chat = self.store.get(self.conversation_id).settings if self.conversation_id is not None else {}
+        return effective(self.settings, chat)
+
+    def speculative_settings(self, values: dict[str, Any] | None = None) -> dict[str, Any]:
+        v = values or self.chat_values()
+        if v["speculative"] == "off":
+            return {"mode": "none", "n_max": v["n_max"], "n_min": 0, "p_min": v["p_min"]}
+        if v["speculative"] == "auto" and self.profile_speculative:
             return dict(self.profile_speculative)
-        return {"mode": "mtp", "n_max": s.n_max, "n_min": 0, "p_min": s.p_min}
+        return {"mode": "mtp", "n_max": v["n_max"], "n_min": 0, "p_min": v["p_min"]}
 
     def _request_reply(self) -> None:
         assert self.conversation_id is not None
@@ -126,12 +133,10 @@ class ChatController(QObject):
         messages = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt else []
         messages += [{"role": m.role, "content": m.content} for m in self.store.messages(self.conversation_id)
                      if m.content]
-        s = self.settings
-        from engine.worker.protocol import SpeculativeSettings
-
+        s, v = self.settings, self.chat_values()
         self.request_id = self.client.generate(
-            messages=messages, max_tokens=s.max_tokens, temperature=s.temperature, top_k=s.top_k,
-            top_p=s.top_p, min_p=s.min_p, speculative=SpeculativeSettings(**self.speculative_settings()),
+            messages=messages, max_tokens=v["max_tokens"], temperature=v["temperature"], top_k=s.top_k,
+            top_p=s.top_p, min_p=s.min_p, speculative=SpeculativeSettings(**self.speculative_settings(v)),
         )
         self.reply = self.store.add_message(self.conversation_id, "assistant", "", status="streaming")
         self._reply_text = ""

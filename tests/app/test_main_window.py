@@ -95,3 +95,17 @@ def test_conversations_survive_an_app_restart(qtbot, services, tmp_path):
     finally:
         again.client.stop()
         again.store.close()
+
+
+def test_a_chats_own_settings_override_the_preferences(qtbot, services):
+    start_and_load(qtbot, services)
+    window = services.window
+    services.settings.max_tokens = 50
+    conv = window.chat.new_conversation()
+    services.store.update(conv, settings={"max_tokens": 5, "speculative": "off"}, system_prompt="Be brief.")
+    assert window.chat.chat_values()["max_tokens"] == 5
+    assert window.chat.speculative_settings()["mode"] == "none"
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
+        type_and_send(qtbot, window, "The capital of France is")
+    reply = services.store.messages(conv)[-1]
+    assert reply.stats["generated_tokens"] == 5
