@@ -139,13 +139,31 @@ def _fetch_sdist(workdir: Path) -> Path:
     return next(workdir.glob("llama_cpp_python-*.tar.gz"))
 
 
+class PatchError(SystemExit):
+    """A patch of the series does not apply: the build stops before compiling."""
+
+
+def apply_patch_series(tree: Path) -> None:
+    """Apply every patch to ``tree``/vendor/llama.cpp, or stop with a clear message."""
+    vendor = tree / "vendor" / "llama.cpp"
+    for patch in patch_series():
+        proc = subprocess.run(["patch", "-p1", "--forward", "--batch", "-i", str(patch)], cwd=vendor,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise PatchError(
+                f"error: {patch.name} does not apply to the llama.cpp vendored in llama-cpp-python "
+                f"{LLAMA_CPP_PYTHON_VERSION}; the build stopped before compiling and the installed engine "
+                f"is unchanged.\n{(proc.stdout + proc.stderr).strip()[-800:]}"
+            )
+        print(f"applied {patch.name}", flush=True)
+
+
 def _apply_patches(sdist: Path, workdir: Path) -> Path:
     """Unpack the sdist and apply the patch series; return the source tree."""
     with tarfile.open(sdist) as tar:
         tar.extractall(workdir, filter="data")
     tree = next(p for p in workdir.iterdir() if p.is_dir() and p.name.startswith("llama_cpp_python"))
-    for patch in patch_series():
-        _run(["patch", "-p1", "--forward", "-i", str(patch)], cwd=tree / "vendor" / "llama.cpp")
+    apply_patch_series(tree)
     return tree
 
 

@@ -8,6 +8,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
@@ -21,6 +22,9 @@ class FakeHub:
         self.drop_after: dict[str, int] = {}  # filename -> bytes to send before hanging up (once)
         self.range_requests: list[tuple[str, str]] = []
         self.corrupt: set[str] = set()  # filenames whose advertised sha256 is wrong
+        self.bytes_served: dict[str, int] = {}
+        self.token: str | None = None  # when set, files need "Authorization: Bearer <token>"
+        self.slow_chunk_s = 0.0  # > 0: send 64 KiB at a time with this pause between
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -86,6 +90,12 @@ class FakeHub:
                     self.end_headers()
                     return
                 name, file = m.group(2), hub.repos[m.group(1)][m.group(2)]
+                if hub.token and self.headers.get("Authorization") != f"Bearer {hub.token}":
+                    self.send_response(401)
+                    self.send_header("X-Error-Code", "GatedRepo")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 data = file.read_bytes()
                 start = 0
                 rng = self.headers.get("Range")
@@ -105,10 +115,22 @@ class FakeHub:
                 body = data[start:]
                 cut = hub.drop_after.pop(name, None)
                 if cut is not None:
-                    self.wfile.write(body[:cut])
-                    self.wfile.flush()
+                    self._send(name, body[:cut])
                     self.connection.shutdown(2)  # hang up mid-file, like a killed download
                     return
-                self.wfile.write(body)
+                self._send(name, body)
+
+            def _send(self, name: str, body: bytes) -> None:
+                step = 64 << 10 if hub.slow_chunk_s else len(body) or 1
+                try:
+                    for i in range(0, len(body), step):
+                        # counted before sending, so the count is complete when the client has the bytes
+                        hub.bytes_served[name] = hub.bytes_served.get(name, 0) + len(body[i:i + step])
+                        self.wfile.write(body[i:i + step])
+                        self.wfile.flush()
+                        if hub.slow_chunk_s:
+                            time.sleep(hub.slow_chunk_s)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client went away (a cancel)
 
         return Handler

@@ -32,7 +32,7 @@ def parse_nvidia_smi_csv(text: str) -> list[GPU]:
         try:
             mem = int(float(parts[1]))
         except ValueError:
-            mem = None
+            continue  # not a GPU line (an error message, a header)
         gpus.append(GPU("nvidia", parts[0], mem, parts[2], "cuda"))
     return gpus
 
@@ -66,13 +66,53 @@ def parse_kfd_topology(nodes: dict[str, str]) -> list[GPU]:
     A node with ``simd_count 0`` is a CPU; GPU nodes carry ``gfx_target_version``.
     """
     gpus = []
+    def number(values: dict[str, str], key: str) -> int:
+        try:
+            return int(values.get(key, "0"))
+        except ValueError:
+            return 0
+
     for _node, props in sorted(nodes.items()):
         values = dict(line.split(maxsplit=1) for line in props.splitlines() if len(line.split()) == 2)
-        if int(values.get("simd_count", "0")) == 0:
+        if number(values, "simd_count") == 0:
             continue
-        gfx = int(values.get("gfx_target_version", "0"))
+        gfx = number(values, "gfx_target_version")
         name = f"AMD gfx{gfx // 10000}{(gfx // 100) % 100:x}{gfx % 100:x}" if gfx else "AMD GPU"
         gpus.append(GPU("amd", name, None, None, "rocm"))
+    return gpus
+
+
+def parse_rocminfo(text: str) -> list[GPU]:
+    """``rocminfo``: one "Agent N" block per device; GPUs have ``Device Type: GPU``."""
+    gpus = []
+    for block in re.split(r"\*{5,}\s*\nAgent \d+\s*\n\*{5,}", text)[1:]:
+        fields: dict[str, str] = {}
+        for line in block.splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip() not in fields:
+                fields[key.strip()] = value.strip()
+        if fields.get("Device Type") != "GPU":
+            continue
+        name = fields.get("Marketing Name") or fields.get("Name", "AMD GPU")
+        gpus.append(GPU("amd", name, None, None, "rocm"))
+    return gpus
+
+
+def parse_system_profiler_json(text: str) -> list[GPU]:
+    """``system_profiler SPDisplaysDataType -json`` on macOS."""
+    import json
+
+    try:
+        items = json.loads(text).get("SPDisplaysDataType", [])
+    except (ValueError, AttributeError):
+        return []
+    gpus = []
+    for item in items if isinstance(items, list) else []:
+        name = item.get("sppci_model") or item.get("_name")
+        if not name:
+            continue
+        vendor = "apple" if str(name).startswith("Apple") else ("amd" if "AMD" in str(name) else "other")
+        gpus.append(GPU(vendor, str(name), None, None, "metal"))
     return gpus
 
 

@@ -87,10 +87,12 @@ def _gpus(notes: list[str]) -> list[GPU]:
     if kfd.is_dir():
         nodes = {p.name: _read(str(p / "properties")) for p in kfd.iterdir()}
         gpus += parsers.parse_kfd_topology(nodes)
+    elif (out := _run(["rocminfo"])) is not None:
+        gpus += parsers.parse_rocminfo(out)
     if sys.platform == "darwin":
-        out = _run(["system_profiler", "SPDisplaysDataType"])
+        out = _run(["system_profiler", "SPDisplaysDataType", "-json"])
         if out:
-            gpus += parsers.parse_system_profiler_displays(out)
+            gpus += parsers.parse_system_profiler_json(out)
     out = _run(["vulkaninfo", "--summary"])
     if out:
         known = {g.name for g in gpus}
@@ -172,9 +174,14 @@ def collect() -> HardwareReport:
     return report
 
 
-def probe(timeout: float = PROBE_TIMEOUT_S) -> HardwareReport:
-    """Run :func:`collect` in a child process; a hang or crash there is reported, not inherited."""
-    code = "import json; from engine.hardware.probe import collect; print(json.dumps(collect().to_json()))"
+CHILD_CODE = "import json; from engine.hardware.probe import collect; print(json.dumps(collect().to_json()))"
+
+
+def probe(timeout: float = PROBE_TIMEOUT_S, code: str = CHILD_CODE) -> HardwareReport:
+    """Run :func:`collect` in a child process; a hang or crash there is reported, not inherited.
+
+    ``code`` is what the child runs (tests substitute a child that hangs or dies).
+    """
     try:
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:

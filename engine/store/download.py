@@ -77,6 +77,8 @@ def download(repo_id: str, filename: str, dest_dir: str | Path, *, revision: str
     from huggingface_hub.utils import get_session
 
     endpoint = _endpoint(endpoint)
+    if Path(filename).is_absolute() or ".." in Path(filename).parts:
+        raise DownloadError(f"Refusing the file name {filename!r}: it would leave the models folder.")
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
     final = dest_dir / Path(filename).name
@@ -85,7 +87,7 @@ def download(repo_id: str, filename: str, dest_dir: str | Path, *, revision: str
     try:
         meta = get_hf_file_metadata(url, token=token, endpoint=endpoint)
     except Exception as exc:
-        raise DownloadError(f"Could not look up {repo_id}/{filename}: {exc}") from exc
+        raise DownloadError(_explain(exc, repo_id, filename)) from exc
     total = int(meta.size or 0)
     expected = _expected_sha256(meta.etag)
     if final.exists() and final.stat().st_size == total and (expected is None or _sha256(final) == expected):
@@ -160,3 +162,14 @@ def _sha256(path: Path) -> str:
 def _endpoint(endpoint: str | None) -> str | None:
     """``HF_ENDPOINT`` is read per call (huggingface_hub reads it once, at import)."""
     return endpoint or os.environ.get("HF_ENDPOINT") or None
+
+
+def _explain(exc: Exception, repo_id: str, filename: str) -> str:
+    """The hub's refusal in words a user can act on."""
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    if status == 401 or status == 403:
+        return (f"{repo_id} needs an access token (it is gated or private). Accept its terms on the hub, then "
+                "save your token in the Models page (or set HF_TOKEN).")
+    if status == 404:
+        return f"{filename} is not in {repo_id} (HTTP 404). The repository may have renamed or removed it."
+    return f"Could not look up {repo_id}/{filename}: {exc}"

@@ -50,6 +50,9 @@ def test_models_page_searches_lists_files_downloads_and_checks_a_pair(qtbot, iso
         page.repair_button.click()
         qtbot.waitUntil(lambda: "loaded with MTP" in page.facts.toPlainText(), timeout=120000)
         assert page.sidecar_path.endswith(".repaired.gguf")
+        with qtbot.waitSignal(page.sig_use_model) as used:
+            page.use_button.click()
+        assert used.args[0].endswith("Synth-Q8_0.gguf") and used.args[1].endswith(".repaired.gguf")
 
 
 def test_hardware_page_shows_the_machine_and_the_matching_build(qtbot):

@@ -138,3 +138,84 @@ def test_fit_verdicts():
     assert estimate(path, available=1).verdict == "won't fit"
     total = estimate(path, available=10**12).total
     assert estimate(path, available=int(total * 1.1)).verdict == "tight"
+
+
+def test_resuming_sends_only_the_missing_bytes(fake_hub, tmp_path):
+    server, files = fake_hub
+    size = files["Synth-Q8_0.gguf"].stat().st_size
+    server.drop_after["Synth-Q8_0.gguf"] = size // 2
+    with pytest.raises(dl.DownloadError):
+        dl.download(REPO, "Synth-Q8_0.gguf", tmp_path, endpoint=server.url)
+    dl.download(REPO, "Synth-Q8_0.gguf", tmp_path, endpoint=server.url)
+    assert server.bytes_served["Synth-Q8_0.gguf"] == size  # half, then the other half: nothing twice
+
+
+def test_gated_and_missing_files_get_clear_errors(fake_hub, tmp_path):
+    server, _ = fake_hub
+    with pytest.raises(dl.DownloadError, match="is not in test/Synth-MTP-GGUF"):
+        dl.download(REPO, "nope-Q4_K_M.gguf", tmp_path, endpoint=server.url)
+    server.token = "hf_secret"
+    with pytest.raises(dl.DownloadError, match="needs an access token"):
+        dl.download(REPO, "Synth-Q8_0.gguf", tmp_path, endpoint=server.url)
+    path = dl.download(REPO, "Synth-Q8_0.gguf", tmp_path, endpoint=server.url, token="hf_secret")
+    assert path.exists() and not list(tmp_path.glob("*.partial"))
+
+
+def test_a_missing_shard_on_the_hub_leaves_the_model_incomplete_and_says_so(fake_hub, tmp_path):
+    server, files = fake_hub
+    dl.download(REPO, "Synth-F16-00001-of-00002.gguf", tmp_path, endpoint=server.url)
+    del server.repos[REPO]["Synth-F16-00002-of-00002.gguf"]
+    with pytest.raises(dl.DownloadError, match="HTTP 404"):
+        dl.download(REPO, "Synth-F16-00002-of-00002.gguf", tmp_path, endpoint=server.url)
+    from engine.errors import ModelFileError
+    from engine.gguf_info import read_facts
+
+    with pytest.raises(ModelFileError, match="00002-of-00002.gguf is missing"):
+        read_facts(tmp_path / "Synth-F16-00001-of-00002.gguf")
+
+
+def test_cancel_on_a_slow_server_keeps_the_part_for_later(fake_hub, tmp_path):
+    import threading
+
+    server, files = fake_hub
+    server.slow_chunk_s = 0.05
+    cancel = threading.Event()
+    seen = []
+
+    def progress(p: dl.Progress) -> None:
+        seen.append(p.done)
+        if len(seen) == 3:
+            cancel.set()
+
+    with pytest.raises(dl.DownloadCancelled, match="resumes from there"):
+        dl.download(REPO, "Synth-Q8_0.gguf", tmp_path, endpoint=server.url, progress=progress, cancel=cancel)
+    partial = tmp_path / "Synth-Q8_0.gguf.partial"
+    assert 0 < partial.stat().st_size < files["Synth-Q8_0.gguf"].stat().st_size
+    assert not (tmp_path / "Synth-Q8_0.gguf").exists()
+
+
+def test_a_file_name_that_escapes_the_models_folder_is_refused(fake_hub, tmp_path):
+    server, _ = fake_hub
+    with pytest.raises(dl.DownloadError, match="leave the models folder"):
+        dl.download(REPO, "../../../etc/evil.gguf", tmp_path / "models", endpoint=server.url)
+    assert not list(tmp_path.rglob("*evil*"))
+
+
+@pytest.mark.parametrize("layout", ["sidecar-relative", "sidecar-duplicates"])
+def test_a_repaired_sidecar_drafts_exactly_like_the_correct_export(layout, tmp_path):
+    from engine.generation.generator import GenerateRequest, generate
+    from engine.generation.session import LoadOptions, Session
+    from engine.speculative.drafter import SpeculativeParams
+
+    model = synth("glm4moe", "mixed", seed=1)
+    fixed = repair(model.path("trunk"), model.path(layout), tmp_path / "fixed.gguf")
+    runs = []
+    for side in (model.path("sidecar"), fixed):
+        session = Session(LoadOptions(path=str(model.path("trunk")), sidecar=str(side), n_ctx=256))
+        try:
+            runs.append(generate(session, GenerateRequest(prompt=" the river", max_tokens=40,
+                                                          speculative=SpeculativeParams("mtp", 3))))
+        finally:
+            session.close()
+    assert runs[0].tokens == runs[1].tokens
+    assert runs[0].accepted_per_round == runs[1].accepted_per_round

@@ -61,3 +61,19 @@ def test_the_installed_engine_reports_its_build_record():
     assert info["llama_cpp_python"] == "0.3.36"
     assert (Path(sys.prefix) / "mtp-studio-engine.json").exists()  # written by packaging/bootstrap.sh
     assert info["backend"] == "cpu" and info["cache_key"].startswith("llama-cpp-python-0.3.36-cpu-")
+
+
+def test_a_patch_series_applies_or_the_build_stops_with_a_clear_message(build_engine, tmp_path):
+    vendor = tmp_path / "tree" / "vendor" / "llama.cpp"
+    vendor.mkdir(parents=True)
+    (vendor / "llama-arch.cpp").write_text("one\ntwo\nthree\n")
+    good = "--- a/llama-arch.cpp\n+++ b/llama-arch.cpp\n@@ -1,3 +1,3 @@\n one\n-two\n+TWO\n three\n"
+    (build_engine.PATCH_DIR / "0001-good.patch").write_text(good)
+    build_engine.apply_patch_series(tmp_path / "tree")
+    assert (vendor / "llama-arch.cpp").read_text() == "one\nTWO\nthree\n"
+
+    bad = "--- a/llama-arch.cpp\n+++ b/llama-arch.cpp\n@@ -1,3 +1,3 @@\n alpha\n-beta\n+BETA\n gamma\n"
+    (build_engine.PATCH_DIR / "0002-bad.patch").write_text(bad)
+    (vendor / "llama-arch.cpp").write_text("one\ntwo\nthree\n")
+    with pytest.raises(SystemExit, match="0002-bad.patch does not apply"):
+        build_engine.apply_patch_series(tmp_path / "tree")

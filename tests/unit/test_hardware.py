@@ -77,3 +77,55 @@ def test_fingerprint_ignores_volatile_fields(field):
     a = report()
     value = [{"free_mib": 1}] if field == "engine_devices" else ["x"]
     assert a.fingerprint() == replace(a, **{field: value}).fingerprint()
+
+
+def test_rocminfo_lists_gpu_agents_only():
+    assert parsers.parse_rocminfo(sample("rocminfo.txt")) == [GPU("amd", "AMD Radeon Graphics", None, None, "rocm")]
+
+
+def test_system_profiler_json_finds_apple_gpu():
+    assert parsers.parse_system_profiler_json(sample("system_profiler-displays.json")) == [
+        GPU("apple", "Apple M4 Max", None, None, "metal")]
+
+
+@pytest.mark.parametrize("parser", [parsers.parse_nvidia_smi_csv, parsers.parse_vulkaninfo_summary,
+                                    parsers.parse_rocminfo, parsers.parse_system_profiler_json,
+                                    parsers.parse_system_profiler_displays])
+@pytest.mark.parametrize("text", ["", "\n\n", "garbage: ,,, {not json", "NVIDIA-SMI has failed because it couldn't "
+                                  "communicate with the NVIDIA driver.", "Devices:\n========\nGPU0:\n"])
+def test_broken_or_empty_tool_output_gives_no_gpus_and_no_exception(parser, text):
+    assert parser(text) == []
+
+
+def test_truncated_samples_do_not_raise():
+    for name, parser in (("nvidia-smi.csv", parsers.parse_nvidia_smi_csv),
+                         ("vulkaninfo-summary.txt", parsers.parse_vulkaninfo_summary),
+                         ("rocminfo.txt", parsers.parse_rocminfo),
+                         ("system_profiler-displays.json", parsers.parse_system_profiler_json)):
+        text = sample(name)
+        parser(text[: len(text) // 2])
+    assert parsers.parse_kfd_topology({"0": "simd_count garbage"}) == []
+
+
+def test_a_probe_that_hangs_is_cut_off_and_reported():
+    from engine.hardware.probe import probe
+
+    report = probe(timeout=1.0, code="import time; time.sleep(60)")
+    assert any("did not finish within 1 s" in n for n in report.notes)
+    assert report.cores >= 1 and report.engine.get("llama_cpp_python")
+
+
+def test_a_probe_that_crashes_is_reported():
+    from engine.hardware.probe import probe
+
+    report = probe(timeout=30, code="import os; os.abort()")
+    assert any("failed" in n for n in report.notes)
+
+
+def test_the_real_probe_sees_the_cpu_backend_and_its_fingerprint_is_stable():
+    from engine.hardware.probe import probe
+
+    a, b = probe(), probe()
+    assert a.ram_mib and a.cores >= 1
+    assert any(d["type"] == "cpu" for d in a.engine_devices)
+    assert a.fingerprint() == b.fingerprint()
