@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.chat.store import ConversationStore
 from app.engine_client import EngineClient
+from app.json_process import JsonProcess
 from app.main_window import MainWindow
 from app.settings import Settings
 from engine import paths
@@ -21,6 +22,7 @@ class Services:
         self.store = ConversationStore(paths.data_dir() / "conversations.sqlite3")
         self.client = EngineClient()
         self.window = MainWindow(self.settings, self.store, self.client)
+        self._probe: JsonProcess | None = None
 
     def start(self) -> None:
         self.window.show()
@@ -29,8 +31,6 @@ class Services:
 
     def _probe_hardware(self) -> None:
         """The fingerprint keys autotune profiles; probing runs in a child process."""
-        from app.json_process import JsonProcess
-
         self._probe = JsonProcess()
 
         def on_report(data: dict) -> None:
@@ -42,6 +42,8 @@ class Services:
         self._probe.start(["hardware", "--json"])
 
     def shutdown(self) -> None:
+        if self._probe is not None:
+            self._probe.stop()
         self.client.stop()
         self.settings.save()
         self.store.close()

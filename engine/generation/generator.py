@@ -204,8 +204,7 @@ def generate(
                 batch.add(tok, pos0 + k, True)
             rollback.before_verify(len(drafts))
             target.decode(batch)
-            t_sample = time.perf_counter()
-            stats.phase_seconds["verify"] += t_sample - t_verify
+            stats.phase_seconds["verify"] += time.perf_counter() - t_verify
             if drafter is not None:
                 drafter.verified(verified, pos0)
 
