@@ -7,6 +7,8 @@ Steps:
 2. Successive halving: every candidate runs on a few prompts; the slower half
    (by mean speed relative to "off" on the same prompts) is dropped; the rest
    run on more prompts, until the prompt budget is spent. "off" always stays.
+   A candidate at under 0.75x "off" is dropped at once, after any prompt:
+   noise does not turn that into a win, and slow candidates cost the most time.
 3. Decision: per prompt, the ratio setting/off is a paired sample. The
    fastest setting whose lower confidence bound on the mean ratio is above
    1.0 wins; if none clears the noise, the answer is "off".
@@ -26,6 +28,7 @@ from engine.generation.session import Session
 from engine.speculative.drafter import MAX_DRAFT, SpeculativeParams
 
 Z_LOWER = 1.64  # one-sided 95 % bound on the mean ratio
+CLEARLY_WORSE = 0.75  # a mean speed ratio this far below "off" is dropped at once
 
 
 @dataclass(frozen=True)
@@ -144,20 +147,27 @@ def tune(session: Session, prompts: list[list[dict[str, str]]], *, max_tokens: i
     _run(session, prompts[0], 8, Setting(0))  # warm-up
     while used < len(prompts) and alive:
         chunk = prompts[used:used + batch]
-        for prompt in chunk:
+        for i, prompt in enumerate(chunk):
+            if len(alive) == 1:  # only "off" is left: nothing to compare
+                break
             off = _run(session, prompt, max_tokens, Setting(0))
             measurements[Setting(0)].add(off, off)
-            for s in alive:
+            for s in list(alive):
                 if s.n_max == 0:
                     continue
-                measurements[s].add(_run(session, prompt, max_tokens, s), off)
+                m = measurements[s]
+                m.add(_run(session, prompt, max_tokens, s), off)
                 step += 1
                 if progress:
-                    m = measurements[s]
                     progress({"step": step, "total": total_steps, "setting": s.label, "tps": m.tps[-1],
                               "ratio": m.ratios[-1], "acceptance": m.acceptance})
+                if m.mean_ratio < CLEARLY_WORSE:  # no noise makes this a winner: stop paying for it
+                    m.dropped_after = used + i + 1
+                    alive.remove(s)
         used += len(chunk)
         spec = sorted((s for s in alive if s.n_max), key=lambda s: -measurements[s].mean_ratio)
+        if not spec:
+            break
         keep = spec[: max(1, (len(spec) + 1) // 2)] if used < len(prompts) else spec
         for s in spec:
             if s not in keep:

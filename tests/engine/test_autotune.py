@@ -21,14 +21,15 @@ def test_drafts_that_are_never_accepted_leave_speculation_off():
     assert all(m.identical for m in result.measurements)
 
 
-def test_successive_halving_drops_the_slow_half_and_keeps_off():
+def test_clearly_slower_settings_are_dropped_after_one_prompt_and_the_tune_ends_early():
     session = Session(LoadOptions(path=str(synth("glm4moe", "oracle", agree=0.0).path()), n_ctx=512))
     try:
         settings = [search.Setting(n) for n in range(0, 5)]
-        result = search.tune(session, PROMPTS, max_tokens=24, first_round=1, settings=settings)
+        result = search.tune(session, PROMPTS, max_tokens=24, first_round=2, settings=settings)
     finally:
         session.close()
-    by = {m.setting: m for m in result.measurements}
-    assert len(by[search.Setting(0)].tps) == len(PROMPTS)
-    dropped = [m for m in result.measurements if m.dropped_after is not None]
-    assert dropped and all(len(m.tps) < len(PROMPTS) for m in dropped)
+    spec = [m for m in result.measurements if m.setting.n_max]
+    assert all(m.dropped_after == 1 and len(m.tps) == 1 and m.mean_ratio < search.CLEARLY_WORSE for m in spec)
+    off = next(m for m in result.measurements if m.setting.n_max == 0)
+    assert len(off.tps) == 1  # nothing left to compare with: no more prompts are spent
+    assert result.best == search.Setting(0)
