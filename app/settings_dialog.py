@@ -6,7 +6,6 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
-    QDoubleSpinBox,
     QFormLayout,
     QLabel,
     QPlainTextEdit,
@@ -14,6 +13,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.reply_fields import KEYS, ReplyFields
 from app.settings import Settings
 
 
@@ -29,13 +29,6 @@ class SettingsDialog(QDialog):
         self.theme = QComboBox()
         self.theme.addItems(["system", "light", "dark"])
         self.theme.setCurrentText(settings.theme)
-        self.temperature = QDoubleSpinBox(minimum=0.0, maximum=2.0, singleStep=0.1, value=settings.temperature)
-        self.max_tokens = QSpinBox(minimum=1, maximum=32768, value=settings.max_tokens)
-        self.speculative = QComboBox()
-        self.speculative.addItems(["auto", "mtp", "off"])
-        self.speculative.setCurrentText(settings.speculative)
-        self.n_max = QSpinBox(minimum=1, maximum=8, value=settings.n_max)
-        self.p_min = QDoubleSpinBox(minimum=0.0, maximum=1.0, singleStep=0.05, value=settings.p_min)
         self.system_prompt = QPlainTextEdit(settings.system_prompt)
         self.system_prompt.setFixedHeight(70)
         form.addRow("CPU threads", self.threads)
@@ -43,11 +36,7 @@ class SettingsDialog(QDialog):
         form.addRow("Context size (tokens)", self.ctx)
         form.addRow("GPU layers", self.gpu_layers)
         form.addRow("Theme", self.theme)
-        form.addRow("Temperature (0 = greedy)", self.temperature)
-        form.addRow("Max reply tokens", self.max_tokens)
-        form.addRow("Speculative decoding", self.speculative)
-        form.addRow("Draft depth (n_max)", self.n_max)
-        form.addRow("Draft gate (p_min)", self.p_min)
+        self.reply = ReplyFields(form, {k: getattr(settings, k) for k in KEYS})
         form.addRow("System prompt for new chats", self.system_prompt)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
@@ -59,15 +48,13 @@ class SettingsDialog(QDialog):
         s = self.settings
         reload_needed = (s.n_threads, s.n_ctx, s.n_gpu_layers) != (
             self.threads.value(), self.ctx.value(), self.gpu_layers.value())
-        reload_needed |= (s.speculative == "off") != (self.speculative.currentText() == "off")
+        reply = self.reply.values()
+        reload_needed |= (s.speculative == "off") != (reply["speculative"] == "off")
         s.n_threads = self.threads.value()
         s.n_ctx = self.ctx.value()
         s.n_gpu_layers = self.gpu_layers.value()
         s.theme = self.theme.currentText()
-        s.temperature = self.temperature.value()
-        s.max_tokens = self.max_tokens.value()
-        s.speculative = self.speculative.currentText()
-        s.n_max = self.n_max.value()
-        s.p_min = self.p_min.value()
+        for key, value in reply.items():
+            setattr(s, key, value)
         s.system_prompt = self.system_prompt.toPlainText()
         return reload_needed
