@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from engine import paths
+from engine.hardware import default_threads
 
 FILE_NAME = "settings.json"
 
@@ -23,7 +24,7 @@ FILE_NAME = "settings.json"
 class Settings:
     model_path: str | None = None  # None: the embedded default model
     sidecar_path: str | None = None
-    n_threads: int = 1
+    n_threads: int = field(default_factory=default_threads)
     n_ctx: int = 4096
     n_gpu_layers: int = 0
     theme: str = "system"  # system | light | dark

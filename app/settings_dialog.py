@@ -32,7 +32,7 @@ class SettingsDialog(QDialog):
         self.system_prompt = QPlainTextEdit(settings.system_prompt)
         self.system_prompt.setFixedHeight(70)
         form.addRow("CPU threads", self.threads)
-        form.addRow("", QLabel("<small>On small models one thread is often fastest; autotune measures it.</small>"))
+        form.addRow("", QLabel("<small>Every core is usually fastest; on a busy machine fewer can be.</small>"))
         form.addRow("Context size (tokens)", self.ctx)
         form.addRow("GPU layers", self.gpu_layers)
         form.addRow("Theme", self.theme)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from engine.errors import EngineError
+from engine.hardware import default_threads
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -18,7 +19,8 @@ def _add_load_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="GGUF file (default: the embedded Gemma 3 270M)")
     p.add_argument("--sidecar", help="MTP-only GGUF to draft with, next to the target")
     p.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads (1 is often fastest on small models)")
+    p.add_argument("--threads", type=int, default=default_threads(),
+                   help="CPU threads (default: every core up to 8; fewer can be faster on a busy machine)")
     p.add_argument("--gpu-layers", type=int, default=0)
 
 
