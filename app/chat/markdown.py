@@ -17,6 +17,7 @@ _KEYWORDS = frozenset(
     "struct impl enum match use const static void int char float double auto namespace template "
     "typename include public private protected new delete this function var".split()
 )
+FENCE = re.compile(r"^```", re.MULTILINE)
 _BULLET = re.compile(r"^\s*([-*]|\d+\.)\s+")
 _TOKEN = re.compile(r'(#[^\n]*|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|\b\w+\b)')
 
@@ -52,10 +53,11 @@ def _inline(text: str) -> str:
     return text
 
 
-def render(markdown: str, palette: dict[str, str], copy_prefix: str = "") -> str:
+def render(markdown: str, palette: dict[str, str], copy_prefix: str = "", first_block: int = 0) -> str:
     """HTML for ``markdown``. An unclosed code fence (mid-stream) renders as code so far.
 
-    With ``copy_prefix``, each code block gets a "Copy" link ``<copy_prefix><n>``.
+    With ``copy_prefix``, each code block gets a "Copy" link ``<copy_prefix><n>``,
+    numbered from ``first_block`` (a part of a longer text numbers on from there).
     """
     parts: list[str] = []
     chunks = re.split(r"^```", markdown, flags=re.MULTILINE)
@@ -63,7 +65,7 @@ def render(markdown: str, palette: dict[str, str], copy_prefix: str = "") -> str
         if i % 2 == 1:  # inside a fence: first line is the language
             lang, _, code = chunk.partition("\n")
             label = html.escape(lang.strip()) or "code"
-            copy = f' &nbsp; <a href="{copy_prefix}{i // 2}">Copy</a>' if copy_prefix else ""
+            copy = f' &nbsp; <a href="{copy_prefix}{first_block + i // 2}">Copy</a>' if copy_prefix else ""
             parts.append(
                 f'<table width="100%" cellpadding="8" style="background:{palette["code_bg"]};'
                 f'margin-top:4px;margin-bottom:4px"><tr><td>'

@@ -1,9 +1,11 @@
 """The transcript: rendered messages, with the streaming reply updated in place.
 
 Tokens arrive far faster than a screen needs; they are buffered and the
-streaming message is re-rendered at most every ``FLUSH_MS``, replacing only
-its own part of the document, so the cost per flush does not grow with the
-conversation.
+streaming message is updated at most every ``FLUSH_MS``. A flush does work in
+proportion to what arrived, not to the reply: new text is appended as plain
+text; when a paragraph is complete (a blank line outside any code fence) that
+plain text is replaced by its Markdown rendering, once. When the reply ends
+it is rendered once more, whole, with its footer.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from PySide6.QtCore import QTimer, QUrl, Signal
-from PySide6.QtGui import QGuiApplication, QTextCursor
+from PySide6.QtGui import QGuiApplication, QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from app.chat import markdown
@@ -69,6 +71,10 @@ class TranscriptView(QTextBrowser):
         self.highlight_drafts = False
         self.notice = ""
         self._stream_start = -1
+        self._tail_start = -1  # where the unfinished part of the streaming reply begins
+        self._settled = 0  # characters of the reply rendered as finished paragraphs
+        self._settled_blocks = 0  # code blocks among them (numbers the Copy links)
+        self._tail_shown = 0  # characters after the settled part shown as plain text
         self._pending = False
         self._timer = QTimer(self)
         self._timer.setInterval(FLUSH_MS)
@@ -105,6 +111,9 @@ class TranscriptView(QTextBrowser):
         cursor.movePosition(QTextCursor.MoveOperation.End)
         cursor.insertBlock()
         self._stream_start = cursor.position()
+        cursor.insertHtml(self._header_html(self.messages[-1]))
+        self._tail_start = cursor.position()
+        self._settled = self._settled_blocks = self._tail_shown = 0
         self._pending = True
         self._flush()
 
@@ -129,9 +138,9 @@ class TranscriptView(QTextBrowser):
         if self.messages and self.messages[-1].role == "assistant":
             self.messages[-1].status = status
             self.messages[-1].stats = stats
-        self._pending = True
-        self._flush()
-        self._stream_start = -1
+        self._pending = False
+        self._replace_from(self._stream_start, self._message_html(len(self.messages) - 1, self.messages[-1]))
+        self._stream_start = self._tail_start = -1
 
     @property
     def streaming(self) -> bool:
@@ -143,20 +152,56 @@ class TranscriptView(QTextBrowser):
         self._pending = False
         self.flushes += 1
         at_end = self.verticalScrollBar().value() >= self.verticalScrollBar().maximum() - 4
-        cursor = QTextCursor(self.document())
-        cursor.setPosition(self._stream_start)
-        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
-        cursor.insertHtml(self._message_html(len(self.messages) - 1, self.messages[-1]))
+        index, msg = len(self.messages) - 1, self.messages[-1]
+        if self.highlight_drafts:  # spans follow tokens, not paragraphs: redraw the reply
+            self._replace_from(self._stream_start, self._message_html(index, msg))
+        else:
+            self._flush_incremental(index, msg)
         if at_end:
             self._scroll_to_end()
 
+    def _flush_incremental(self, index: int, msg: ShownMessage) -> None:
+        boundary = settle_point(msg.content, self._settled)
+        if boundary > self._settled:  # paragraphs completed: plain text out, Markdown in
+            chunk = msg.content[self._settled:boundary]
+            cursor = self._replace_from(self._tail_start, "")
+            cursor.insertBlock()
+            cursor.insertHtml(markdown.render(chunk, self.palette_.code_palette(), f"copy:{index}:",
+                                              first_block=self._settled_blocks))
+            self._settled_blocks += len(markdown.FENCE.findall(chunk)) // 2
+            self._settled, self._tail_start, self._tail_shown = boundary, cursor.position(), 0
+        new = msg.content[self._settled + self._tail_shown:]
+        if not new:
+            return
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        if self._tail_shown == 0:
+            cursor.insertBlock(QTextBlockFormat(), QTextCharFormat())
+            new = new.lstrip("\n")
+        cursor.insertText(new)
+        self._tail_shown = len(msg.content) - self._settled
+
+    def _replace_from(self, position: int, html_text: str) -> QTextCursor:
+        """Replace everything from ``position`` to the end of the document."""
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(position)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        if html_text:
+            cursor.insertHtml(html_text)
+        return cursor
+
     # -- rendering ------------------------------------------------------------
-    def _message_html(self, index: int, m: ShownMessage) -> str:
+    def _header_html(self, m: ShownMessage) -> str:
         p = self.palette_
         who = {"user": "You", "assistant": "Assistant", "system": "System"}.get(m.role, m.role)
         color = p.accent if m.role == "assistant" else p.user
-        head = (f'<p style="margin-top:14px;margin-bottom:2px"><b style="color:{color}">{who}</b>'
+        return (f'<p style="margin-top:14px;margin-bottom:2px"><b style="color:{color}">{who}</b>'
                 + (f' <span style="color:{p.muted}">…</span>' if m.status == "streaming" else "") + "</p>")
+
+    def _message_html(self, index: int, m: ShownMessage) -> str:
+        p = self.palette_
+        head = self._header_html(m)
         if self.highlight_drafts and m.role == "assistant" and m.segments:
             body = "".join(
                 f'<span style="background:{p.draft_bg}">{html.escape(t)}</span>' if d else html.escape(t)
@@ -181,3 +226,16 @@ class TranscriptView(QTextBrowser):
             code = blocks[int(block_index)]
             QGuiApplication.clipboard().setText(code)
             self.sig_copied.emit(code)
+
+
+def settle_point(text: str, after: int) -> int:
+    """The end of the last complete paragraph of ``text`` past ``after``: a blank
+    line that is not inside a code fence. Returns ``after`` when there is none."""
+    end = len(text)
+    while True:
+        i = text.rfind("\n\n", after, end)
+        if i <= after:
+            return after
+        if len(markdown.FENCE.findall(text, 0, i)) % 2 == 0:
+            return i + 2
+        end = i
