@@ -14,7 +14,7 @@ from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 
 
 class Task(QObject):
-    """Signals:
+    """Signals (always emitted on the GUI thread, whatever is connected to them):
         sig_done(object): the function's return value.
         sig_failed(str): the exception's message.
         sig_progress(object): whatever the function passed to its ``report`` callback.
@@ -23,6 +23,27 @@ class Task(QObject):
     sig_done = Signal(object)
     sig_failed = Signal(str)
     sig_progress = Signal(object)
+    # Emitted from the pool thread. Connected to this object's own methods, so
+    # Qt queues them to the thread the task lives in (the GUI thread); a lambda
+    # connected straight to a cross-thread signal would run on the pool thread.
+    _done = Signal(object)
+    _failed = Signal(str)
+    _progress = Signal(object)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._done.connect(self._relay_done)
+        self._failed.connect(self._relay_failed)
+        self._progress.connect(self._relay_progress)
+
+    def _relay_done(self, value: object) -> None:
+        self.sig_done.emit(value)
+
+    def _relay_failed(self, message: str) -> None:
+        self.sig_failed.emit(message)
+
+    def _relay_progress(self, value: object) -> None:
+        self.sig_progress.emit(value)
 
 
 class _Runnable(QRunnable):
@@ -33,14 +54,14 @@ class _Runnable(QRunnable):
     def run(self) -> None:
         try:
             if self.with_report:
-                result = self.fn(*self.args, report=self.task.sig_progress.emit)
+                result = self.fn(*self.args, report=self.task._progress.emit)
             else:
                 result = self.fn(*self.args)
         except Exception as exc:  # shown to the user; the traceback goes to stderr
             traceback.print_exc()
-            self.task.sig_failed.emit(str(exc) or type(exc).__name__)
+            self.task._failed.emit(str(exc) or type(exc).__name__)
         else:
-            self.task.sig_done.emit(result)
+            self.task._done.emit(result)
 
 
 def run(fn: Callable[..., Any], *args: Any, with_report: bool = False) -> Task:

@@ -179,7 +179,8 @@ class ModelsPage(QWidget):
             return
         self.results.clear()
         self.results.addItem("Searching…")
-        task = self._track(background.run(hub.search, query, 30, None, credentials.get_token()))
+        # the token lookup may wait on the system keyring: never on the GUI thread
+        task = self._track(background.run(lambda q: hub.search(q, 30, None, credentials.get_token()), query))
         task.sig_done.connect(self._show_results)
         task.sig_failed.connect(lambda msg: self._message(self.results, f"Search failed: {msg}"))
 
@@ -201,7 +202,7 @@ class ModelsPage(QWidget):
         if not repo:
             return
         self.files.setRowCount(0)
-        task = self._track(background.run(hub.repo_files, repo, None, credentials.get_token()))
+        task = self._track(background.run(lambda r: hub.repo_files(r, None, credentials.get_token()), repo))
         task.sig_done.connect(lambda groups: self._show_files(repo, groups))
         task.sig_failed.connect(lambda msg: self.sidecar_hint.setText(f"Could not list files: {msg}"))
 

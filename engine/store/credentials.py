@@ -10,15 +10,21 @@ SERVICE = "mtp-studio"
 USER = "huggingface"
 
 
+_keyring_broken = False
+
+
 def get_token() -> str | None:
+    """The token, or None. May block briefly on the system keyring: call it off the GUI thread."""
+    global _keyring_broken
     env = os.environ.get("HF_TOKEN")
-    if env:
-        return env
+    if env or _keyring_broken:
+        return env or None
     try:
         import keyring
 
         return keyring.get_password(SERVICE, USER)
-    except Exception:  # no keyring package or no backend (headless Linux)
+    except Exception:  # no keyring package or no backend (headless Linux): do not ask again
+        _keyring_broken = True
         return None
 
 
