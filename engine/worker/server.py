@@ -101,15 +101,19 @@ class Worker:
                     self.out.send("done", request.id, finish_reason="error")
 
     def _load(self, request: LoadRequest) -> None:
-        from engine import default_model, gguf_info
+        from engine import default_model, gguf_info, sidecar
+        from engine.errors import SpeculativeUnavailable
         from engine.generation.session import LoadOptions, Session
 
         path = request.path or str(default_model.default_model_path())
         # Check the files before letting go of the current model: a bad path
         # must not leave the user with nothing loaded.
-        gguf_info.read_facts(path)
+        target = gguf_info.read_facts(path)
         if request.sidecar:
-            gguf_info.read_facts(request.sidecar)
+            try:
+                sidecar.check_sidecar(target, gguf_info.read_facts(request.sidecar))
+            except SpeculativeUnavailable:
+                pass  # the session loads the model without MTP and says why
         self._unload()
         self.session = Session(
             LoadOptions(

@@ -136,3 +136,15 @@ def test_killed_worker_is_reported_as_dead(worker: WorkerClient):
     with pytest.raises(WorkerDied, match="SIGKILL"):
         for _ in range(1000):
             worker.next_event(30)
+
+
+def test_a_mismatched_sidecar_is_refused_and_the_loaded_model_stays(worker: WorkerClient):
+    from tests.engine.conftest import synth
+
+    model = synth("glm4moe")
+    load_default(worker)
+    events = worker.call(P.LoadRequest(id="bad", path=str(model.path("trunk")),
+                                       sidecar=str(model.path("sidecar-other-vocab"))))
+    assert events[-1]["kind"] == "sidecar_mismatch" and "vocabulary of 640" in events[-1]["message"]
+    events = worker.call(P.GenerateRequestMsg(id="still", prompt=PROMPT, max_tokens=4))
+    assert events[-1]["finish_reason"] == "length"  # the default model is still loaded
