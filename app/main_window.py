@@ -384,6 +384,7 @@ class MainWindow(QMainWindow):
 
     def _on_loaded(self, _rid: str, facts: dict[str, Any]) -> None:
         self.model_facts = facts
+        self.chat.model_has_mtp = facts.get("mtp", "off") != "off"
         name = Path(facts["path"]).name
         mtp = {"off": "no MTP", "single": "MTP: 1 head", "chained": f"MTP: {facts.get('mtp_heads')} heads"}
         self.model_label.setText(f"{name} · {mtp.get(facts.get('mtp', 'off'), '')}")

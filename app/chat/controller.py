@@ -46,6 +46,7 @@ class ChatController(QObject):
         self._last_save = 0.0
         self.last_stats: dict[str, Any] | None = None
         self.profile_speculative: dict[str, Any] | None = None  # from autotune, when there is one
+        self.model_has_mtp = True  # "auto" asks for MTP only when the loaded model can draft
         client.sig_token.connect(self._on_token)
         client.sig_stats.connect(self._on_stats)
         client.sig_done.connect(self._on_done)
@@ -121,7 +122,7 @@ class ChatController(QObject):
 
     def speculative_settings(self, values: dict[str, Any] | None = None) -> dict[str, Any]:
         v = values or self.chat_values()
-        if v["speculative"] == "off":
+        if v["speculative"] == "off" or (v["speculative"] == "auto" and not self.model_has_mtp):
             return {"mode": "none", "n_max": v["n_max"], "n_min": 0, "p_min": v["p_min"]}
         if v["speculative"] == "auto" and self.profile_speculative:
             return dict(self.profile_speculative)

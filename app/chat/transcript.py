@@ -139,8 +139,11 @@ class TranscriptView(QTextBrowser):
             self.messages[-1].status = status
             self.messages[-1].stats = stats
         self._pending = False
+        at_end = self.verticalScrollBar().value() >= self.verticalScrollBar().maximum() - 4
         self._replace_from(self._stream_start, self._message_html(len(self.messages) - 1, self.messages[-1]))
         self._stream_start = self._tail_start = -1
+        if at_end:
+            self._scroll_to_end()
 
     @property
     def streaming(self) -> bool:
