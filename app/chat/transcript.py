@@ -145,10 +145,6 @@ class TranscriptView(QTextBrowser):
         if at_end:
             self._scroll_to_end()
 
-    @property
-    def streaming(self) -> bool:
-        return self._stream_start >= 0
-
     def _flush(self) -> None:
         if not self._pending or self._stream_start < 0:
             return

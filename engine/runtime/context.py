@@ -66,11 +66,6 @@ class Batch:
         self.n = i + 1
         return i
 
-    def set_embd(self, i: int, src: Any) -> None:
-        """Copy one hidden-state row (a float pointer or buffer) into row ``i``."""
-        row_bytes = 4 * self.n_embd
-        ctypes.memmove(ctypes.addressof(self.embd) + i * row_bytes, src, row_bytes)  # type: ignore[arg-type]
-
     def embd_row_address(self, i: int) -> int:
         return ctypes.addressof(self.embd) + i * 4 * self.n_embd  # type: ignore[arg-type]
 
@@ -121,9 +116,6 @@ class Context:
     # -- memory -----------------------------------------------------------
     def seq_rm(self, p0: int, p1: int = -1, seq: int = 0) -> bool:
         return bool(self._lib.llama_memory_seq_rm(self.memory, seq, p0, p1))
-
-    def pos_max(self, seq: int = 0) -> int:
-        return int(self._lib.llama_memory_seq_pos_max(self.memory, seq))
 
     def clear(self) -> None:
         self._lib.llama_memory_clear(self.memory, True)

@@ -83,7 +83,3 @@ def build_info() -> dict[str, Any]:
     except (OSError, ValueError):
         info["backend"] = "unknown (not installed by packaging/build_engine.py)"
     return info
-
-
-def gpu_offload_supported() -> bool:
-    return bool(llama().llama_supports_gpu_offload())

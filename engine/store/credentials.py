@@ -37,8 +37,3 @@ def set_token(token: str) -> bool:
         return True
     except Exception:
         return False
-
-
-def mask(token: str | None) -> str:
-    """A form safe to show: the first 4 characters and the length."""
-    return f"{token[:4]}…({len(token)} chars)" if token else "(none)"

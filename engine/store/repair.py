@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from engine.errors import EngineError
-from engine.store.doctor import Diagnosis, diagnose
+from engine.store.doctor import diagnose
 
 
 class RepairError(EngineError):
@@ -110,7 +110,3 @@ def prove(target: str | Path, sidecar: str | Path, timeout: float = 300) -> str:
         raise RepairError(f"the engine could not use the pair (exit {proc.returncode}): {tail}")
     _, status, rounds, drafted, accepted = line.split()
     return f"loaded with MTP ({status}); {rounds} rounds, {accepted}/{drafted} drafts accepted"
-
-
-def describe(d: Diagnosis) -> str:
-    return d.report()
