@@ -35,6 +35,9 @@ from app.theme import Palette
 from engine import gguf_info
 from engine.errors import ModelFileError
 
+# How the output of a setting compared with no speculation (engine/speculative/identity.py).
+_IDENTITY_TEXT = {"identical": "yes", "near_tie": "yes (near tie)", "defect": "NO — differs"}
+
 
 class SpeedChart(QWidget):
     """Bars of speed relative to "off", one per setting, updated live."""
@@ -241,7 +244,7 @@ class ResultsPage(QWizardPage):
         self.decision = QLabel()
         self.decision.setWordWrap(True)
         self.table = QTableWidget(0, 6)
-        self.table.setHorizontalHeaderLabels(["Setting", "tok/s", "vs off", "Acceptance", "Prompts", "Identical"])
+        self.table.setHorizontalHeaderLabels(["Setting", "tok/s", "vs off", "Acceptance", "Prompts", "Same output"])
         self.table.horizontalHeader().setStretchLastSection(True)
         layout = QVBoxLayout(self)
         layout.addWidget(self.decision)
@@ -259,7 +262,7 @@ class ResultsPage(QWizardPage):
         for i, r in enumerate(rows):
             acc = f"{100 * r['acceptance']:.0f}%" if r.get("acceptance") is not None else "–"
             values = [r["setting"] + (" (stopped early)" if r["dropped"] else ""), f"{r['tps']:.1f}",
-                      f"{r['ratio']:.2f}x", acc, str(r["prompts"]), "yes" if r["identical"] else "NO"]
+                      f"{r['ratio']:.2f}x", acc, str(r["prompts"]), _IDENTITY_TEXT[r["identity"]]]
             for j, v in enumerate(values):
                 self.table.setItem(i, j, QTableWidgetItem(v))
         self.table.resizeColumnsToContents()

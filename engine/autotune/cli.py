@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         emit("result", best=result.best.to_json(), label=result.best.label, reason=result.reason,
              rows=[{"setting": m.setting.label, "tps": m.mean_tps, "ratio": m.mean_ratio,
                     "lower": m.lower_bound, "acceptance": m.acceptance, "prompts": len(m.tps),
-                    "identical": m.identical, "dropped": m.dropped_after is not None,
+                    "identical": m.identical, "identity": m.identity, "dropped": m.dropped_after is not None,
                     "per_pos": m.per_pos} for m in result.measurements])
         return 0
     print(result.table())

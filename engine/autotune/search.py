@@ -12,7 +12,11 @@ Steps:
 3. Decision: per prompt, the ratio setting/off is a paired sample. The
    fastest setting whose lower confidence bound on the mean ratio is above
    1.0 wins; if none clears the noise, the answer is "off".
-4. Greedy identity with "off" is checked on every prompt a setting runs.
+4. Greedy identity with "off" is checked on every prompt a setting runs,
+   with the numbers (engine/speculative/identity.py): an output that parts
+   from "off" at a near tie (plain's top-2 margin inside the measured
+   batch-vs-single noise) is still correct; one that parts beyond it is a
+   defect, and that setting can never win.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 
 from engine.generation.generator import GenerateRequest, GenerateResult, generate
 from engine.generation.session import Session
+from engine.speculative import identity
 from engine.speculative.drafter import MAX_DRAFT, SpeculativeParams
 
 Z_LOWER = 1.64  # one-sided 95 % bound on the mean ratio
@@ -58,7 +63,8 @@ class Measurement:
     accepted: int = 0
     drafted_per_pos: list[int] = field(default_factory=list)
     accepted_per_pos: list[int] = field(default_factory=list)
-    identical: bool = True
+    # the worst identity verdict over its prompts: identical < near_tie < defect
+    identity: str = identity.IDENTICAL
     dropped_after: int | None = None  # prompts seen when successive halving dropped it
 
     @property
@@ -83,14 +89,21 @@ class Measurement:
     def mean_tps(self) -> float:
         return statistics.fmean(self.tps) if self.tps else 0.0
 
-    def add(self, result: GenerateResult, off: GenerateResult | None) -> None:
+    @property
+    def identical(self) -> bool:
+        """Its output is a correct greedy output on every prompt (near ties included)."""
+        return self.identity != identity.DEFECT
+
+    def add(self, result: GenerateResult, off: GenerateResult | None,
+            verdict: identity.IdentityVerdict | None = None) -> None:
         s = result.stats
         tps = s.decode_tps() or 0.0
         self.tps.append(tps)
         if off is not None:
             off_tps = off.stats.decode_tps() or 0.0
             self.ratios.append(tps / off_tps if off_tps else 1.0)
-            self.identical &= result.tokens == off.tokens
+        if verdict is not None and _SEVERITY[verdict.kind] > _SEVERITY[self.identity]:
+            self.identity = verdict.kind
         self.drafted += s.drafted
         self.accepted += s.accepted
         for i, (d, a) in enumerate(zip(s.drafted_per_pos, s.accepted_per_pos, strict=False)):
@@ -108,13 +121,13 @@ class TuneResult:
     reason: str
 
     def table(self) -> str:
-        head = f"{'setting':<24} {'tok/s':>7} {'vs off':>7} {'low 95%':>8} {'accept':>7} {'prompts':>7} identical"
+        head = f"{'setting':<24} {'tok/s':>7} {'vs off':>7} {'low 95%':>8} {'accept':>7} {'prompts':>7}  identical"
         lines = [head, "-" * len(head)]
         for m in sorted(self.measurements, key=lambda m: -m.mean_ratio):
             acc = f"{100 * m.acceptance:.0f}%" if m.acceptance is not None else "-"
             mark = " <- chosen" if m.setting == self.best else (" (dropped)" if m.dropped_after else "")
             lines.append(f"{m.setting.label:<24} {m.mean_tps:7.1f} {m.mean_ratio:6.2f}x {m.lower_bound:7.2f}x "
-                         f"{acc:>7} {len(m.tps):7d} {'yes' if m.identical else 'NO':>9}{mark}")
+                         f"{acc:>7} {len(m.tps):7d} {IDENTITY_LABELS[m.identity]:>10}{mark}")
         return "\n".join(lines)
 
 
@@ -129,6 +142,8 @@ def candidates(n_heads: int, chained: bool, p_grid: tuple[float, ...] = (0.5,)) 
 
 
 ProgressFn = Callable[[dict[str, Any]], None]
+_SEVERITY = {identity.IDENTICAL: 0, identity.NEAR_TIE: 1, identity.DEFECT: 2}
+IDENTITY_LABELS = {identity.IDENTICAL: "yes", identity.NEAR_TIE: "near tie", identity.DEFECT: "NO"}
 
 
 def tune(session: Session, prompts: list[list[dict[str, str]]], *, max_tokens: int = 96,
@@ -145,6 +160,7 @@ def tune(session: Session, prompts: list[list[dict[str, str]]], *, max_tokens: i
     total_steps = _planned_steps(len(settings), len(prompts), first_round)
     step = 0
     _run(session, prompts[0], 8, Setting(0))  # warm-up
+    noise = identity.measure_noise(session)
     while used < len(prompts) and alive:
         chunk = prompts[used:used + batch]
         for i, prompt in enumerate(chunk):
@@ -152,11 +168,17 @@ def tune(session: Session, prompts: list[list[dict[str, str]]], *, max_tokens: i
                 break
             off = _run(session, prompt, max_tokens, Setting(0))
             measurements[Setting(0)].add(off, off)
+            off_margins: list[float] | None = None
             for s in list(alive):
                 if s.n_max == 0:
                     continue
                 m = measurements[s]
-                m.add(_run(session, prompt, max_tokens, s), off)
+                result = _run(session, prompt, max_tokens, s)
+                if result.tokens != off.tokens and off_margins is None:
+                    # margins cost a pass over the vocabulary per token: only
+                    # when needed, and never inside a timed "off" run
+                    off_margins = _run(session, prompt, max_tokens, Setting(0), margins=True).margins
+                m.add(result, off, identity.classify(off.tokens, off_margins or [], result.tokens, noise))
                 step += 1
                 if progress:
                     progress({"step": step, "total": total_steps, "setting": s.label, "tps": m.tps[-1],
@@ -188,9 +210,10 @@ def _planned_steps(n_settings: int, n_prompts: int, first: int) -> int:
     return steps
 
 
-def _run(session: Session, messages: list[dict[str, str]], max_tokens: int, setting: Setting) -> GenerateResult:
+def _run(session: Session, messages: list[dict[str, str]], max_tokens: int, setting: Setting,
+         margins: bool = False) -> GenerateResult:
     return generate(session, GenerateRequest(messages=tuple(messages), max_tokens=max_tokens,
-                                             speculative=setting.params()))
+                                             speculative=setting.params(), record_margins=margins))
 
 
 def _decide(measurements: list[Measurement]) -> TuneResult:
@@ -203,7 +226,8 @@ def _decide(measurements: list[Measurement]) -> TuneResult:
         return TuneResult(best.setting, measurements, reason)
     top = max(finalists, key=lambda m: m.mean_ratio, default=None)
     if top is None:
-        reason = "This model has no MTP head (or no setting kept the output identical); speculation stays off."
+        reason = ("This model has no MTP head (or every setting changed the output beyond numeric noise); "
+                  "speculation stays off.")
     else:
         reason = (f"No setting was faster beyond the noise (best: {top.setting.label} at {top.mean_ratio:.2f}x, "
                   f"lower bound {top.lower_bound:.2f}x); speculation stays off.")

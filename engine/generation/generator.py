@@ -13,6 +13,11 @@ Plain decoding is the case where the draft is always empty. Each step:
    the token limit token by token.
 
 Cancellation is checked between decodes.
+
+Acceptance follows llama.cpp's ``common_sampler_sample_and_accept_n``: a
+draft that equals an end-of-generation sample is accepted only when it is the
+last draft of the round (earlier, the drafts after it would enter the context
+but never the output), so drafted/accepted counts match its driver's.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from engine.errors import ContextError
 from engine.generation import chat_template
@@ -46,6 +53,11 @@ class GenerateRequest:
     # llama.cpp's speculative-simple does; the benchmark uses this to compare
     # drafted/accepted counts round by round with the C++ driver.
     hold_last_prompt_token: bool = False
+    # Keep each round's draft tokens (tests compare drafts, not only counts).
+    record_drafts: bool = False
+    # Keep the target's top-2 logit margin at every sampled token: how close
+    # greedy decoding was to choosing another token (engine/speculative/identity.py).
+    record_margins: bool = False
 
 
 @dataclass
@@ -57,6 +69,11 @@ class GenerateResult:
     prompt_mode: str = chat_template.COMPLETION
     accepted_per_round: list[int] = field(default_factory=list)
     drafted_per_round: list[int] = field(default_factory=list)
+    # with record_drafts: the draft of every round, in order
+    drafts_per_round: list[tuple[int, ...]] = field(default_factory=list)
+    # with record_margins: one per token of ``tokens``, plus one for the
+    # end-of-generation token when that ended the reply
+    margins: list[float] = field(default_factory=list)
 
 
 # on_text(text, from_draft): text that became visible, and whether it came
@@ -91,8 +108,11 @@ class _Output:
         self.tokens: list[int] = []
         self.text: list[str] = []
         self.finish: str | None = None
+        self.margins: list[float] = []
 
-    def push(self, token: int, from_draft: bool) -> None:
+    def push(self, token: int, from_draft: bool, margin: float | None = None) -> None:
+        if margin is not None:
+            self.margins.append(margin)
         if self.model.is_eog(token):
             self.finish = "stop"
             return
@@ -115,6 +135,25 @@ class _Output:
                 self.on_text(tail, False)
 
 
+def accepts_draft(k: int, sampled: int, drafts: list[int], is_eog: Callable[[int], bool]) -> bool:
+    """Is draft ``k`` accepted, given the target sampled ``sampled`` at its row?
+
+    As llama.cpp's ``common_sampler_sample_and_accept_n``: the draft must equal
+    the sample, and an end-of-generation draft counts only as the round's last
+    (drafts after it would enter the context but never the output).
+    """
+    if k >= len(drafts) or sampled != drafts[k]:
+        return False
+    return not is_eog(sampled) or k == len(drafts) - 1
+
+
+def top2_margin(logits_ptr: object, n_vocab: int) -> float:
+    """Top-1 minus top-2 logit of one row: how far greedy was from another choice."""
+    logits = np.ctypeslib.as_array(logits_ptr, shape=(n_vocab,))
+    top2 = np.partition(logits, -2)[-2:]
+    return float(top2[1] - top2[0])
+
+
 def generate(
     session: Session,
     request: GenerateRequest,
@@ -129,16 +168,25 @@ def generate(
         ContextError: the prompt does not fit the context, or a decode failed.
     """
     stats = GenerationStats()
-    session.stats_ref[0] = stats
-    target = session.target
     spec = request.speculative
     drafter = session.drafter if spec.enabled else None
+    session.prepare(mtp=drafter is not None)
+    target = session.target
     n_max = min(spec.n_max, MAX_DRAFT)
     if drafter is not None and drafter.chained:
         n_max = min(n_max, drafter.n_heads)
     stats.mode = f"mtp(n_max={n_max})" if drafter else "none"
     stats.rollback = session.rollback_strategy if drafter else "none"
     rollback = TargetRollback(target, session.rollback_strategy if drafter else "kv")
+    n_vocab = session.model.n_vocab
+
+    def margin(row: int) -> float | None:
+        return top2_margin(target.logits(row), n_vocab) if request.record_margins else None
+
+    def book_drafter() -> None:
+        if drafter is not None:
+            stats.phase_seconds["draft"] = drafter.seconds["draft"]
+            stats.phase_seconds["catch_up"] = drafter.seconds["catch_up"]
 
     tokens, prompt_mode = render_prompt(session, request)
     if not tokens:
@@ -154,6 +202,7 @@ def generate(
     batch = Batch(max(target.n_batch, MAX_DRAFT + 1))
     accepted_per_round: list[int] = []
     drafted_per_round: list[int] = []
+    drafts_per_round: list[tuple[int, ...]] = []
     last_stats = time.perf_counter()
     try:
         # -- prefill, in chunks of n_batch; the drafter catches up on each chunk
@@ -174,14 +223,16 @@ def generate(
             if should_stop():
                 out.finish = "cancelled"
                 break
-        stats.phase_seconds["prefill"] = time.perf_counter() - t0
+        # the drafter's catch-up on the prompt is its own phase, not prefill
+        prefill_catch_up = drafter.seconds["catch_up"] if drafter is not None else 0.0
+        stats.phase_seconds["prefill"] = time.perf_counter() - t0 - prefill_catch_up
         pos0 = len(prefill)
         stats.t_first_token = time.perf_counter()
         if held:
             id_last = tokens[-1]
         elif out.finish is None:
             id_last = sampler.sample(target.handle, batch.n - 1)
-            out.push(id_last, False)
+            out.push(id_last, False, margin(batch.n - 1))
 
         # -- decode loop ------------------------------------------------------
         while out.finish is None:
@@ -197,12 +248,14 @@ def generate(
             if drafter is not None and room > 0:
                 drafts = drafter.draft(id_last, pos0, min(n_max, room), spec.n_min, spec.p_min)
 
-            t_verify = time.perf_counter()
             verified = [id_last, *drafts]
             batch.clear()
             for k, tok in enumerate(verified):
                 batch.add(tok, pos0 + k, True)
+            t_rollback = time.perf_counter()
             rollback.before_verify(len(drafts))
+            t_verify = time.perf_counter()
+            stats.phase_seconds["rollback"] += t_verify - t_rollback
             target.decode(batch)
             stats.phase_seconds["verify"] += time.perf_counter() - t_verify
             if drafter is not None:
@@ -211,25 +264,31 @@ def generate(
             t_sample = time.perf_counter()
             accepted = 0
             new_tokens: list[int] = []
+            margins: list[float | None] = []
             for k in range(len(verified)):
                 tok = sampler.sample(target.handle, k)
                 new_tokens.append(tok)
-                if k < len(drafts) and tok == drafts[k] and not session.model.is_eog(tok):
+                margins.append(margin(k))
+                if accepts_draft(k, tok, drafts, session.model.is_eog):
                     accepted += 1
                     continue
                 break
             stats.phase_seconds["sampling"] += time.perf_counter() - t_sample
 
             if drafts:
+                t_rollback = time.perf_counter()
                 rollback.after_verify(verified, pos0, accepted)
+                stats.phase_seconds["rollback"] += time.perf_counter() - t_rollback
                 accepted_per_round.append(accepted)
                 drafted_per_round.append(len(drafts))
+                if request.record_drafts:
+                    drafts_per_round.append(tuple(drafts))
             if drafter is not None:
                 drafter.accept(accepted, pos0)
             stats.record_round(len(drafts), accepted)
 
             for k, tok in enumerate(new_tokens):
-                out.push(tok, k < accepted)
+                out.push(tok, k < accepted, margins[k])
                 if out.finish is not None:
                     break
             pos0 += accepted + 1
@@ -239,10 +298,12 @@ def generate(
             stats.generated_tokens = len(out.tokens)
             if on_stats is not None and now - last_stats >= STATS_INTERVAL_S:
                 last_stats = now
+                book_drafter()
                 on_stats(stats)
     finally:
         sampler.close()
     out.close()
+    book_drafter()
     stats.generated_tokens = len(out.tokens)
     stats.t_end = time.perf_counter()
     accounted = sum(v for k, v in stats.phase_seconds.items() if k != "other")
@@ -257,4 +318,6 @@ def generate(
         prompt_mode=prompt_mode,
         accepted_per_round=accepted_per_round,
         drafted_per_round=drafted_per_round,
+        drafts_per_round=drafts_per_round,
+        margins=out.margins,
     )

@@ -14,7 +14,6 @@ from engine.runtime import Context, ContextParams, Model
 from engine.speculative import rollback
 from engine.speculative.drafter import MAX_DRAFT
 from engine.speculative.mtp import MTPDrafter
-from engine.speculative.stats import GenerationStats
 
 
 @dataclass(frozen=True)
@@ -57,31 +56,54 @@ class Session:
         self._own_mtp_model = False
         self.drafter: MTPDrafter | None = None
         self.rollback_strategy = "kv"
-        # Shared with the drafter: element 0 is the running generation's stats.
-        self.stats_ref: list[GenerationStats] = [GenerationStats()]
-
-        hybrid = self.model.is_hybrid or self.model.is_recurrent
-        n_rs_seq = MAX_DRAFT if (want_mtp and hybrid) else 0
-        n_ubatch = min(options.n_batch, max(512, 1 + n_rs_seq))
-        self.target = Context(
-            self.model,
-            ContextParams(
-                n_ctx=options.n_ctx, n_batch=options.n_batch, n_ubatch=n_ubatch,
-                n_threads=options.n_threads, n_rs_seq=n_rs_seq,
-                # Only a verify batch needs logits on several rows; sizing the
-                # output buffer for it (not n_batch rows) saves ~0.5 GB on a
-                # 262k vocabulary.
-                n_outputs_max=MAX_DRAFT + 1,
-            ),
-        )
+        self._hybrid = self.model.is_hybrid or self.model.is_recurrent
+        self.target = Context(self.model, self._target_params(want_mtp))
+        self.prepared_for_mtp = want_mtp
+        self._mtp_n_rs_seq = self.target.n_rs_seq if want_mtp else 0
         if want_mtp:
             try:
-                self._init_mtp(mtp_in_target, hybrid)
+                self._init_mtp(mtp_in_target)
             except Exception:
                 self.close()
                 raise
 
-    def _init_mtp(self, mtp_in_target: bool, hybrid: bool) -> None:
+    def _target_params(self, mtp: bool) -> ContextParams:
+        """Target context settings: MTP adds per-token recurrent snapshots
+        (``n_rs_seq``, hybrid targets only) that plain decoding does not pay for."""
+        n_rs_seq = MAX_DRAFT if (mtp and self._hybrid) else 0
+        return ContextParams(
+            n_ctx=self.options.n_ctx, n_batch=self.options.n_batch,
+            n_ubatch=min(self.options.n_batch, max(512, 1 + n_rs_seq)),
+            n_threads=self.options.n_threads, n_rs_seq=n_rs_seq,
+            # Only a verify batch needs logits on several rows; sizing the
+            # output buffer for it (not n_batch rows) saves ~0.5 GB on a
+            # 262k vocabulary.
+            n_outputs_max=MAX_DRAFT + 1,
+        )
+
+    def prepare(self, mtp: bool) -> None:
+        """Make the target context exactly what this generation needs.
+
+        "Off" must be plain decoding, not MTP with no drafts: speed ratios
+        against it would be biased. With MTP off the target stops exporting
+        hidden states, and a hybrid target whose context keeps recurrent
+        snapshots is recreated without them (each generation starts from an
+        empty context anyway, so nothing is lost but the allocation).
+        """
+        mtp = mtp and self.drafter is not None
+        if mtp == self.prepared_for_mtp:
+            return
+        # only where the MTP context really got snapshots (llama.cpp clamps
+        # n_rs_seq to 0 for architectures without rollback support)
+        if self._mtp_n_rs_seq and self.drafter is not None:
+            self.target.close()
+            self.target = Context(self.model, self._target_params(mtp))
+            self.drafter.target = self.target
+        if self.drafter is not None:
+            self.target.set_embeddings_nextn(mtp, False)
+        self.prepared_for_mtp = mtp
+
+    def _init_mtp(self, mtp_in_target: bool) -> None:
         if mtp_in_target:
             self.mtp_model = self.model
         else:
@@ -89,9 +111,8 @@ class Session:
             self.mtp_model = Model(self.options.sidecar, n_gpu_layers=self.options.n_gpu_layers, load_mtp=True)
             self._own_mtp_model = True
         self.target.set_embeddings_nextn(True, False)
-        self.drafter = MTPDrafter(self.target, self.mtp_model, self.stats_ref, arch=self.facts.architecture,
-                                  fold=self.options.fold)
-        self.rollback_strategy = rollback.choose(self.target, hybrid, MAX_DRAFT)
+        self.drafter = MTPDrafter(self.target, self.mtp_model, fold=self.options.fold)
+        self.rollback_strategy = rollback.choose(self.target, self._hybrid, MAX_DRAFT)
         self.mtp_status = "chained" if self.drafter.chained else "single"
 
     @property

@@ -121,10 +121,18 @@ class Context:
         self._lib.llama_memory_clear(self.memory, True)
 
     # -- state checkpoints (for hybrid targets without n_rs_seq) ----------
-    def state_save(self, seq: int = 0, flags: int = 1) -> Any:
-        """Save a sequence's state (flags=1: PARTIAL_ONLY, i.e. recurrent/SWA part)."""
+    def state_save(self, seq: int = 0, flags: int = 1, into: Any = None) -> Any:
+        """Save a sequence's state (flags=1: PARTIAL_ONLY, i.e. recurrent/SWA part).
+
+        ``into``: a buffer from an earlier save, reused when large enough (a
+        checkpoint is taken every round; allocating one each time is waste).
+        With ON_DEVICE (2) the tensor data stays in llama.cpp's device
+        buffers and the returned buffer holds only the metadata.
+        """
         size = self._lib.llama_state_seq_get_size_ext(self.handle, seq, flags)
-        buf = (ctypes.c_uint8 * size)()
+        if size == 0:
+            raise ContextError("llama.cpp could not size a state checkpoint")
+        buf = into if into is not None and len(into) >= size else (ctypes.c_uint8 * size)()
         written = self._lib.llama_state_seq_get_data_ext(self.handle, buf, size, seq, flags)
         if written != size:
             raise ContextError(f"state checkpoint wrote {written} of {size} bytes")

@@ -5,8 +5,18 @@ every verified row, trims the rejected ones, then decodes ``id_last`` alone
 to start the next draft. Here the catch-up of the *accepted* rows is deferred
 and decoded in the same batch as the next ``id_last``, whose row gives the
 first draft token: one MTP decode fewer per round, and rejected drafts never
-enter the MTP KV cache. It is off for qwen35/qwen35moe, whose MTP graph
-returns the wrong hidden-state row when only some rows of a batch are outputs.
+enter the MTP KV cache.
+
+That batch has several rows and one output, and some MTP graphs (glm4moe,
+deepseek2/32, glm-dsa, hy_v3, cohere2moe, bailingmoe3, qwen35/35moe in the
+vendored llama.cpp) export the hidden state *before* cropping to the output
+rows: llama.cpp then hands back row 0 — a previous position — as the output
+row's hidden state. Output stays correct (drafts are verified), but every
+draft after the first is made from the wrong state. Rather than trust a list
+of graphs, the drafter asks the graph once at load (:func:`graph_crops_rows`)
+and folds only where the answer is exact. Chained heads have the same
+hazard when a prefix is re-decoded with one output; there every row is made
+an output instead, so the last row's state is the right one.
 
 The invariant everything rests on (see docs/mtp.md): the MTP input at
 position p is (token x_p, h_target(p-1)), so ``pending_h`` always holds the
@@ -23,11 +33,48 @@ import time
 import numpy as np
 
 from engine.runtime import Batch, Context, ContextParams, Model
-from engine.speculative.stats import GenerationStats
 
-# MTP graphs that take the hidden-state rows before cropping to the output
-# rows: with only some rows marked as outputs they return the wrong row.
-NO_FOLD_ARCHS = frozenset({"qwen35", "qwen35moe"})
+# llama.cpp's MTP driver gates a draft token by its probability in a softmax
+# over the head's top 10 candidates (common/speculative.cpp); the same here,
+# so a ``p_min`` taken from a llama.cpp command line means the same thing.
+P_MIN_TOP_K = 10
+# Relative difference between two hidden states that counts as "the same
+# row" in the crop probe: numeric noise between batch shapes is ~1e-6..1e-3,
+# a different row differs by O(1).
+_SAME_ROW_RTOL = 0.05
+
+
+def graph_crops_rows(ctx: Context, batch: Batch, n_embd: int, n_vocab: int) -> bool:
+    """Does this MTP graph return the hidden state of the *output* rows?
+
+    Decodes two rows with only the last an output and compares its hidden
+    state with the same position decoded alone. A graph that exports the
+    hidden state before cropping hands back row 0 instead. The rows differ
+    in token and in hidden state, so a head that reads either tells them
+    apart. Leaves the context empty.
+    """
+    rng = np.random.default_rng(0)
+    h = rng.standard_normal((2, n_embd)).astype(np.float32)
+    tokens = (n_vocab // 3, 2 * n_vocab // 3)
+    row_bytes = 4 * n_embd
+
+    def run(rows: list[tuple[int, bool]]) -> None:
+        batch.clear()
+        for pos, output in rows:
+            batch.add(tokens[pos], pos, output)
+            ctypes.memmove(batch.embd_row_address(batch.n - 1), h[pos].ctypes.data, row_bytes)
+        ctx.decode(batch)
+
+    ctx.clear()
+    run([(0, False), (1, True)])
+    together = np.ctypeslib.as_array(ctx.embeddings_nextn_ith(1), shape=(n_embd,)).copy()
+    ctx.clear()
+    run([(0, False)])
+    run([(1, True)])
+    alone = np.ctypeslib.as_array(ctx.embeddings_nextn_ith(0), shape=(n_embd,)).copy()
+    ctx.clear()
+    scale = float(np.linalg.norm(alone)) or 1.0
+    return float(np.linalg.norm(together - alone)) <= _SAME_ROW_RTOL * scale
 
 
 class MTPDrafter:
@@ -36,11 +83,13 @@ class MTPDrafter:
     Args:
         target_ctx: the target context; must have ``embeddings_nextn`` enabled (unmasked).
         mtp_model: a model loaded with ``load_mtp=True`` holding the NextN block(s).
-        stats: where draft and catch-up time is accounted.
+        fold: fold the catch-up into the next draft where the graph allows it exactly.
+
+    ``seconds`` holds this generation's ``draft`` and ``catch_up`` time (reset
+    by :meth:`begin`); the generator books it into its statistics.
     """
 
-    def __init__(self, target_ctx: Context, mtp_model: Model, stats_ref: list[GenerationStats],
-                 arch: str = "", fold: bool = True) -> None:
+    def __init__(self, target_ctx: Context, mtp_model: Model, fold: bool = True) -> None:
         self.target = target_ctx
         self.model = mtp_model
         self.n_embd = mtp_model.n_embd_out
@@ -52,14 +101,19 @@ class MTPDrafter:
             ContextParams(
                 n_ctx=target_ctx.n_ctx, n_batch=tp.n_batch, n_ubatch=tp.n_ubatch,
                 n_threads=tp.n_threads, mtp=True,
+                # One output row per draft step (every row of a chained prefix
+                # at most): llama.cpp's default reserves logits for n_batch
+                # rows, ~0.5 GB with a 262k vocabulary.
+                n_outputs_max=max(1, self.n_heads),
             ),
         )
         self.ctx.set_embeddings_nextn(True, True)
         self.batch = Batch(tp.n_batch, self.n_embd)
         self.pending_h = np.zeros(self.n_embd, dtype=np.float32)
         self.verify_h = np.zeros((1, self.n_embd), dtype=np.float32)
-        self._stats_ref = stats_ref  # the generator swaps in each generation's stats
-        self.fold = fold and not self.chained and arch not in NO_FOLD_ARCHS
+        self.seconds = {"draft": 0.0, "catch_up": 0.0}
+        self.crops_rows = graph_crops_rows(self.ctx, self.batch, self.n_embd, mtp_model.n_vocab)
+        self.fold = fold and not self.chained and self.crops_rows
         self._verified: list[int] = []
         self._verified_pos = 0
         # accepted rows whose catch-up is deferred into the next draft's first decode
@@ -74,6 +128,7 @@ class MTPDrafter:
         self.ctx.clear()
         self.pending_h[:] = 0.0
         self._fold_tokens = []
+        self.seconds = {"draft": 0.0, "catch_up": 0.0}
 
     def process(self, tokens: list[int], pos_start: int) -> None:
         """Catch the MTP context up on a target decode of ``tokens`` at ``pos_start``.
@@ -101,7 +156,7 @@ class MTPDrafter:
         if self.chained:
             self.ctx.set_nextn_layer_offset(0)
         self.pending_h[:] = self.verify_h[n - 1]
-        self._stats_ref[0].phase_seconds["catch_up"] += time.perf_counter() - t0
+        self.seconds["catch_up"] += time.perf_counter() - t0
 
     def verified(self, tokens: list[int], pos_start: int) -> None:
         """The target just decoded ``tokens`` (a verify batch): keep its hidden
@@ -124,7 +179,7 @@ class MTPDrafter:
             drafts = self._draft_looped(id_last, pos0, n_max, p_min)
         if len(drafts) < n_min:
             drafts = []
-        self._stats_ref[0].phase_seconds["draft"] += time.perf_counter() - t0
+        self.seconds["draft"] += time.perf_counter() - t0
         return drafts
 
     def accept(self, n_accepted: int, pos0: int) -> None:
@@ -149,16 +204,13 @@ class MTPDrafter:
     def _pick(self, row: int, p_min: float) -> int | None:
         """Top-1 of the head's logits; None when its probability is below ``p_min``.
 
-        The probability is over the whole vocabulary: a softmax over a top-k
-        truncation makes the gate a no-op.
+        The probability is the one llama.cpp's driver gates on: a softmax over
+        the top :data:`P_MIN_TOP_K` candidates (see :func:`top_probability`).
         """
         logits = np.ctypeslib.as_array(self.ctx.logits(row), shape=(self._n_vocab,))
         token = int(logits.argmax())
-        if p_min > 0.0:
-            top = logits[token]
-            p = 1.0 / float(np.exp(logits - top).sum())
-            if p < p_min:
-                return None
+        if p_min > 0.0 and top_probability(logits) < p_min:
+            return None
         return token
 
     def _draft_looped(self, id_last: int, pos0: int, n_max: int, p_min: float) -> list[int]:
@@ -181,7 +233,13 @@ class MTPDrafter:
         ctypes.memmove(batch.embd_row_address(first), self.pending_h.ctypes.data, self._row_bytes)
         row = first
         while True:
+            t_decode = time.perf_counter()
             self.ctx.decode(batch)
+            if first:  # apportion the folded decode by rows: its catch-up rows are catch-up time
+                share = (time.perf_counter() - t_decode) * first / (first + 1)
+                self.seconds["catch_up"] += share
+                self.seconds["draft"] -= share
+                first = 0
             token = self._pick(row, p_min)
             row = 0
             if token is None:
@@ -208,10 +266,13 @@ class MTPDrafter:
             self.ctx.seq_rm(pos0, -1)
             self.ctx.set_nextn_layer_offset(head)
             batch.clear()
-            batch.add(id_last, pos0, head == 0)
+            # A graph that does not crop returns row 0's state for a lone
+            # output row; with every row an output, the last row is right.
+            every_row = not self.crops_rows
+            batch.add(id_last, pos0, head == 0 or every_row)
             ctypes.memmove(batch.embd_row_address(0), self.pending_h.ctypes.data, self._row_bytes)
             for j, drafted in enumerate(drafts):
-                batch.add(drafted, pos0 + 1 + j, j == len(drafts) - 1)
+                batch.add(drafted, pos0 + 1 + j, every_row or j == len(drafts) - 1)
                 ctypes.memmove(batch.embd_row_address(j + 1), head_h[j].ctypes.data, self._row_bytes)
             self.ctx.decode(batch)
             token = self._pick(batch.n - 1, p_min)
@@ -222,3 +283,9 @@ class MTPDrafter:
             head_h.append(np.ctypeslib.as_array(h_row, shape=(self.n_embd,)).copy())
         self.ctx.set_nextn_layer_offset(0)
         return drafts
+
+
+def top_probability(logits: np.ndarray, k: int = P_MIN_TOP_K) -> float:
+    """Probability of the top token in a softmax over the ``k`` largest logits."""
+    top = np.partition(logits, -k)[-k:] if logits.shape[0] > k else logits
+    return 1.0 / float(np.exp(top - top.max()).sum())

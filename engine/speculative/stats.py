@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-PHASES = ("prefill", "draft", "verify", "catch_up", "sampling", "other")
+PHASES = ("prefill", "draft", "verify", "catch_up", "rollback", "sampling", "other")
 
 
 @dataclass

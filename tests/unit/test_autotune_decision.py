@@ -33,11 +33,19 @@ def test_when_nothing_clears_the_noise_the_answer_is_off():
     assert result.best == Setting(0) and "stays off" in result.reason
 
 
-def test_a_setting_whose_output_differs_is_never_chosen():
+def test_a_setting_whose_output_differs_beyond_noise_is_never_chosen():
     fast = measured(Setting(2), [1.5] * 5)
-    fast.identical = False
+    fast.identity = "defect"
     result = search._decide([measured(Setting(0), [1.0] * 5), fast])
     assert result.best == Setting(0)
+
+
+def test_a_setting_that_parts_from_off_at_a_near_tie_can_still_win():
+    fast = measured(Setting(2), [1.5] * 5)
+    fast.identity = "near_tie"
+    result = search._decide([measured(Setting(0), [1.0] * 5), fast])
+    assert result.best == Setting(2)
+    assert "near tie" in result.table()
 
 
 def test_settings_dropped_early_are_not_chosen():

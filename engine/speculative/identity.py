@@ -1,0 +1,119 @@
+"""Is speculative output the plain output? Decided with the numbers, not literally.
+
+A verify batch computes a row's logits in a batch of several rows; plain
+decoding computes them one row at a time. llama.cpp's kernels sum in another
+order for another batch shape, so the two differ by numeric noise (measured
+here: ~1e-3 on logits of scale ~10 for f32 tiny models, more for quantized
+ones; llama.cpp users report the same, ggml-org/llama.cpp#25618). Wherever
+plain greedy decoding's top two logits are closer than that noise, either
+choice is "the" greedy token and outputs may part ways there.
+
+So where plain and speculative outputs first differ, look at plain's top-2
+margin at that token:
+
+- inside the measured noise (``margin <= 2 * noise``: each of the two logits
+  may move by the noise, in opposite directions): a **near tie** — both
+  outputs are correct greedy decodes;
+- outside it: a **defect** — the speculative loop changed the output, which
+  must never happen.
+
+``noise`` comes from :func:`measure_noise` on the loaded model (the largest
+difference between a batched row's logits and the same row decoded alone).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from engine.generation.session import Session
+
+IDENTICAL, NEAR_TIE, DEFECT = "identical", "near_tie", "defect"
+TIE_FACTOR = 2.0  # both top logits can move by the noise, in opposite directions
+
+
+@dataclass(frozen=True)
+class IdentityVerdict:
+    kind: str  # identical | near_tie | defect
+    index: int | None = None  # first token where the outputs differ
+    margin: float | None = None  # plain's top-2 logit margin at that token
+    noise: float = 0.0  # measured batch-vs-single logit difference
+
+    @property
+    def acceptable(self) -> bool:
+        """Identical, or parted at a near tie: both are correct greedy outputs."""
+        return self.kind != DEFECT
+
+    def describe(self) -> str:
+        if self.kind == IDENTICAL:
+            return "identical to plain decoding"
+        where = f"token {self.index}: plain's top-2 margin {self.margin:.2g}, numeric noise {self.noise:.2g}"
+        if self.kind == NEAR_TIE:
+            return f"differs from plain decoding at a near tie ({where}); both are correct greedy outputs"
+        return f"DIFFERS from plain decoding beyond numeric noise ({where})"
+
+
+def classify(plain_tokens: list[int], plain_margins: list[float], spec_tokens: list[int],
+             noise: float) -> IdentityVerdict:
+    """Compare a speculative output with the plain one.
+
+    ``plain_margins``: the plain run's ``GenerateResult.margins`` (one per
+    token, plus one for an end-of-generation token that ended it). A
+    difference where plain's margin is unknown is a defect.
+    """
+    if plain_tokens == spec_tokens:
+        return IdentityVerdict(IDENTICAL, noise=noise)
+    n = min(len(plain_tokens), len(spec_tokens))
+    index = next((i for i in range(n) if plain_tokens[i] != spec_tokens[i]), n)
+    margin = plain_margins[index] if index < len(plain_margins) else None
+    if margin is not None and margin <= TIE_FACTOR * noise:
+        return IdentityVerdict(NEAR_TIE, index, margin, noise)
+    return IdentityVerdict(DEFECT, index, margin, noise)
+
+
+def measure_noise(session: Session, tokens: list[int] | None = None, rows: int = 9) -> float:
+    """Largest |logit difference| between rows decoded in one batch and one at a time.
+
+    Runs on the target context the way a verify does (``rows`` rows, every
+    one an output, after a prefix) and leaves the context empty. The prefix
+    and rows are ``tokens`` (default: a fixed spread of token ids).
+    """
+    from engine.runtime import Batch
+
+    target = session.target
+    n_vocab = session.model.n_vocab
+    rows = min(rows, target.params.n_outputs_max or rows)
+    if tokens is None or len(tokens) < rows + 1:
+        tokens = [(7 + 37 * i) % n_vocab for i in range(rows + 8)]
+    prefix, tail = tokens[:-rows], tokens[-rows:]
+    batch = Batch(max(len(prefix), rows))
+
+    def prefill() -> None:
+        target.clear()
+        batch.clear()
+        for k, tok in enumerate(prefix):
+            batch.add(tok, k, k == len(prefix) - 1)
+        target.decode(batch)
+
+    def logits(row: int) -> np.ndarray:
+        return np.ctypeslib.as_array(target.logits(row), shape=(n_vocab,)).copy()
+
+    session.prepare(mtp=False)
+    prefill()
+    batch.clear()
+    for k, tok in enumerate(tail):
+        batch.add(tok, len(prefix) + k, True)
+    target.decode(batch)
+    together = [logits(k) for k in range(rows)]
+    prefill()
+    alone = []
+    for k, tok in enumerate(tail):
+        batch.clear()
+        batch.add(tok, len(prefix) + k, True)
+        target.decode(batch)
+        alone.append(logits(0))
+    target.clear()
+    return float(max(np.abs(a - b).max() for a, b in zip(together, alone, strict=True)))
