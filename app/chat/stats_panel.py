@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QWidget
 from app.theme import Palette
 
 PHASE_COLORS = {"prefill": "#a78bfa", "draft": "#f59e0b", "verify": "#3b82f6", "catch_up": "#14b8a6",
-                "sampling": "#ec4899", "other": "#9ca3af"}
+                "rollback": "#ef4444", "sampling": "#ec4899", "other": "#9ca3af"}
 PHASE_NAMES = {"catch_up": "catch-up"}
 
 
