@@ -168,3 +168,24 @@ def test_margins_are_recorded_only_when_asked():
         assert MAX_DRAFT >= 3
     finally:
         session.close()
+
+
+def test_folded_catch_up_is_booked_as_catch_up_not_as_draft(monkeypatch):
+    # A clock that advances one "second" per reading makes the booking
+    # deterministic. With folding, the catch-up of every round rides in the
+    # first draft decode; its rows' share of that decode is catch-up time.
+    import engine.speculative.mtp as mtp
+
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(mtp.time, "perf_counter", lambda: float(next(ticks)))
+    session = Session(LoadOptions(path=str(synth("qwen3next", "mixed", seed=2).path()), n_ctx=512))
+    try:
+        assert session.drafter.fold
+        run(session, 3, tokens=1)  # the prompt's catch-up only: no round
+        prompt_only = session.drafter.seconds["catch_up"]
+        result = run(session, 3, tokens=24)
+        assert result.stats.rounds > 1
+        assert session.drafter.seconds["catch_up"] > prompt_only
+        assert result.stats.phase_seconds["catch_up"] == session.drafter.seconds["catch_up"]
+    finally:
+        session.close()
