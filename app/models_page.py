@@ -9,6 +9,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QFileDialog,
     QGroupBox,
     QHBoxLayout,
@@ -30,7 +31,7 @@ from PySide6.QtWidgets import (
 from app import background
 from engine import paths
 from engine.store import credentials, fit, hub, library
-from engine.store.doctor import diagnose
+from engine.store.doctor import Diagnosis, diagnose, run_probe
 from engine.store.download import Progress, download
 
 
@@ -124,6 +125,9 @@ class ModelsPage(QWidget):
         self.set_target = QPushButton("Set as target")
         self.set_sidecar = QPushButton("Set as sidecar")
         self.doctor_button = QPushButton("Check pair (doctor)")
+        self.probe_check = QCheckBox("Live probe")
+        self.probe_check.setToolTip("Also draft a few short replies with the pair (in a separate process) and "
+                                    "report how many drafts the model accepts. Takes as long as loading the model.")
         self.repair_button = QPushButton("Repair sidecar")
         self.ctx = QSpinBox(minimum=256, maximum=1_048_576, singleStep=4096, value=8192)
         self.pair = QLabel("Target: –   Sidecar: –")
@@ -133,6 +137,7 @@ class ModelsPage(QWidget):
             buttons.addWidget(b)
         pair_row = QHBoxLayout()
         pair_row.addWidget(self.doctor_button)
+        pair_row.addWidget(self.probe_check)
         pair_row.addWidget(self.repair_button)
         pair_row.addWidget(QLabel("Context"))
         pair_row.addWidget(self.ctx)
@@ -301,9 +306,23 @@ class ModelsPage(QWidget):
             self.facts.setPlainText("Choose a target and a sidecar first (Set as target / Set as sidecar).")
             return
         try:
-            self.facts.setPlainText(diagnose(self.target_path, self.sidecar_path).report())
+            d = diagnose(self.target_path, self.sidecar_path)  # headers only: quick
         except Exception as exc:
             self.facts.setPlainText(str(exc))
+            return
+        self.facts.setPlainText(d.report())
+        if self.probe_check.isChecked():
+            self._probe(d)
+
+    def _probe(self, d: Diagnosis) -> None:
+        """The live probe loads the pair in a child process; waiting for it happens on a pool thread."""
+        self.facts.setPlainText(d.report() + "\n\nLive probe: drafting a few short replies with the pair…")
+        self.doctor_button.setEnabled(False)
+        task = self._track(background.run(run_probe, d))
+        task.sig_done.connect(lambda probed: (self.facts.setPlainText(probed.report()),
+                                              self.doctor_button.setEnabled(True)))
+        task.sig_failed.connect(lambda msg: (self.facts.setPlainText(f"{d.report()}\n\nLive probe failed: {msg}"),
+                                             self.doctor_button.setEnabled(True)))
 
     def run_repair(self) -> None:
         if not (self.target_path and self.sidecar_path):

@@ -20,6 +20,11 @@ from engine.gguf_header import Header, StringArraySummary, read_header
 
 _SPLIT_RE = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 
+# Architectures whose hidden state (what the trunk hands the MTP head, llama.cpp's
+# n_embd_out) is hyper_connection.count streams of n_embd: their loaders set
+# n_embd_out_impl = hc_mult * n_embd (vendor src/models/deepseek4.cpp, qwen4exp.cpp).
+_HYPER_CONNECTION_OUT = frozenset({"deepseek4", "qwen4exp"})
+
 
 @dataclass(frozen=True)
 class GGUFFacts:
@@ -46,6 +51,7 @@ class GGUFFacts:
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     tensor_names: tuple[str, ...] = field(default=(), repr=False)
+    tensor_shapes: tuple[tuple[int, ...], ...] = field(default=(), repr=False)  # ggml order, as tensor_names
 
     @property
     def trunk_layers(self) -> int:
@@ -120,6 +126,7 @@ def read_facts(path: str | Path) -> GGUFFacts:
     quant: Counter[str] = Counter()
     n_params = 0
     names: list[str] = []
+    shapes: list[tuple[int, ...]] = []
     file_size = 0
     for shard in _headers(path, header, split_count):
         file_size += shard.file_size
@@ -130,10 +137,14 @@ def read_facts(path: str | Path) -> GGUFFacts:
                 quant[f"type{tensor.ggml_type}"] += 1
             n_params += tensor.n_elements
             names.append(tensor.name)
+            shapes.append(tuple(tensor.shape))
 
     block_count = int(get(f"{arch}.block_count", 0))
     nextn = int(get(f"{arch}.nextn_predict_layers", 0))
     n_embd = int(get(f"{arch}.embedding_length", 0))
+    n_embd_out = int(get(f"{arch}.embedding_length_out", n_embd))
+    if arch in _HYPER_CONNECTION_OUT and get(f"{arch}.hyper_connection.count"):
+        n_embd_out = int(get(f"{arch}.hyper_connection.count")) * n_embd
     tokens = meta.get("tokenizer.ggml.tokens")
     if isinstance(tokens, StringArraySummary):
         vocab_size, token_hash = tokens.count, tokens.sha256
@@ -168,7 +179,7 @@ def read_facts(path: str | Path) -> GGUFFacts:
         block_count=block_count,
         nextn_layers=nextn,
         n_embd=n_embd,
-        n_embd_out=int(get(f"{arch}.embedding_length_out", n_embd)),
+        n_embd_out=n_embd_out,
         context_length=int(get(f"{arch}.context_length", 0)),
         vocab_size=vocab_size,
         has_chat_template=isinstance(template, str) and bool(template.strip()),
@@ -181,4 +192,5 @@ def read_facts(path: str | Path) -> GGUFFacts:
         bos_token_id=int(bos) if bos is not None else None,
         eos_token_id=int(eos) if eos is not None else None,
         tensor_names=tuple(names),
+        tensor_shapes=tuple(shapes),
     )

@@ -1,11 +1,20 @@
 """Does an MTP source fit a target? Checked from GGUF metadata, before any
 native load, because llama.cpp only asserts (aborting the process) on a
-mismatch, or does not check at all (vocabulary)."""
+mismatch, or does not check at all (vocabulary).
+
+One set of rules, :func:`assess`, serves both the load-time check
+(:func:`check_sidecar`, which refuses on the first error) and the model
+manager's doctor (which shows every finding and what Repair would do), so
+that what the doctor calls fitting always loads, and the reverse.
+"""
 
 from __future__ import annotations
 
 import re
+from collections import Counter
+from dataclasses import dataclass, field, replace
 
+from engine import loader_tensors
 from engine.errors import SidecarMismatch, SpeculativeUnavailable
 from engine.gguf_info import GGUFFacts
 
@@ -14,6 +23,9 @@ MTP_ARCHITECTURES = frozenset(
     {"qwen35", "qwen35moe", "qwen3next", "step35", "mimo2", "hy_v3", "glm4moe", "deepseek2",
      "deepseek32", "glm-dsa", "cohere2moe", "bailingmoe3", "nemotron_h_moe", "deepseek4"}
 )
+
+NEXTN_REQUIRED = ("eh_proj", "enorm", "hnorm")  # every NextN block needs these three
+_BLK = re.compile(r"^blk\.(\d+)\.")
 
 
 def check_target_has_mtp(target: GGUFFacts) -> None:
@@ -35,79 +47,205 @@ def check_target_has_mtp(target: GGUFFacts) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Finding:
+    severity: str  # ok | warning | error
+    text: str
+    fixable: bool = False  # Repair can fix it
+    unavailable: bool = False  # not a mismatch: this engine cannot run MTP for the architecture
+
+
+@dataclass(frozen=True)
+class RepairPlan:
+    """What Repair changes in a copy of the sidecar; derived from the target's metadata."""
+
+    shift: int = 0  # added to every block index
+    block_count: int | None = None  # new {arch}.block_count (metadata renumbered to the MTP blocks alone)
+    drop: tuple[str, ...] = ()  # tensors the loader does not consume
+    dedupe: tuple[str, ...] = ()  # names stored more than once: one copy is kept
+
+
+@dataclass
+class Assessment:
+    target: GGUFFacts
+    sidecar: GGUFFacts
+    findings: list[Finding] = field(default_factory=list)
+    plan: RepairPlan = field(default_factory=RepairPlan)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    def add(self, severity: str, text: str, *, fixable: bool = False, unavailable: bool = False) -> None:
+        self.findings.append(Finding(severity, text, fixable, unavailable))
+
+
 def check_sidecar(target: GGUFFacts, sidecar: GGUFFacts) -> None:
-    """Raise SidecarMismatch, stating both values, if ``sidecar`` cannot serve ``target``."""
+    """Raise SidecarMismatch (SpeculativeUnavailable for an architecture without an
+    MTP graph) with the first problem :func:`assess` finds, if ``sidecar`` cannot serve ``target``."""
+    errors = assess(target, sidecar).errors
+    if not errors:
+        return
+    first = errors[0]
+    more = f" ({len(errors) - 1} more problem(s): run the doctor in the model manager.)" if len(errors) > 1 else ""
+    if first.unavailable:
+        raise SpeculativeUnavailable(first.text)
+    raise SidecarMismatch(first.text + more)
+
+
+def unexpected_tensors(names: tuple[str, ...] | list[str], arch: str) -> list[str]:
+    """Tensor names a file of ``arch`` holds that llama.cpp's loader would not create
+    (the table is generated from the vendored loaders: engine/loader_tensors.py)."""
+    return loader_tensors.unconsumed(arch, names)
+
+
+def assess(target: GGUFFacts, sidecar: GGUFFacts) -> Assessment:
+    """Every finding about ``sidecar`` serving ``target``, in the order a user should read them."""
+    a = Assessment(target, sidecar)
     name = sidecar.path.name
-
-    def mismatch(what: str, side: object, tgt: object, advice: str) -> SidecarMismatch:
-        return SidecarMismatch(
-            f"The MTP sidecar {name} was made for a model with {what} {side}; this target has "
-            f"{what} {tgt}. {advice}"
-        )
-
     get_matching = f"Download the sidecar made for {target.name or target.path.name}."
+
+    def same(what: str, side: object, tgt: object) -> bool:
+        if side == tgt:
+            a.add("ok", f"{'vocabulary size' if what == 'a vocabulary of' else what}: {tgt} on both.")
+            return True
+        a.add("error", f"The MTP sidecar {name} was made for a model with {what} {side}; this target has "
+                       f"{what} {tgt}. {get_matching}")
+        return False
+
     if sidecar.nextn_layers <= 0:
-        raise SidecarMismatch(f"{name} has no MTP/NextN layers; it is not an MTP sidecar.")
-    if sidecar.architecture != target.architecture:
-        raise mismatch("architecture", sidecar.architecture, target.architecture, get_matching)
+        a.add("error", f"{name} has no MTP/NextN layers (nextn_predict_layers is 0); it is not an MTP sidecar. "
+                       "Choose the mtp-*.gguf file of this model.")
+        return a
+    if not same("architecture", sidecar.architecture, target.architecture):
+        return a
     if sidecar.architecture not in MTP_ARCHITECTURES:
-        raise SpeculativeUnavailable(f"This engine has no MTP graph for {sidecar.architecture}.")
-    if sidecar.n_embd_out != target.n_embd_out:
-        raise mismatch("hidden size (n_embd_out)", sidecar.n_embd_out, target.n_embd_out, get_matching)
-    if sidecar.vocab_size != target.vocab_size:
-        raise mismatch("a vocabulary of", sidecar.vocab_size, target.vocab_size, get_matching)
-    if sidecar.token_list_sha256 != target.token_list_sha256:
-        raise mismatch(
-            "token list hash", sidecar.token_list_sha256[:12], target.token_list_sha256[:12], get_matching
-        )
-    target_trunk = target.block_count - target.nextn_layers
-    if sidecar.trunk_layers != target_trunk:
-        raise mismatch("trunk layers", sidecar.trunk_layers, target_trunk, get_matching)
-    if sidecar.layout != "mtp-only" and sidecar.layout != "combined":
-        raise SidecarMismatch(
-            f"{name} declares {sidecar.nextn_layers} MTP layer(s) but holds no "
-            f"blk.{sidecar.trunk_layers}.nextn.* tensors: its blocks are numbered for another "
-            "convention (relative instead of absolute) or missing. Run Repair in the model manager."
-        )
-    _check_tensors(sidecar)
+        a.add("error", f"This engine has no MTP graph for {sidecar.architecture}.", unavailable=True)
+        return a
+    if same("hidden size (n_embd_out)", sidecar.n_embd_out, target.n_embd_out) and sidecar.n_embd != target.n_embd:
+        same("embedding size (n_embd)", sidecar.n_embd, target.n_embd)
+    same("a vocabulary of", sidecar.vocab_size, target.vocab_size)
+    if sidecar.token_list_sha256 == target.token_list_sha256:
+        a.add("ok", "token lists are identical.")
+    else:
+        same("token list hash", sidecar.token_list_sha256[:12], target.token_list_sha256[:12])
+    trunk = target.block_count - target.nextn_layers
+    if _check_trunk(a, trunk, get_matching):
+        _check_blocks(a, trunk)
+    _check_tensors(a)
+    return a
 
 
-# Tensor names llama.cpp's loaders consume in an MTP sidecar. Anything else
-# (typically the same weights again under a legacy exporter's name) makes the
-# loader fail with "wrong number of tensors".
-_EXPECTED = re.compile(
-    r"^(token_embd|output_norm|output)\.weight$"
-    r"|^blk\.\d+\.(attn_\w+|ffn_\w+|post_attention_norm|exp_probs_b|ssm_\w+"
-    r"|nextn\.(eh_proj|enorm|hnorm|embed_tokens|shared_head_head|shared_head_norm))\.(weight|bias)$"
-    r"|^blk\.\d+\.ssm_a$"
-)
+def _check_trunk(a: Assessment, trunk: int, get_matching: str) -> bool:
+    """Trunk layer counts; a sidecar whose metadata counts only its MTP blocks is fixable
+    from the target's metadata. False when the sidecar belongs to another model."""
+    side = a.sidecar
+    if side.trunk_layers == trunk:
+        a.add("ok", f"trunk layers: {trunk} on both.")
+        return True
+    if side.trunk_layers == 0 and trunk > 0:
+        block_count = trunk + side.nextn_layers
+        a.plan = _with(a.plan, block_count=block_count)
+        a.add("error", f"{side.path.name} was renumbered: its metadata counts only the MTP blocks (block_count "
+                       f"{side.block_count} = nextn_predict_layers), so the loader would look for them with no "
+                       f"trunk before them. Repair takes the count from the target: block_count {block_count}, "
+                       f"MTP blocks at blk.{trunk}.", fixable=True)
+        return True
+    a.add("error", f"The MTP sidecar {side.path.name} was made for a model with trunk layers {side.trunk_layers}; "
+                   f"this target has trunk layers {trunk}. {get_matching}")
+    return False
 
 
-def unexpected_tensors(names: tuple[str, ...] | list[str]) -> list[str]:
-    """Tensor names an MTP sidecar should not hold (see ``_EXPECTED``)."""
-    return [n for n in names if not _EXPECTED.match(n)]
+def _check_blocks(a: Assessment, trunk: int) -> None:
+    """Where the MTP blocks sit: llama.cpp wants them at absolute indices blk.<trunk>…"""
+    side = a.sidecar
+    n = side.nextn_layers
+    blocks = sorted({int(m.group(1)) for t in side.tensor_names if (m := _BLK.match(t))})
+    expected = list(range(trunk, trunk + n))
+    span = f"blk.{trunk}" + (f"…blk.{trunk + n - 1}" if n > 1 else "")
+    if blocks == expected:
+        a.add("ok", f"MTP blocks use absolute indices ({', '.join(map(str, expected))}), as this loader expects.")
+    elif blocks == list(range(trunk + n)) and side.trunk_layers == trunk:
+        a.add("warning", f"{side.path.name} is a complete model (trunk and MTP blocks), not an MTP-only sidecar: "
+                         f"it works, but its trunk is loaded a second time ({side.file_size / 2**20:.0f} MiB). "
+                         "Load it on its own instead: its MTP head is built in.")
+    elif len(blocks) == n and blocks == list(range(blocks[0], blocks[0] + n)):
+        k = blocks[0]
+        how = "from 0 (relative instead of absolute)" if k == 0 else f"from blk.{k}"
+        a.plan = _with(a.plan, shift=trunk - k)
+        a.add("error", f"MTP blocks are numbered {how}; this engine's loader expects {span} "
+                       f"(absolute, after the target's {trunk} trunk layers). Run Repair in the model manager.",
+              fixable=True)
+    else:
+        a.add("error", f"block indices {blocks} match no convention (expected {expected}); "
+                       "this export cannot be repaired. Use another export.")
 
 
-def _check_tensors(sidecar: GGUFFacts) -> None:
-    """Every declared MTP block must hold the three tensors llama.cpp requires,
-    once, and nothing the loader would not consume."""
-    names = sidecar.tensor_names
-    unexpected = unexpected_tensors(names)
-    if unexpected:
-        raise SidecarMismatch(
-            f"{sidecar.path.name} holds {len(unexpected)} tensor(s) this engine's loader does not "
-            f"expect, e.g. {', '.join(unexpected[:3])} — usually the same weights stored again under a "
-            "legacy exporter's names. llama.cpp rejects the file ('wrong number of tensors'). Run Repair."
-        )
-    dupes = {n for n in names if names.count(n) > 1}
+def _check_tensors(a: Assessment) -> None:
+    """Names the loader would refuse, the NextN tensors and globals it requires, their shapes."""
+    side = a.sidecar
+    name, arch, names = side.path.name, side.architecture, side.tensor_names
+    errors_before = len(a.errors)
+    dupes = tuple(sorted(t for t, count in Counter(names).items() if count > 1))
     if dupes:
-        raise SidecarMismatch(f"{sidecar.path.name} holds duplicate tensors: {sorted(dupes)[:3]}. Run Repair.")
-    present = set(names)
-    for il in range(sidecar.trunk_layers, sidecar.block_count):
-        for part in ("eh_proj", "enorm", "hnorm"):
-            tensor = f"blk.{il}.nextn.{part}.weight"
-            if tensor not in present:
-                raise SidecarMismatch(
-                    f"{sidecar.path.name} is missing tensor {tensor}; the export is incomplete. "
-                    "Download it again or use another export."
-                )
+        a.plan = _with(a.plan, dedupe=dupes)
+        a.add("error", f"{name} holds {len(dupes)} tensor(s) stored twice under one name, e.g. "
+                       f"{', '.join(dupes[:3])}; llama.cpp refuses the file. Repair keeps one copy "
+                       "(if the copies are identical).", fixable=True)
+    extra = tuple(dict.fromkeys(unexpected_tensors(names, arch)))
+    if extra:
+        a.plan = _with(a.plan, drop=extra)
+        a.add("error", f"{name} holds {len(extra)} tensor(s) this engine's loader does not consume, e.g. "
+                       f"{', '.join(extra[:3])} — usually the same weights stored again under a legacy exporter's "
+                       "names (legacy duplicate names). llama.cpp rejects the file ('wrong number of tensors'). "
+                       "Run Repair.", fixable=True)
+    present = set(names) - set(extra)
+    heads = sorted({int(m.group(1)) for t in present if (m := _BLK.match(t)) and ".nextn." in t})
+    heads = heads[-side.nextn_layers:] if heads else []
+    incomplete = "the export is incomplete. Download it again or use another export."
+    missing = [f"blk.{il}.nextn.{part}.weight" for il in heads for part in NEXTN_REQUIRED
+               if f"blk.{il}.nextn.{part}.weight" not in present]
+    if missing:
+        a.add("error", f"{name} is missing tensor {', '.join(missing)}; {incomplete}")
+    if not heads:
+        a.add("error", f"{name} holds no NextN tensors (blk.N.nextn.*): it is not an MTP export. "
+                       "Choose the mtp-*.gguf file of this model.")
+    _check_globals(a, present, heads)
+    _check_shapes(a)
+    if len(a.errors) == errors_before:
+        a.add("ok", f"{side.tensor_count} tensors, every tensor the loader needs present, nothing it would refuse.")
+
+
+def _check_globals(a: Assessment, present: set[str], heads: list[int]) -> None:
+    """Non-block tensors: llama.cpp's loaders require the token embedding and final norm in
+    every file, a sidecar too, and the MTP graph needs an LM head (its own or the model's)."""
+    side = a.sidecar
+    arch, name = side.architecture, side.path.name
+    export = ("The export is incomplete: use a full MTP export (llama.cpp's --mtp export keeps token_embd, "
+              "output_norm and output).")
+    missing = [t for t in loader_tensors.required_globals(arch) if t not in present]
+    for t in missing:
+        why = {"token_embd.weight": "the token embedding, which the MTP head embeds each draft token with",
+               "output.weight": "the model's LM head"}.get(t, "a tensor")
+        a.add("error", f"{name} has no {t} ({why}); llama.cpp's {arch} loader requires it in a sidecar too. {export}")
+    if "output.weight" in missing:
+        return
+    tied = loader_tensors.output_tied(arch) and "token_embd.weight" in present
+    for il in heads:
+        if f"blk.{il}.nextn.shared_head_head.weight" not in present and "output.weight" not in present and not tied:
+            a.add("error", f"{name} has neither blk.{il}.nextn.shared_head_head.weight nor output.weight: the MTP "
+                           f"head has no LM head to turn its output into token scores (llama.cpp aborts). {export}")
+
+
+def _check_shapes(a: Assessment) -> None:
+    e = a.sidecar.n_embd
+    want = {"eh_proj.weight": (2 * e, e), "enorm.weight": (e,), "hnorm.weight": (e,)}
+    for tname, shape in zip(a.sidecar.tensor_names, a.sidecar.tensor_shapes, strict=False):
+        part = tname.split(".nextn.")[-1] if ".nextn." in tname else ""
+        if part in want and tuple(shape) != want[part]:
+            a.add("error", f"{tname} has shape {list(shape)}, expected {list(want[part])} for n_embd {e}; "
+                           "the export is broken. Use another export.")
+
+
+def _with(plan: RepairPlan, **changes: object) -> RepairPlan:
+    return replace(plan, **changes)  # type: ignore[arg-type]

@@ -83,6 +83,7 @@ def measure_noise(session: Session, tokens: list[int] | None = None, rows: int =
     """
     from engine.runtime import Batch
 
+    session.prepare(mtp=False)  # may recreate the target context: read it after
     target = session.target
     n_vocab = session.model.n_vocab
     rows = min(rows, target.params.n_outputs_max or rows)
@@ -101,7 +102,6 @@ def measure_noise(session: Session, tokens: list[int] | None = None, rows: int =
     def logits(row: int) -> np.ndarray:
         return np.ctypeslib.as_array(target.logits(row), shape=(n_vocab,)).copy()
 
-    session.prepare(mtp=False)
     prefill()
     batch.clear()
     for k, tok in enumerate(tail):

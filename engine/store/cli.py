@@ -40,6 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = msub.add_parser("doctor", help="does this MTP sidecar fit this target?")
     p.add_argument("target", type=Path)
     p.add_argument("sidecar", type=Path)
+    p.add_argument("--probe", action="store_true",
+                   help="also draft a few short replies with the pair (in a child process) and report acceptance")
     p.set_defaults(func=cmd_doctor)
 
     p = msub.add_parser("repair", help="write a fixed copy of a broken sidecar and prove it loads")
@@ -125,9 +127,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from engine.store.doctor import diagnose
+    from engine.store.doctor import diagnose, run_probe
 
     d = diagnose(args.target, args.sidecar)
+    if args.probe:
+        print("probing: drafting a few short replies with the pair…", file=sys.stderr, flush=True)
+        d = run_probe(d)
     print(d.report())
     return 0 if d.ok else 1
 

@@ -1,22 +1,35 @@
 """Repair a broken MTP sidecar by writing a corrected copy.
 
-Fixes what the doctor marks fixable: relative block indices are renumbered
-to absolute ones, and tensors the loader does not consume (legacy duplicate
-names) are dropped. Tensor data is streamed from a memory map of the source
-into the new file, never read whole into RAM; the copy is written under a
-temporary name and renamed into place only when complete. The result is then
-proven by loading it beside the target in a child process.
+Fixes what the doctor marks fixable (``engine.sidecar.RepairPlan``): blocks
+moved to the absolute indices the target's metadata gives (from 0, or from
+any wrong offset), metadata that counts only the MTP blocks rewritten from
+the target's, tensors the loader does not consume dropped, and a tensor
+stored twice under one name kept once (only if the copies are identical).
+
+The file is read with our own header reader, not ``gguf.GGUFReader``, which
+refuses duplicate names outright. Metadata is copied byte for byte except
+the keys Repair changes; tensor data streams from a memory map of the source
+into the new file, never whole in RAM. The copy is written under a temporary
+name and renamed into place only when complete, then proven by loading it
+beside the target in a child process.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from engine.errors import EngineError
+from engine.gguf_header import _SCALARS, ARRAY, DEFAULT_ALIGNMENT, Header, TensorInfo, _Cursor, read_header
+from engine.sidecar import RepairPlan
 from engine.store.doctor import diagnose
+
+_CHUNK = 64 * 2**20
 
 
 class RepairError(EngineError):
@@ -37,8 +50,6 @@ def repair(target: str | Path, sidecar: str | Path, out: str | Path | None = Non
     Raises:
         RepairError: the sidecar has problems Repair cannot fix, or nothing to fix.
     """
-    from gguf import GGUFReader, GGUFValueType, GGUFWriter
-
     d = diagnose(target, sidecar)
     if d.ok:
         raise RepairError(f"{Path(sidecar).name} already fits {Path(target).name}; nothing to repair.")
@@ -47,42 +58,134 @@ def repair(target: str | Path, sidecar: str | Path, out: str | Path | None = Non
         raise RepairError(f"Repair cannot fix this sidecar: {problems}")
     src = Path(sidecar)
     out = Path(out) if out else src.with_name(src.stem + ".repaired.gguf")
-    delta = d.sidecar.trunk_layers if d.renumber_from is not None else 0
-    drop = set(d.drop)
-
-    reader = GGUFReader(src, "r")
-    arch = d.sidecar.architecture
+    header = read_header(src)
+    overrides = _metadata_overrides(d.plan, header, read_header(Path(target)), d.sidecar.architecture,
+                                    d.target.block_count - d.target.nextn_layers)
     tmp = out.with_name(out.name + ".partial")
-    writer = GGUFWriter(tmp, arch)
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture":
-            continue
-        vtype = field.types[0]
-        value = field.contents()
-        if vtype == GGUFValueType.ARRAY:
-            writer.add_key_value(key, value, vtype, sub_type=field.types[-1])
-        else:
-            writer.add_key_value(key, value, vtype)
-    seen: set[str] = set()
-    for tensor in reader.tensors:
-        if tensor.name in drop:
-            continue
-        name = _renumber(tensor.name, delta)
-        if name in seen:  # a tensor stored twice: keep the first copy
-            continue
-        seen.add(name)
-        # tensor.data is a view of the memory map: bytes move file to file.
-        writer.add_tensor(name, tensor.data, raw_shape=list(reversed([int(x) for x in tensor.shape])),
-                          raw_dtype=tensor.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    os.replace(tmp, out)
+    try:
+        with src.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            tensors = _select_tensors(d.plan, header, buf, src.name)
+            with tmp.open("wb") as dst:
+                _write(dst, buf, header, src.name, overrides, tensors)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
     after = diagnose(target, out)
     if not after.ok:
         raise RepairError(f"the repaired copy still has problems: {'; '.join(f.text for f in after.errors)}")
     return out
+
+
+def _select_tensors(plan: RepairPlan, header: Header, buf: Any, name: str) -> list[tuple[str, TensorInfo]]:
+    """The tensors of the copy under their new names: dropped ones left out, duplicates once."""
+    drop = set(plan.drop)
+    kept: dict[str, TensorInfo] = {}
+    origin: dict[str, str] = {}
+    for t in header.tensors:
+        if t.name in drop:
+            continue
+        new = _renumber(t.name, plan.shift)
+        if new not in kept:
+            kept[new], origin[new] = t, t.name
+            continue
+        first = kept[new]
+        if origin[new] != t.name:
+            raise RepairError(f"renumbering {t.name} to {new} collides with {origin[new]} in {name}; "
+                              "this export cannot be repaired. Use another export.")
+        if (first.shape, first.ggml_type) != (t.shape, t.ggml_type) or not _same_bytes(buf, first, t):
+            raise RepairError(f"{name} stores {t.name} twice with different contents; Repair cannot tell which "
+                              "copy is right. Download the sidecar again or use another export.")
+    return list(kept.items())
+
+
+def _same_bytes(buf: Any, a: TensorInfo, b: TensorInfo) -> bool:
+    if a.n_bytes != b.n_bytes:
+        return False
+    for pos in range(0, a.n_bytes, _CHUNK):
+        n = min(_CHUNK, a.n_bytes - pos)
+        if buf[a.offset + pos:a.offset + pos + n] != buf[b.offset + pos:b.offset + pos + n]:
+            return False
+    return True
+
+
+def _metadata_overrides(plan: RepairPlan, side: Header, target: Header, arch: str, trunk: int) -> dict[str, Any]:
+    """New values for the keys a renumbered sidecar got wrong, taken from the target's metadata.
+
+    block_count, and every per-layer array (one entry per block in both files): the
+    target's entries for its trunk layers followed by the sidecar's own for its MTP blocks.
+    An array that is not per-layer in the target is left as it is; the proof load that
+    follows Repair would catch a wrong guess.
+    """
+    if plan.block_count is None:
+        return {}
+    old = int(side.metadata.get(f"{arch}.block_count", 0))
+    n = plan.block_count - trunk
+    target_blocks = int(target.metadata.get(f"{arch}.block_count", 0))
+    out: dict[str, Any] = {f"{arch}.block_count": plan.block_count}
+    for key, value in side.metadata.items():
+        theirs = target.metadata.get(key)
+        per_layer = isinstance(value, list) and len(value) == old > 0
+        if key.startswith(f"{arch}.") and per_layer and isinstance(theirs, list) and len(theirs) == target_blocks:
+            out[key] = list(theirs[:trunk]) + list(value[-n:])
+    return out
+
+
+def _kv_spans(buf: Any, name: str) -> tuple[int, list[tuple[str, int, int, int]]]:
+    """(version, [(key, start, end, value type)]) of the source's metadata, as byte spans."""
+    cur = _Cursor(buf, name)
+    cur.take(4)
+    version = cur.unpack("<I", 4)
+    cur.unpack("<Q", 8)
+    n_kv = cur.unpack("<Q", 8)
+    spans = []
+    for _ in range(n_kv):
+        start = cur.pos
+        key = cur.string().decode("utf-8", errors="replace")
+        vtype = cur.unpack("<I", 4)
+        cur.value(vtype)
+        spans.append((key, start, cur.pos, vtype))
+    return version, spans
+
+
+def _string(s: str) -> bytes:
+    raw = s.encode("utf-8")
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def _encode_kv(key: str, value: Any, like: bytes) -> bytes:
+    """``key`` = ``value`` in the value type the source used (``like`` is the source's entry)."""
+    vtype = struct.unpack_from("<I", like, 8 + struct.unpack_from("<Q", like)[0])[0]
+    if vtype == ARRAY:
+        item = struct.unpack_from("<I", like, 8 + len(key.encode()) + 4)[0]
+        fmt = _SCALARS[item][0]
+        return (_string(key) + struct.pack("<II", ARRAY, item) + struct.pack("<Q", len(value))
+                + b"".join(struct.pack(fmt, v) for v in value))
+    return _string(key) + struct.pack("<I", vtype) + struct.pack(_SCALARS[vtype][0], value)
+
+
+def _pad(n: int, alignment: int) -> int:
+    return (n + alignment - 1) // alignment * alignment
+
+
+def _write(dst: BinaryIO, buf: Any, header: Header, name: str, overrides: dict[str, Any],
+           tensors: list[tuple[str, TensorInfo]]) -> None:
+    version, spans = _kv_spans(buf, name)
+    alignment = int(header.metadata.get("general.alignment", DEFAULT_ALIGNMENT)) or DEFAULT_ALIGNMENT
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(spans)))
+    for key, start, end, _vtype in spans:
+        raw = bytes(buf[start:end])
+        out += _encode_kv(key, overrides[key], raw) if key in overrides else raw
+    offset = 0
+    for new, t in tensors:
+        out += _string(new) + struct.pack("<I", len(t.shape)) + b"".join(struct.pack("<Q", d) for d in t.shape)
+        out += struct.pack("<IQ", t.ggml_type, offset)
+        offset += _pad(t.n_bytes, alignment)
+    out += bytes(_pad(len(out), alignment) - len(out))
+    dst.write(out)
+    for _new, t in tensors:  # bytes move from the memory map to the file, a chunk at a time
+        for pos in range(0, t.n_bytes, _CHUNK):
+            dst.write(buf[t.offset + pos:t.offset + min(t.n_bytes, pos + _CHUNK)])
+        dst.write(bytes(_pad(t.n_bytes, alignment) - t.n_bytes))
 
 
 _PROOF = """

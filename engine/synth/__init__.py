@@ -2,6 +2,8 @@
 
 ``SynthModel(SynthSpec(...)).path(layout)`` generates (once, cached by the
 spec's key) and returns a file; ``simulate`` predicts oracle acceptance.
+Four architectures have hand-written tensor lists (``archs``); the others'
+come from llama.cpp's own loader (``derived``, ``probe``).
 """
 
 from engine.synth.oracle import OracleMaps, simulate

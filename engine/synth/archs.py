@@ -9,6 +9,11 @@ tensor has a *role* that the weight filler turns into values:
 - ``writer``: a matrix that writes into the residual stream (attention
   output, FFN down projections, ``ssm_out``) — zero in oracle models;
 - ``eh_proj``: the MTP input projection; ``weight``: anything else.
+
+The derived architectures (``engine.synth.derived``) name roles from tensor
+names and add two: ``matrix`` (any other matrix: random, small in mixed
+models) and ``eh_proj_mix`` (random; ``[I | random]`` in mixed models, so
+the head reads the token and the hidden state).
 """
 
 from __future__ import annotations

@@ -12,7 +12,17 @@ from dataclasses import asdict, dataclass, field, replace
 
 GENERATOR_VERSION = 5  # bump when the files a spec produces change
 
+# Hand-written tensor lists (engine.synth.archs): every weight has a known role,
+# so these also support oracle weights.
 ARCHITECTURES = ("glm4moe", "step35", "qwen35", "qwen3next")
+# Tensor lists asked of llama.cpp's loader (engine.synth.derived): random and
+# mixed weights only.
+DERIVED_ARCHITECTURES = ("qwen35moe", "mimo2", "hy_v3", "deepseek2", "deepseek32", "glm-dsa", "cohere2moe",
+                         "bailingmoe3", "nemotron_h_moe", "deepseek4")
+ALL_ARCHITECTURES = ARCHITECTURES + DERIVED_ARCHITECTURES
+# Architectures whose MTP graph selects one of several NextN blocks
+# (llama_set_nextn_layer_offset): the engine chains them; the rest take one.
+CHAINED = {"step35": 3, "mimo2": 2, "hy_v3": 2}  # default head count
 # The llama.cpp vendored in llama-cpp-python 0.3.36 keeps per-token recurrent
 # snapshots (n_rs_seq) for qwen35 but not for qwen3next (checkpoint fallback).
 HYBRID = frozenset({"qwen35", "qwen3next"})
@@ -71,22 +81,29 @@ class SynthSpec:
     # mixed: oracle maps plus random residual writers, so the context (KV cache,
     # recurrent state) changes some predictions and drafts are partly accepted.
     weights: str = "oracle"
-    n_heads: int = 1  # MTP heads (NextN blocks); step35 chains several
+    n_heads: int = 1  # MTP heads (NextN blocks); step35, mimo2 and hy_v3 chain several
     heads: tuple[HeadMap, ...] = field(default_factory=lambda: (HeadMap(),))
     seed: int = 0
     dense: bool = False  # step35/glm4moe: dense FFN instead of MoE where the arch allows
 
     def __post_init__(self) -> None:
-        if self.arch not in ARCHITECTURES:
-            raise ValueError(f"unknown architecture {self.arch!r}; expected one of {ARCHITECTURES}")
+        if self.arch not in ALL_ARCHITECTURES:
+            raise ValueError(f"unknown architecture {self.arch!r}; expected one of {ALL_ARCHITECTURES}")
         if self.size not in SIZES:
             raise ValueError(f"unknown size {self.size!r}; expected one of {sorted(SIZES)}")
         if self.weights not in ("oracle", "random", "mixed"):
             raise ValueError("weights must be 'oracle', 'random' or 'mixed'")
-        if self.n_heads < 1 or (self.n_heads > 1 and self.arch != "step35"):
-            raise ValueError(f"{self.arch} takes exactly one MTP head; only step35 chains heads")
+        if self.weights == "oracle" and self.arch in DERIVED_ARCHITECTURES:
+            raise ValueError(f"{self.arch} supports random and mixed weights (oracle needs a hand-written layout)")
+        if self.n_heads < 1 or (self.n_heads > 1 and self.arch not in CHAINED):
+            raise ValueError(f"{self.arch} takes exactly one MTP head; only {sorted(CHAINED)} chain heads")
         if len(self.heads) not in (1, self.n_heads):
             raise ValueError("give one HeadMap, or one per head")
+
+    @property
+    def derived(self) -> bool:
+        """True when the tensor list comes from llama.cpp's loader (engine.synth.derived)."""
+        return self.arch in DERIVED_ARCHITECTURES
 
     @property
     def dims(self) -> Size:
@@ -102,3 +119,8 @@ class SynthSpec:
 
     def with_(self, **changes: object) -> SynthSpec:
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def default_heads(arch: str) -> int:
+    """MTP heads a synthetic model of ``arch`` gets unless told otherwise."""
+    return CHAINED.get(arch, 1)

@@ -20,6 +20,13 @@ from engine.synth.spec import SynthSpec
 
 LOGIT_SCALE = 2.0
 MIXED_WRITER_SCALE = 0.12  # residual writers of "mixed" models, relative to random ones
+# Derived architectures (engine.synth.derived) do not know which matrices write
+# into the residual stream, so in mixed models every "matrix" is scaled down,
+# and the MTP input projection is [I | random]: the head reads the token and
+# the hidden state, so a wrong hidden state changes drafts. Calibrated so that
+# every derived architecture accepts 10-45% of drafts at agree=0.7.
+MIXED_MATRIX_SCALE = 0.3
+MIXED_HIDDEN_SCALE = 1.0
 
 
 def _rng(spec: SynthSpec, name: str) -> np.random.Generator:
@@ -75,12 +82,19 @@ class WeightFiller:
             offset = e if spec.head(t.head).reads == "hidden" else 0
             w[:, offset:offset + e] = np.eye(e, dtype=np.float32)
             return w
+        if t.role == "eh_proj_mix" and spec.weights == "mixed":
+            e = t.shape[0]
+            w = _rng(spec, t.name).standard_normal(t.shape, dtype=np.float32) * (MIXED_HIDDEN_SCALE / np.sqrt(e))
+            w[:, :e] = np.eye(e, dtype=np.float32)
+            return w.astype(np.float32)
         fan_in = t.shape[-1]
         scale = 1.0 / np.sqrt(fan_in)
         if t.role == "output" or t.role == "head_out":
             scale *= 4.0  # spread the logits: fewer near-ties in greedy decoding
         if t.role == "writer" and spec.weights == "mixed":
             scale *= MIXED_WRITER_SCALE
+        if t.role == "matrix" and spec.weights == "mixed":
+            scale *= MIXED_MATRIX_SCALE
         return (_rng(spec, t.name).standard_normal(t.shape, dtype=np.float32) * scale).astype(np.float32)
 
 

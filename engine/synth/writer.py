@@ -12,13 +12,19 @@ Layouts:
   sidecar-other-embd    broken: made for a model with another hidden size
   sidecar-other-vocab   broken: made for a model with another vocabulary
   sidecar-other-layers  broken: made for a model with more trunk layers
+  sidecar-exact-duplicates  broken: one NextN tensor stored twice under the same name
+  sidecar-renumbered    broken: metadata counts only the MTP blocks (block_count ==
+                        nextn_predict_layers), blocks at blk.0
+  sidecar-offset        broken: MTP blocks at blk.<n_trunk + 2>, metadata correct
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable
@@ -28,8 +34,9 @@ from typing import Any
 import numpy as np
 
 from engine import paths
-from engine.synth import archs
+from engine.synth import archs, derived
 from engine.synth.archs import TensorSpec
+from engine.synth.kv import add_arch_keys, add_vocabulary
 from engine.synth.oracle import OracleMaps, build_maps
 from engine.synth.spec import SynthSpec
 from engine.synth.tokenizer import Vocabulary, build_vocabulary
@@ -38,6 +45,7 @@ from engine.synth.weights import WeightFiller, effective_map
 LAYOUTS = (
     "combined", "trunk", "sidecar", "sharded", "sidecar-relative", "sidecar-duplicates",
     "sidecar-missing", "sidecar-other-embd", "sidecar-other-vocab", "sidecar-other-layers",
+    "sidecar-exact-duplicates", "sidecar-renumbered", "sidecar-offset",
 )
 
 
@@ -48,33 +56,19 @@ def synth_dir() -> Path:
 
 
 def _write(path: Path, spec: SynthSpec, vocab: Vocabulary, tensors: Iterable[tuple[str, np.ndarray]],
-           name: str, *, with_mtp: bool = True, split_max_tensors: int = 0) -> None:
+           name: str, keys: dict[str, Any], *, split_max_tensors: int = 0,
+           keep_f32: frozenset[str] = frozenset()) -> None:
     import gguf
 
     writer = gguf.GGUFWriter(path, spec.arch, split_max_tensors=split_max_tensors)
     writer.add_name(name)
-    for key, value in archs.metadata(spec, with_mtp).items():
-        full = f"{spec.arch}.{key}"
-        if isinstance(value, bool):
-            writer.add_bool(full, value)
-        elif isinstance(value, int):
-            writer.add_uint32(full, value)
-        elif isinstance(value, float):
-            writer.add_float32(full, value)
-        else:
-            writer.add_array(full, value)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(vocab.tokens)
-    writer.add_token_types(vocab.types)
-    writer.add_token_merges(vocab.merges)
-    writer.add_bos_token_id(vocab.bos)
-    writer.add_eos_token_id(vocab.eos)
-    writer.add_add_bos_token(False)
+    add_arch_keys(writer, spec.arch, keys)
+    add_vocabulary(writer, vocab)
     dtype = np.float16 if spec.dims.dtype == "f16" else np.float32
     for tname, arr in tensors:
         # norms and biases stay f32, as converters write them
-        writer.add_tensor(tname, arr.astype(dtype) if arr.ndim > 1 else arr.astype(np.float32))
+        wide = arr.ndim > 1 and tname not in keep_f32
+        writer.add_tensor(tname, arr.astype(dtype) if wide else arr.astype(np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -86,10 +80,29 @@ class SynthModel:
 
     def __init__(self, spec: SynthSpec) -> None:
         self.spec = spec
-        self.dir = synth_dir() / spec.key()
         self.vocab = build_vocabulary(spec.dims.n_vocab)
         self._arrays: dict[str, np.ndarray] | None = None
         self._maps: OracleMaps | None = None
+        self._specs: list[TensorSpec] | None = None
+        self._dir: Path | None = None
+
+    @property
+    def dir(self) -> Path:
+        """The cache folder. A derived architecture's name also hashes the tensor
+        list llama.cpp asked for, so an engine that wants other tensors gets new files."""
+        if self._dir is None:
+            key = self.spec.key()
+            if self.spec.derived:
+                listing = json.dumps([(t.name, t.shape, t.role) for t in self._tensor_specs()])
+                key += "-t" + hashlib.sha256(listing.encode()).hexdigest()[:8]
+            self._dir = synth_dir() / key
+        return self._dir
+
+    def metadata(self, with_mtp: bool = True) -> dict[str, Any]:
+        """Architecture keys of the file (``with_mtp=False``: a trunk-only export)."""
+        if self.spec.derived:
+            return derived.metadata(self.spec, with_mtp)
+        return archs.metadata(self.spec, with_mtp)
 
     # -- content ------------------------------------------------------------
     @property
@@ -104,11 +117,24 @@ class SynthModel:
         return self._maps
 
     def _tensor_specs(self) -> list[TensorSpec]:
-        d = self.spec.dims
-        out = archs.global_tensors(self.spec)
-        for i in range(d.n_trunk + self.spec.n_heads):
-            out += archs.block_tensors(self.spec, i)
-        return out
+        if self._specs is None:
+            if self.spec.derived:
+                self._specs = derived.tensor_specs(self.spec)
+            else:
+                d = self.spec.dims
+                self._specs = archs.global_tensors(self.spec)
+                for i in range(d.n_trunk + self.spec.n_heads):
+                    self._specs += archs.block_tensors(self.spec, i)
+        return self._specs
+
+    def _keep_f32(self) -> frozenset[str]:
+        """Derived tensors that stay f32 in f16 sizes: anything but plain matrices,
+        and the recurrent / hyper-connection parameters whose ops want f32."""
+        if not self.spec.derived:
+            return frozenset()
+        wide = ("matrix", "embed", "output", "head_out", "eh_proj_mix")
+        return frozenset(t.name for t in self._tensor_specs()
+                         if t.role not in wide or re.search(r"ssm_|hc_|_ape|conv", t.name))
 
     def _build(self) -> dict[str, np.ndarray]:
         if self._arrays is None:
@@ -166,6 +192,10 @@ class SynthModel:
         spec, d = self.spec, self.spec.dims
         arrays = self._build()
         label = f"synthetic {spec.arch} {spec.size} {spec.weights}"
+        keys, trunk_keys, keep_f32 = self.metadata(), self.metadata(with_mtp=False), self._keep_f32()
+
+        def write(tensors: Iterable[tuple[str, np.ndarray]], name: str, **kw: Any) -> None:
+            _write(out, spec, self.vocab, tensors, name, kw.pop("keys", keys), keep_f32=keep_f32, **kw)
 
         def items(select: Any) -> list[tuple[str, np.ndarray]]:
             return [(n, a) for n, a in arrays.items() if select(n)]
@@ -173,27 +203,34 @@ class SynthModel:
         def is_mtp(name: str) -> bool:
             return name.startswith("blk.") and int(name.split(".")[1]) >= d.n_trunk
 
-        globals_ = ("token_embd.weight", "output_norm.weight", "output.weight")
+        def is_global(name: str) -> bool:
+            # token_embd / output_norm / output, and whatever else the MTP graph
+            # reads outside the blocks (deepseek4's output_hc_*)
+            return not name.startswith("blk.")
+
         if layout == "combined":
-            _write(out, spec, self.vocab, arrays.items(), label)
+            write(arrays.items(), label)
         elif layout == "sharded":
             half = len(arrays) // 2 + 1
-            _write(out, spec, self.vocab, arrays.items(), label, split_max_tensors=half)
+            write(arrays.items(), label, split_max_tensors=half)
         elif layout == "trunk":
-            _write(out, spec, self.vocab, items(lambda n: not is_mtp(n)), label + " trunk", with_mtp=False)
+            write(items(lambda n: not is_mtp(n)), label + " trunk", keys=trunk_keys)
         elif layout == "sidecar":
-            _write(out, spec, self.vocab, items(lambda n: n in globals_ or is_mtp(n)), label + " MTP")
+            write(items(lambda n: is_global(n) or is_mtp(n)), label + " MTP")
         elif layout == "sidecar-relative":
-            renamed = [(_renumber(n, -d.n_trunk), a) for n, a in items(lambda n: n in globals_ or is_mtp(n))]
-            _write(out, spec, self.vocab, renamed, label + " MTP (relative indices)")
+            renamed = [(_renumber(n, -d.n_trunk), a) for n, a in items(lambda n: is_global(n) or is_mtp(n))]
+            write(renamed, label + " MTP (relative indices)")
         elif layout == "sidecar-duplicates":
-            base = items(lambda n: n in globals_ or is_mtp(n))
+            base = items(lambda n: is_global(n) or is_mtp(n))
             legacy = [(n.replace(".nextn.shared_head_", ".shared_head."), a)
                       for n, a in base if ".nextn.shared_head_" in n]
-            _write(out, spec, self.vocab, base + legacy, label + " MTP (duplicate names)")
+            write(base + legacy, label + " MTP (duplicate names)")
         elif layout == "sidecar-missing":
-            base = items(lambda n: (n in globals_ or is_mtp(n)) and not n.endswith(".nextn.hnorm.weight"))
-            _write(out, spec, self.vocab, base, label + " MTP (incomplete)")
+            base = items(lambda n: (is_global(n) or is_mtp(n)) and not n.endswith(".nextn.hnorm.weight"))
+            write(base, label + " MTP (incomplete)")
+        elif layout in ("sidecar-exact-duplicates", "sidecar-renumbered", "sidecar-offset"):
+            _broken_sidecar(layout, out, write, items(lambda n: is_global(n) or is_mtp(n)), keys, d.n_trunk,
+                            label + " MTP")
         else:  # sidecar-other-*: a sidecar generated for a different model
             other = _other_model(spec, layout)
             shutil.copyfile(SynthModel(other).path("sidecar"), out)
@@ -205,6 +242,37 @@ def _renumber(name: str, delta: int) -> str:
     parts = name.split(".")
     parts[1] = str(int(parts[1]) + delta)
     return ".".join(parts)
+
+
+def _broken_sidecar(layout: str, out: Path, write: Any, side: list[tuple[str, np.ndarray]], keys: dict[str, Any],
+                    n_trunk: int, label: str) -> None:
+    """The sidecar broken the way ``layout`` says (the doctor's and Repair's test cases)."""
+    if layout == "sidecar-exact-duplicates":
+        # GGUFWriter refuses a name twice: write the copy under a same-length stand-in, then rename it
+        twice = f"blk.{n_trunk}.nextn.enorm.weight"
+        stand_in = twice[:-1] + "X"
+        write(side + [(stand_in, dict(side)[twice])], label + " (a tensor stored twice)")
+        _rename_tensor(out, stand_in, twice)
+    elif layout == "sidecar-renumbered":
+        n_blocks, n_heads = keys["block_count"], keys["nextn_predict_layers"]
+        per_layer = {k: v[-n_heads:] for k, v in keys.items() if isinstance(v, list) and len(v) == n_blocks}
+        write([(_renumber(n, -n_trunk), a) for n, a in side], label + " (renumbered metadata)",
+              keys={**keys, **per_layer, "block_count": n_heads})
+    else:
+        write([(_renumber(n, 2), a) for n, a in side], label + " (blocks at a wrong offset)")
+
+
+def _rename_tensor(path: Path, old: str, new: str) -> None:
+    """Rename a tensor in place (same length: only the header's string bytes change)."""
+    import struct
+
+    assert len(old) == len(new)
+    entry = struct.pack("<Q", len(old)) + old.encode()
+    data = path.read_bytes()
+    at = data.index(entry)
+    with path.open("r+b") as f:
+        f.seek(at + 8)
+        f.write(new.encode())
 
 
 def _other_model(spec: SynthSpec, layout: str) -> SynthSpec:

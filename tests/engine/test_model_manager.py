@@ -103,7 +103,8 @@ def test_doctor_accepts_a_good_pair_and_explains_each_broken_sidecar(arch):
     missing = diagnose(trunk, model.path("sidecar-missing"))
     assert not missing.ok and not missing.repairable and "nextn.hnorm" in missing.report()
     other = diagnose(trunk, model.path("sidecar-other-embd"))
-    assert not other.repairable and "the sidecar has 128, the target 64" in other.report()
+    assert not other.repairable and "hidden size (n_embd_out) 128; this target has hidden size (n_embd_out) 64" in (
+        other.report())
 
 
 @pytest.mark.parametrize("layout", ["sidecar-relative", "sidecar-duplicates"])

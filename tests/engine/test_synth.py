@@ -1,4 +1,5 @@
-"""Synthetic models load in the real llama.cpp and behave as designed."""
+"""Synthetic models load in the real llama.cpp and behave as designed; the
+derived architectures' tensor lists come from llama.cpp's own loader."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from engine import gguf_info
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
 from engine.runtime import Model
+from engine.synth import SynthSpec, derived, probe
+from engine.synth.spec import DERIVED_ARCHITECTURES
+from engine.synth.tokenizer import build_vocabulary
 from tests.engine.conftest import ARCHS, heads_for, synth
 
 
@@ -93,3 +97,63 @@ def test_broken_sidecars_fail_in_llama_cpp_the_way_users_report(layout, message)
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
     assert "FAILED" in out and message in out, out
+
+
+# -- architectures derived from llama.cpp's loader (engine.synth.derived) ------
+
+
+@pytest.mark.parametrize("arch", DERIVED_ARCHITECTURES)
+def test_derived_layouts_read_back_with_the_right_mtp_facts(arch):
+    model = synth(arch, "random")
+    combined, trunk, sidecar = (gguf_info.read_facts(model.path(layout)) for layout in ("combined", "trunk", "sidecar"))
+    n = heads_for(arch)
+    assert (combined.layout, combined.nextn_layers, combined.trunk_layers) == ("combined", n, 4)
+    assert (trunk.layout, trunk.nextn_layers, trunk.block_count) == ("plain", 0, 4)
+    assert (sidecar.layout, sidecar.nextn_layers, sidecar.trunk_layers) == ("mtp-only", n, 4)
+    # the sidecar holds the MTP blocks at absolute indices and the globals, no trunk block
+    assert {int(t.split(".")[1]) for t in sidecar.tensor_names if t.startswith("blk.")} == set(range(4, 4 + n))
+    assert {t for t in combined.tensor_names if not t.startswith("blk.")} <= set(sidecar.tensor_names)
+    with Model(model.path("combined"), load_mtp=True) as m:
+        assert (m.n_layer, m.n_layer_nextn) == (4, n)
+    with Model(model.path("trunk")) as m:
+        assert (m.n_layer, m.n_layer_nextn) == (4, 0)
+
+
+def test_the_probe_asks_llama_cpp_once_per_engine_build(monkeypatch):
+    spec = SynthSpec(arch="deepseek2", weights="random")
+    result = derived.probe_spec(spec)
+    names = result.names()
+    assert "blk.0.attn_kv_a_mqa.weight" in names and "blk.4.nextn.eh_proj.weight" in names
+    monkeypatch.setattr(probe, "_run_child", lambda *a: pytest.fail("probed again"))
+    assert derived.probe_spec(spec) == result
+
+
+@pytest.mark.parametrize("arch, change, message", [
+    ("deepseek2", {"attention.kv_lora_rank": None}, "key not found in model: deepseek2.attention.kv_lora_rank"),
+    # a native abort (GGML_ASSERT) in the child reaches us as an exception with its message
+    ("nemotron_h_moe", {"attention.head_count": [0, 0, 4, 0, 4]}, r"GGML_ASSERT\(t_meta.ne\[dim\] >= 1\)"),
+])
+def test_metadata_llama_cpp_refuses_is_reported_with_its_reason(arch, change, message):
+    keys = derived.metadata(SynthSpec(arch=arch, weights="random"))
+    for key, value in change.items():
+        if value is None:
+            del keys[key]
+        else:
+            keys[key] = value
+    with pytest.raises(probe.ProbeError, match=message):
+        probe.probe(arch, keys, build_vocabulary(512))
+
+
+def test_derived_architectures_have_no_oracle_weights():
+    with pytest.raises(ValueError, match="random and mixed"):
+        SynthSpec(arch="deepseek4")
+
+
+def test_synth_command_writes_every_architecture(capsys):
+    from engine.cli import main
+
+    assert main(["synth", "--arch", "deepseek4", "--layout", "trunk", "--layout", "sidecar"]) == 0
+    trunk, side = capsys.readouterr().out.split()
+    assert "deepseek4-tiny-random" in trunk and gguf_info.read_facts(side).layout == "mtp-only"
+    assert main(["synth", "--arch", "hy_v3", "--weights", "mixed", "--json"]) == 0
+    assert '"n_heads": 2' in capsys.readouterr().out
