@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from engine import loader_tensors
@@ -45,6 +46,20 @@ def check_target_has_mtp(target: GGUFFacts) -> None:
             f"{target.path.name} is a trunk-only export (its MTP blocks were left out). "
             "Load it with its MTP sidecar (mtp-*.gguf)."
         )
+    mtp_blocks = range(target.block_count - target.nextn_layers, target.block_count)
+    if problem := _graph_requirement(target.architecture, set(target.tensor_names), mtp_blocks):
+        raise SpeculativeUnavailable(f"{target.path.name}: {problem} Decoding without speculation.")
+
+
+def _graph_requirement(arch: str, present: set[str], mtp_blocks: Iterable[int]) -> str | None:
+    """What an MTP graph asserts at the first draft (killing the process) but no loader checks."""
+    if arch == "mimo2":
+        split = [il for il in mtp_blocks if f"blk.{il}.attn_qkv.weight" not in present]
+        if split:
+            return (f"its MTP block blk.{split[0]} stores attention as separate q/k/v tensors, but llama.cpp's "
+                    "mimo2 MTP graph needs them fused (attn_qkv) and aborts at the first draft. "
+                    "Use an export with fused MTP attention.")
+    return None
 
 
 @dataclass(frozen=True)
@@ -211,6 +226,8 @@ def _check_tensors(a: Assessment) -> None:
         a.add("error", f"{name} holds no NextN tensors (blk.N.nextn.*): it is not an MTP export. "
                        "Choose the mtp-*.gguf file of this model.")
     _check_globals(a, present, heads)
+    if heads and (problem := _graph_requirement(arch, present, heads)):
+        a.add("error", f"{name}: {problem}")
     _check_shapes(a)
     if len(a.errors) == errors_before:
         a.add("ok", f"{side.tensor_count} tensors, every tensor the loader needs present, nothing it would refuse.")

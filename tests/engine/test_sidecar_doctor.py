@@ -346,3 +346,28 @@ def test_the_models_page_probes_the_pair_in_the_background(qtbot, isolated_dirs)
     assert not page.doctor_button.isEnabled()
     qtbot.waitUntil(lambda: "almost never accepted" in page.facts.toPlainText(), timeout=120000)
     assert page.doctor_button.isEnabled()
+
+
+def test_a_mimo2_mtp_block_with_split_attention_is_refused_before_it_aborts_a_draft():
+    # llama.cpp's mimo2 MTP graph asserts a fused attn_qkv at the first draft;
+    # no loader checks it, so a split export would load and then kill the worker.
+    import dataclasses
+
+    from engine.errors import SpeculativeUnavailable
+    from engine.gguf_info import read_facts
+    from engine.sidecar import assess, check_target_has_mtp
+
+    model = synth("mimo2", "random", n_heads=1)
+    combined, side = read_facts(model.path("combined")), read_facts(model.path("sidecar"))
+    check_target_has_mtp(combined)
+    assert not assess(read_facts(model.path("trunk")), side).errors
+
+    def split(facts):
+        names = tuple(n for n in facts.tensor_names if not n.endswith(f"blk.{facts.block_count - 1}.attn_qkv.weight"))
+        last = facts.block_count - 1
+        return dataclasses.replace(facts, tensor_names=names + tuple(f"blk.{last}.attn_{p}.weight" for p in "qkv"))
+
+    with pytest.raises(SpeculativeUnavailable, match="fused"):
+        check_target_has_mtp(split(combined))
+    verdict = assess(read_facts(model.path("trunk")), split(side))
+    assert any("fused" in f.text for f in verdict.errors)
