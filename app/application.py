@@ -8,7 +8,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.chat.store import ConversationStore
 from app.engine_client import EngineClient
-from app.json_process import JsonProcess
+from app.hardware_probe import HardwareProbe
 from app.main_window import MainWindow
 from app.settings import Settings
 from engine import paths
@@ -21,29 +21,18 @@ class Services:
         self.settings = Settings.load()
         self.store = ConversationStore(paths.data_dir() / "conversations.sqlite3")
         self.client = EngineClient()
-        self.window = MainWindow(self.settings, self.store, self.client)
-        self._probe: JsonProcess | None = None
+        # One probe for the app: its fingerprint keys autotune profiles, and
+        # the Hardware page and the autotune wizard show its report.
+        self.probe = HardwareProbe()
+        self.window = MainWindow(self.settings, self.store, self.client, self.probe)
 
     def start(self) -> None:
         self.window.show()
         self.client.start()
-        self._probe_hardware()
-
-    def _probe_hardware(self) -> None:
-        """The fingerprint keys autotune profiles; probing runs in a child process."""
-        self._probe = JsonProcess()
-
-        def on_report(data: dict) -> None:
-            self.window.hardware_fingerprint = data.get("fingerprint")
-            if self.window.model_facts:
-                self.window.apply_profile(self.window.model_facts)
-
-        self._probe.sig_message.connect(on_report)
-        self._probe.start(["hardware", "--json"])
+        self.probe.ensure()
 
     def shutdown(self) -> None:
-        if self._probe is not None:
-            self._probe.stop()
+        self.probe.stop()
         self.client.stop()
         self.settings.save()
         self.store.close()

@@ -29,11 +29,17 @@ from PySide6.QtWidgets import (
     QWizardPage,
 )
 
+from app import background
+from app.hardware_probe import HardwareProbe
 from app.json_process import JsonProcess
+from app.process import ProcessOutcome
 from app.settings import Settings
 from app.theme import Palette
 from engine import gguf_info
-from engine.errors import ModelFileError
+from engine.autotune import messages
+from engine.errors import ModelFileError, ProtocolError
+from engine.gguf_info import GGUFFacts
+from engine.speculative.settings import SpeculativeSettings
 
 # How the output of a setting compared with no speculation (engine/speculative/identity.py).
 _IDENTITY_TEXT = {"identical": "yes", "near_tie": "yes (near tie)", "defect": "NO — differs"}
@@ -78,8 +84,18 @@ class SpeedChart(QWidget):
         qp.drawLine(int(one), 0, int(one), self.height())
 
 
+def _read_pair(path: str, sidecar: str) -> tuple[GGUFFacts, GGUFFacts | None] | str:
+    """The target's and sidecar's header facts, or why they cannot be read."""
+    try:
+        return gguf_info.read_facts(path), gguf_info.read_facts(sidecar) if sidecar else None
+    except ModelFileError as exc:
+        return str(exc)
+
+
 class HardwarePage(QWizardPage):
-    def __init__(self) -> None:
+    """Shows the shared hardware probe's report (probing once if nobody has yet)."""
+
+    def __init__(self, probe: HardwareProbe) -> None:
         super().__init__()
         self.setTitle("This machine")
         self.setSubTitle("Tuning is specific to the hardware and the engine build; it is remembered for both.")
@@ -87,13 +103,15 @@ class HardwarePage(QWizardPage):
         self.text.setWordWrap(True)
         QVBoxLayout(self).addWidget(self.text)
         self.report: dict[str, Any] | None = None
-        self.proc = JsonProcess(self)
-        self.proc.sig_message.connect(self._on_report)
-        self.proc.sig_finished.connect(self._on_finished)
+        self.probe = probe
+        probe.sig_report.connect(self._on_report)
+        probe.sig_failed.connect(self._on_failed)
 
     def initializePage(self) -> None:
-        if self.report is None:
-            self.proc.start(["hardware", "--json"])
+        if self.probe.report is not None:
+            self._on_report(self.probe.report)
+        else:
+            self.probe.ensure()
 
     def isComplete(self) -> bool:
         return self.report is not None
@@ -111,9 +129,9 @@ class HardwarePage(QWizardPage):
         )
         self.completeChanged.emit()
 
-    def _on_finished(self, code: int, error: str) -> None:
-        if code != 0 and self.report is None:
-            self.text.setText(f"The hardware probe failed: {error}")
+    def _on_failed(self, message: str) -> None:
+        if self.report is None:
+            self.text.setText(f"The hardware probe failed: {message}")
 
 
 class ModelPage(QWizardPage):
@@ -146,6 +164,8 @@ class ModelPage(QWizardPage):
         self.path.textChanged.connect(self._check)
         self.sidecar.textChanged.connect(self._check)
         self._ok = False
+        self._checks = 0  # a header read that a newer one overtook is dropped
+        self._task: background.Task | None = None
 
     def initializePage(self) -> None:
         self._check()
@@ -156,13 +176,21 @@ class ModelPage(QWizardPage):
             target.setText(path)
 
     def _check(self) -> None:
+        """Read the headers on the background runner (a model on a slow disk must not freeze the wizard)."""
         self._ok = False
-        try:
-            facts = gguf_info.read_facts(self.path.text().strip())
-            side = gguf_info.read_facts(self.sidecar.text().strip()) if self.sidecar.text().strip() else None
-        except ModelFileError as exc:
-            self.facts.setText(str(exc) if self.path.text().strip() else "Choose a model file.")
+        self.completeChanged.emit()
+        self._checks += 1
+        check = self._checks
+        self._task = background.run(_read_pair, self.path.text().strip(), self.sidecar.text().strip())
+        self._task.sig_done.connect(lambda result: self._show(result, check))
+
+    def _show(self, result: tuple[GGUFFacts, GGUFFacts | None] | str, check: int) -> None:
+        if check != self._checks:
+            return
+        if isinstance(result, str):
+            self.facts.setText(result if self.path.text().strip() else "Choose a model file.")
         else:
+            facts, side = result
             heads = side.nextn_layers if side else facts.nextn_layers
             self.facts.setText(f"{facts.architecture}, {facts.trunk_layers} layers, {heads} MTP head(s), "
                                f"{facts.file_size / 2**20:.0f} MiB."
@@ -186,9 +214,9 @@ class RunPage(QWizardPage):
         layout.addWidget(self.progress)
         layout.addWidget(self.status)
         layout.addWidget(self.chart, 1)
-        self.result: dict[str, Any] | None = None
+        self.result: messages.ResultMessage | None = None
         self.error = ""
-        self.proc = JsonProcess(self)
+        self.proc = JsonProcess("autotune", self)
         self.proc.sig_message.connect(self._on_message)
         self.proc.sig_finished.connect(self._on_finished)
 
@@ -200,8 +228,8 @@ class RunPage(QWizardPage):
                 "--tokens", str(page.tokens.value()), "--threads", str(wizard.settings.n_threads)]
         if page.sidecar.text().strip():
             args += ["--sidecar", page.sidecar.text().strip()]
-        if wizard.max_n:
-            args += ["--max-n", str(wizard.max_n)]
+        if wizard.n_max:
+            args += ["--n-max", str(wizard.n_max)]
         self.result = None
         self.chart.ratios.clear()
         self.progress.setRange(0, 0)
@@ -213,28 +241,33 @@ class RunPage(QWizardPage):
     def isComplete(self) -> bool:
         return self.result is not None
 
-    def _on_message(self, msg: dict[str, Any]) -> None:
-        if msg.get("type") == "progress":
-            self.progress.setRange(0, int(msg["total"]))
-            self.progress.setValue(int(msg["step"]))
-            acc = msg.get("acceptance")
-            self.status.setText(f"{msg['setting']}: {msg['tps']:.1f} tok/s"
+    def _on_message(self, data: dict[str, Any]) -> None:
+        try:
+            msg = messages.decode(data)
+        except ProtocolError as exc:
+            self.status.setText(f"Autotune printed something unexpected: {exc}")
+            return
+        if isinstance(msg, messages.ProgressMessage):
+            self.progress.setRange(0, msg.total)
+            self.progress.setValue(msg.step)
+            acc = msg.acceptance
+            self.status.setText(f"{msg.setting}: {msg.tps:.1f} tok/s"
                                 + (f", acceptance {100 * acc:.0f}%" if acc is not None else ""))
-            self.chart.set_ratio(msg["setting"], float(msg["ratio"]))
-        elif msg.get("type") == "result":
+            self.chart.set_ratio(msg.setting, msg.ratio)
+        elif isinstance(msg, messages.ResultMessage):
             self.result = msg
-            for row in msg["rows"]:
-                self.chart.set_ratio(row["setting"], row["ratio"])
+            for row in msg.rows:
+                self.chart.set_ratio(row.setting, row.ratio)
             self.progress.setRange(0, 1)
             self.progress.setValue(1)
-            self.status.setText(f"Done: {msg['label']}.")
+            self.status.setText(f"Done: {msg.label}.")
             self.completeChanged.emit()
 
-    def _on_finished(self, code: int, error: str) -> None:
-        if code != 0 and self.result is None:
-            self.error = error
+    def _on_finished(self, outcome: ProcessOutcome) -> None:
+        if not outcome.ok and self.result is None:
+            self.error = outcome.last_line or str(outcome)
             self.progress.setRange(0, 1)
-            self.status.setText(f"Tuning failed: {error or f'exit code {code}'}")
+            self.status.setText(f"Tuning failed: {self.error}")
 
 
 class ResultsPage(QWizardPage):
@@ -254,28 +287,33 @@ class ResultsPage(QWizardPage):
     def initializePage(self) -> None:
         wizard = self.wizard()
         assert isinstance(wizard, AutotuneWizard)
-        result = wizard.run_page.result or {}
-        self.decision.setText(f"<b>Use: {result.get('label', 'off')}</b><br>{result.get('reason', '')}<br>"
+        result = wizard.run_page.result
+        label, reason = (result.label, result.reason) if result else ("off", "")
+        self.decision.setText(f"<b>Use: {label}</b><br>{reason}<br>"
                               "Apply makes it the default for this model on this machine.")
-        rows = sorted(result.get("rows", []), key=lambda r: -r["ratio"])
+        rows = sorted(result.rows if result else [], key=lambda r: -r.ratio)
         self.table.setRowCount(len(rows))
         for i, r in enumerate(rows):
-            acc = f"{100 * r['acceptance']:.0f}%" if r.get("acceptance") is not None else "–"
-            values = [r["setting"] + (" (stopped early)" if r["dropped"] else ""), f"{r['tps']:.1f}",
-                      f"{r['ratio']:.2f}x", acc, str(r["prompts"]), _IDENTITY_TEXT[r["identity"]]]
+            acc = f"{100 * r.acceptance:.0f}%" if r.acceptance is not None else "–"
+            values = [r.setting + (" (stopped early)" if r.dropped else ""), f"{r.tps:.1f}",
+                      f"{r.ratio:.2f}x", acc, str(r.prompts), _IDENTITY_TEXT[r.identity]]
             for j, v in enumerate(values):
                 self.table.setItem(i, j, QTableWidgetItem(v))
         self.table.resizeColumnsToContents()
 
 
 class AutotuneWizard(QWizard):
-    def __init__(self, settings: Settings, palette: Palette, parent: QWidget | None = None,
-                 max_n: int | None = None) -> None:
+    """Args:
+        n_max: the deepest draft to try (default: whatever the model drafts).
+    """
+
+    def __init__(self, settings: Settings, palette: Palette, probe: HardwareProbe, parent: QWidget | None = None,
+                 n_max: int | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Autotune speculative decoding")
         self.settings = settings
-        self.max_n = max_n
-        self.hardware_page = HardwarePage()
+        self.n_max = n_max
+        self.hardware_page = HardwarePage(probe)
         self.model_page = ModelPage(settings)
         self.run_page = RunPage(palette)
         self.results_page = ResultsPage()
@@ -283,9 +321,9 @@ class AutotuneWizard(QWizard):
             self.addPage(page)
         self.resize(760, 560)
 
-    def applied_setting(self) -> dict[str, Any] | None:
+    def applied_setting(self) -> SpeculativeSettings | None:
         result = self.run_page.result
-        return result["best"] if result else None
+        return result.best if result else None
 
     def accept(self) -> None:
         best = self.applied_setting()
@@ -297,6 +335,5 @@ class AutotuneWizard(QWizard):
         super().accept()
 
     def reject(self) -> None:
-        self.hardware_page.proc.stop()
         self.run_page.proc.stop()
         super().reject()

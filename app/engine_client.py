@@ -1,5 +1,6 @@
-"""The GUI's connection to the engine worker: a QProcess speaking the worker
-protocol, turned into typed Qt signals.
+"""The GUI's connection to the engine worker: a child process speaking the
+worker protocol, its events decoded into typed events and sent on as Qt
+signals.
 
 The worker may die at any moment (a native abort, an out-of-memory kill, a
 SIGILL from a wrong engine build); the client notices, says why in words,
@@ -12,33 +13,34 @@ import itertools
 import sys
 from typing import Any
 
-from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
+from app.process import ChildProcess, ProcessOutcome
 from engine.errors import ProtocolError
+from engine.speculative.settings import MAX_DRAFT, SpeculativeSettings
 from engine.worker import protocol as P
-from engine.worker.client import describe_exit
 
 
 class EngineClient(QObject):
     """Owns one worker process.
 
     Signals:
-        sig_ready(dict): the handshake arrived (protocol version, engine build).
-        sig_loaded(str, dict): request id, model facts.
-        sig_token(str, str, bool): request id, text delta, came from accepted drafts.
-        sig_stats(str, dict): request id, live statistics.
-        sig_done(str, dict): request id, the final event (finish_reason, stats).
-        sig_error(str, str, str): request id (may be empty), error kind, message.
+        sig_ready(ReadyEvent): the handshake arrived (protocol version, engine build, limits).
+        sig_loaded(LoadedEvent): a model is loaded; ``event.model`` describes it.
+        sig_token(TokenEvent): a text delta of a reply.
+        sig_stats(StatsEvent): live statistics of a reply.
+        sig_done(DoneEvent): a reply ended.
+        sig_error(ErrorEvent): the worker (or this client) reports an error.
         sig_died(str): the worker ended unexpectedly; the text says why.
         sig_state(str): "starting" | "ready" | "loading" | "busy" | "dead" | "stopped".
     """
 
-    sig_ready = Signal(dict)
-    sig_loaded = Signal(str, dict)
-    sig_token = Signal(str, str, bool)
-    sig_stats = Signal(str, dict)
-    sig_done = Signal(str, dict)
-    sig_error = Signal(str, str, str)
+    sig_ready = Signal(object)
+    sig_loaded = Signal(object)
+    sig_token = Signal(object)
+    sig_stats = Signal(object)
+    sig_done = Signal(object)
+    sig_error = Signal(object)
     sig_died = Signal(str)
     sig_state = Signal(str)
 
@@ -47,33 +49,37 @@ class EngineClient(QObject):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._ids = itertools.count(1)
-        self._proc: QProcess | None = None
-        self._buffer = b""
-        self._expect_exit = False
+        self._proc = ChildProcess("the engine process", self)
+        self._proc.sig_lines.connect(self._on_lines)
+        self._proc.sig_finished.connect(self._on_finished)
         self.state = "stopped"
-        self.engine_info: dict[str, Any] = {}
-        self.stderr_tail: list[str] = []
+        self.hello: P.ReadyEvent | None = None
         self._handshake_timer = QTimer(self)
         self._handshake_timer.setSingleShot(True)
         self._handshake_timer.timeout.connect(self._on_handshake_timeout)
+        self._signals = {P.LoadedEvent: self.sig_loaded, P.TokenEvent: self.sig_token,
+                         P.StatsEvent: self.sig_stats, P.DoneEvent: self.sig_done}
+
+    @property
+    def engine(self) -> P.EngineBuild | None:
+        return self.hello.engine if self.hello else None
+
+    @property
+    def max_draft(self) -> int:
+        """The deepest ``n_max`` the engine drafts, as its handshake reports it."""
+        return self.hello.max_draft if self.hello else MAX_DRAFT
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
 
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> None:
-        if self._proc is not None:
+        if self._proc.running:
             return
-        proc = QProcess(self)
-        env = QProcessEnvironment.systemEnvironment()
-        proc.setProcessEnvironment(env)
-        proc.readyReadStandardOutput.connect(self._on_stdout)
-        proc.readyReadStandardError.connect(self._on_stderr)
-        proc.finished.connect(self._on_finished)
-        proc.errorOccurred.connect(self._on_process_error)
-        self._proc = proc
-        self._buffer = b""
-        self._expect_exit = False
-        self.stderr_tail = []
+        self.hello = None
         self._set_state("starting")
-        proc.start(sys.executable, ["-m", "engine.worker"])
+        self._proc.start(["-m", "engine.worker"])
         self._handshake_timer.start(self.HANDSHAKE_TIMEOUT_MS)
 
     def restart(self) -> None:
@@ -81,21 +87,11 @@ class EngineClient(QObject):
         self.start()
 
     def stop(self, wait_ms: int = 3000) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        self._expect_exit = True
-        if proc.state() != QProcess.ProcessState.NotRunning:
-            self._write(P.ShutdownRequest(id=self._new_id()))
-            if not proc.waitForFinished(wait_ms):
-                proc.kill()
-                proc.waitForFinished(1000)
-        self._proc = None
+        if self._proc.running:
+            farewell = (P.encode(P.ShutdownRequest(id=self._new_id())) + "\n").encode("utf-8")
+            self._proc.stop(wait_ms, farewell=farewell)
+        self._handshake_timer.stop()
         self._set_state("stopped")
-
-    @property
-    def pid(self) -> int | None:
-        return int(self._proc.processId()) if self._proc is not None else None
 
     # -- requests ---------------------------------------------------------
     def load(self, path: str | None, *, n_ctx: int = 4096, n_threads: int = 1, n_gpu_layers: int = 0,
@@ -107,9 +103,10 @@ class EngineClient(QObject):
         return rid
 
     def generate(self, *, messages: list[dict[str, str]] | None = None, prompt: str | None = None,
-                 **settings: Any) -> str:
+                 speculative: SpeculativeSettings, **sampling: Any) -> str:
         rid = self._new_id()
-        self._write(P.GenerateRequestMsg(id=rid, messages=messages, prompt=prompt, **settings))
+        self._write(P.GenerateRequestMsg(id=rid, messages=messages, prompt=prompt, speculative=speculative,
+                                         **sampling))
         self._set_state("busy")
         return rid
 
@@ -121,21 +118,16 @@ class EngineClient(QObject):
         return f"q{next(self._ids)}"
 
     def _write(self, message: Any) -> None:
-        if self._proc is None or self._proc.state() != QProcess.ProcessState.Running:
-            self.sig_error.emit(getattr(message, "id", ""), "worker_died",
-                                "The engine is not running. Restart it from the banner.")
-            return
-        self._proc.write((P.encode(message) + "\n").encode("utf-8"))
+        if not self._proc.write((P.encode(message) + "\n").encode("utf-8")):
+            self.sig_error.emit(P.ErrorEvent(getattr(message, "id", None), "worker_died",
+                                             "The engine is not running. Restart it from the banner."))
 
     def _set_state(self, state: str) -> None:
         if state != self.state:
             self.state = state
             self.sig_state.emit(state)
 
-    def _on_stdout(self) -> None:
-        assert self._proc is not None
-        self._buffer += bytes(self._proc.readAllStandardOutput().data())
-        *lines, self._buffer = self._buffer.split(b"\n")
+    def _on_lines(self, lines: list[bytes]) -> None:
         for line in lines:
             if line.strip():
                 self._dispatch(line)
@@ -144,58 +136,44 @@ class EngineClient(QObject):
         try:
             ev = P.decode_event(line)
         except ProtocolError as exc:
-            self.sig_error.emit("", exc.kind, str(exc))
+            self.sig_error.emit(P.ErrorEvent(None, exc.kind, str(exc)))
             return
-        kind, rid = ev["type"], ev.get("id") or ""
-        if kind == "ready":
-            self._handshake_timer.stop()
-            if ev.get("protocol") != P.PROTOCOL_VERSION:
-                self.sig_error.emit("", "protocol", f"The engine speaks protocol {ev.get('protocol')}; "
-                                    f"this app needs {P.PROTOCOL_VERSION}. Reinstall MTP Studio.")
-                self.stop()
-                return
-            self.engine_info = ev.get("engine", {})
-            self._set_state("ready")
-            self.sig_ready.emit(ev)
-        elif kind == "loaded":
-            self._set_state("ready")
-            self.sig_loaded.emit(rid, ev["model"])
-        elif kind == "token":
-            self.sig_token.emit(rid, ev["text"], bool(ev.get("draft")))
-        elif kind == "stats":
-            self.sig_stats.emit(rid, ev["stats"])
-        elif kind == "done":
-            self._set_state("ready")
-            self.sig_done.emit(rid, ev)
-        elif kind == "error":
-            if ev.get("final", True) and self.state == "loading":
+        signal = self._signals.get(type(ev))
+        if signal is not None:  # the hot path: tokens and statistics
+            if isinstance(ev, P.LoadedEvent | P.DoneEvent):
                 self._set_state("ready")
-            self.sig_error.emit(rid, ev.get("kind", "engine"), ev.get("message", ""))
+            signal.emit(ev)
+        elif isinstance(ev, P.ReadyEvent):
+            self._on_ready(ev)
+        elif isinstance(ev, P.ErrorEvent):
+            if ev.final and self.state == "loading":
+                self._set_state("ready")
+            self.sig_error.emit(ev)
 
-    def _on_stderr(self) -> None:
-        assert self._proc is not None
-        text = bytes(self._proc.readAllStandardError().data()).decode("utf-8", errors="replace")
-        self.stderr_tail = (self.stderr_tail + text.splitlines())[-50:]
-
-    def _on_finished(self, code: int, status: QProcess.ExitStatus) -> None:
+    def _on_ready(self, ev: P.ReadyEvent) -> None:
         self._handshake_timer.stop()
-        if self._expect_exit:
+        if ev.protocol != P.PROTOCOL_VERSION:
+            self.sig_error.emit(P.ErrorEvent(None, "protocol", f"The engine speaks protocol {ev.protocol}; "
+                                             f"this app needs {P.PROTOCOL_VERSION}. Reinstall MTP Studio."))
+            self.stop()
             return
-        # QProcess reports a crash as CrashExit with the signal number in code.
-        exit_code = -code if status == QProcess.ExitStatus.CrashExit else code
-        reason = describe_exit(exit_code)
-        hints = [line for line in self.stderr_tail if "error" in line.lower() or "assert" in line.lower()]
-        if hints:
-            reason += f". Last message: {hints[-1].strip()}"
-        self._proc = None
-        self._set_state("dead")
-        self.sig_died.emit(reason[0].upper() + reason[1:])
+        self.hello = ev
+        self._set_state("ready")
+        self.sig_ready.emit(ev)
 
-    def _on_process_error(self, error: QProcess.ProcessError) -> None:
-        if error == QProcess.ProcessError.FailedToStart:
-            self._proc = None
-            self._set_state("dead")
-            self.sig_died.emit(f"The engine could not start ({sys.executable} -m engine.worker).")
+    def _on_finished(self, outcome: ProcessOutcome) -> None:
+        self._handshake_timer.stop()
+        if outcome.expected:
+            return
+        if not outcome.started:
+            reason = f"The engine could not start ({sys.executable} -m engine.worker)."
+        else:
+            reason = str(outcome)
+            if outcome.last_error:
+                reason += f". Last message: {outcome.last_error}"
+            reason = reason[0].upper() + reason[1:]
+        self._set_state("dead")
+        self.sig_died.emit(reason)
 
     def _on_handshake_timeout(self) -> None:
         if self.state == "starting":

@@ -5,11 +5,9 @@ log). A failed build leaves the working engine in place."""
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QProcess
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -22,14 +20,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.json_process import JsonProcess
+from app.hardware_probe import HardwareProbe
+from app.process import ChildProcess, ProcessOutcome
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "packaging" / "build_engine.py"
 _STEP = re.compile(r"\[(\d+)/(\d+)\]")
 
 
 class HardwarePage(QWidget):
-    def __init__(self, parent: QWidget | None = None) -> None:
+    """Shows the shared hardware probe's report; builds the engine in a child process."""
+
+    def __init__(self, probe: HardwareProbe, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.summary = QLabel("Looking at the hardware…")
         self.summary.setWordWrap(True)
@@ -59,20 +60,25 @@ class HardwarePage(QWidget):
         col.addWidget(self.progress)
         col.addWidget(self.log, 1)
         self.report: dict[str, Any] | None = None
-        self.probe = JsonProcess(self)
-        self.probe.sig_message.connect(self._show)
-        self.probe.sig_finished.connect(self._probe_finished)
+        self.probe = probe
+        probe.sig_report.connect(self._show)
+        probe.sig_failed.connect(lambda message: self.summary.setText(f"The hardware probe failed: {message}"))
         self.refresh_button.clicked.connect(self.refresh)
         self.build_button.clicked.connect(self.build)
-        self.build_proc: QProcess | None = None
+        self.build_proc = ChildProcess("the engine build", self, merge_stderr=True)
+        self.build_proc.sig_lines.connect(self._on_output)
+        self.build_proc.sig_finished.connect(self._on_built)
+
+    def show_report(self) -> None:
+        """Show the shared report, probing first if there is none yet."""
+        if self.probe.report is not None:
+            self._show(self.probe.report)
+        else:
+            self.probe.ensure()
 
     def refresh(self) -> None:
         self.summary.setText("Looking at the hardware…")
-        self.probe.start(["hardware", "--json"])
-
-    def _probe_finished(self, code: int, error: str) -> None:
-        if code != 0:
-            self.summary.setText(f"The hardware probe failed: {error}")
+        self.probe.refresh()
 
     def _show(self, data: dict[str, Any]) -> None:
         self.report = data
@@ -96,7 +102,7 @@ class HardwarePage(QWidget):
         self.recommendation.setText(" ".join(rec.get("reasons", [])))
         matches = rec.get("backend") == rec.get("active")
         self.build_button.setText(f"{'Rebuild' if matches else 'Build'} the {rec.get('backend', 'cpu')} engine")
-        self.build_button.setEnabled(self.build_proc is None)
+        self.build_button.setEnabled(not self.build_proc.running)
 
     def build(self) -> None:
         backend = (self.report or {}).get("recommendation", {}).get("backend", "cpu")
@@ -104,16 +110,10 @@ class HardwarePage(QWidget):
         self.progress.setRange(0, 0)
         self.progress.show()
         self.build_button.setEnabled(False)
-        proc = QProcess(self)
-        proc.setProcessChannelMode(QProcess.ProcessChannelMode.MergedChannels)
-        proc.readyReadStandardOutput.connect(self._on_output)
-        proc.finished.connect(self._on_built)
-        self.build_proc = proc
-        proc.start(sys.executable, [str(BUILD_SCRIPT), "--backend", backend])
+        self.build_proc.start([str(BUILD_SCRIPT), "--backend", backend])
 
-    def _on_output(self) -> None:
-        assert self.build_proc is not None
-        text = bytes(self.build_proc.readAllStandardOutput().data()).decode("utf-8", errors="replace")
+    def _on_output(self, lines: list[bytes]) -> None:
+        text = b"\n".join(lines).decode("utf-8", errors="replace")
         self.log.appendPlainText(text.rstrip())
         steps = _STEP.findall(text)
         if steps:
@@ -121,13 +121,12 @@ class HardwarePage(QWidget):
             self.progress.setRange(0, total)
             self.progress.setValue(done)
 
-    def _on_built(self, code: int, _status: object) -> None:
-        self.build_proc = None
+    def _on_built(self, outcome: ProcessOutcome) -> None:
         self.progress.hide()
         self.build_button.setEnabled(True)
-        if code == 0:
+        if outcome.ok:
             self.log.appendPlainText("\nThe engine was built and installed. Restart the engine to use it.")
             self.refresh()
-        else:
-            self.log.appendPlainText(f"\nThe build failed (exit {code}); the engine that was installed is still "
+        elif not outcome.expected:
+            self.log.appendPlainText(f"\nThe build failed ({outcome}); the engine that was installed is still "
                                      "in place. The log above says why.")

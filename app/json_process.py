@@ -5,75 +5,66 @@ llama.cpp itself."""
 from __future__ import annotations
 
 import json
-import sys
+from typing import Any
 
-from PySide6.QtCore import QObject, QProcess, Signal
+from PySide6.QtCore import QObject, Signal
+
+from app.process import ChildProcess, ProcessOutcome
 
 
 class JsonProcess(QObject):
     """Signals:
         sig_message(dict): one JSON object the command printed.
-        sig_finished(int, str): exit code, and the tail of stderr when it failed.
+        sig_finished(ProcessOutcome): it ended; an outcome the app asked for
+            (a newer start, :meth:`stop`) is not reported.
     """
 
     sig_message = Signal(dict)
-    sig_finished = Signal(int, str)
+    sig_finished = Signal(object)
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    def __init__(self, what: str, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.proc: QProcess | None = None
-        self._buf = b""
-        self._err = b""
-        self._all = b""
+        self._proc = ChildProcess(what, self)
+        self._proc.sig_lines.connect(self._on_lines)
+        self._proc.sig_finished.connect(self._on_finished)
+        self._lines: list[bytes] = []
         self._emitted = 0
 
     def start(self, args: list[str]) -> None:
-        self.stop()
-        proc = QProcess(self)
-        proc.readyReadStandardOutput.connect(self._on_stdout)
-        proc.readyReadStandardError.connect(self._on_stderr)
-        proc.finished.connect(self._on_finished)
-        self.proc = proc
-        self._buf = self._err = self._all = b""
+        self._proc.stop()
+        self._lines = []
         self._emitted = 0
-        proc.start(sys.executable, ["-m", "engine", *args])
+        self._proc.start(["-m", "engine", *args])
 
     @property
     def running(self) -> bool:
-        return self.proc is not None and self.proc.state() != QProcess.ProcessState.NotRunning
+        return self._proc.running
 
     def stop(self) -> None:
-        if self.running:
-            assert self.proc is not None
-            self.proc.kill()
-            self.proc.waitForFinished(2000)
+        self._proc.stop()
 
-    def _on_stdout(self) -> None:
-        assert self.proc is not None
-        data = bytes(self.proc.readAllStandardOutput().data())
-        self._all += data
-        self._buf += data
-        *lines, self._buf = self._buf.split(b"\n")
+    def _on_lines(self, lines: list[bytes]) -> None:
+        self._lines += lines
         for line in lines:
             line = line.strip()
             if line.startswith(b"{"):
                 try:
                     message = json.loads(line)
                 except ValueError:
-                    continue
-                self._emitted += 1
-                self.sig_message.emit(message)
+                    continue  # part of a pretty-printed document: read whole at the end
+                if isinstance(message, dict):
+                    self._emitted += 1
+                    self.sig_message.emit(message)
 
-    def _on_stderr(self) -> None:
-        assert self.proc is not None
-        self._err = (self._err + bytes(self.proc.readAllStandardError().data()))[-4000:]
-
-    def _on_finished(self, code: int, _status: object) -> None:
-        self._on_stdout()
-        if not self._emitted and self._all.strip().startswith(b"{"):
+    def _on_finished(self, outcome: ProcessOutcome) -> None:
+        if outcome.expected:
+            return
+        whole = b"\n".join(self._lines).strip()
+        if not self._emitted and whole.startswith(b"{"):
             try:  # one pretty-printed JSON document rather than JSON lines
-                self.sig_message.emit(json.loads(self._all))
+                document: Any = json.loads(whole)
             except ValueError:
-                pass
-        tail = "" if code == 0 else self._err.decode("utf-8", errors="replace").strip().splitlines()[-1:]
-        self.sig_finished.emit(code, tail[0] if tail else "")
+                document = None
+            if isinstance(document, dict):
+                self.sig_message.emit(document)
+        self.sig_finished.emit(outcome)

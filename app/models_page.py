@@ -29,10 +29,23 @@ from PySide6.QtWidgets import (
 )
 
 from app import background
+from app.pair_proof import PairProof
 from engine import paths
 from engine.store import credentials, fit, hub, library
 from engine.store.doctor import Diagnosis, diagnose, run_probe
 from engine.store.download import Progress, download
+
+
+def _facts_lines(path: str, n_ctx: int) -> list[str]:
+    """A model's header facts and its memory estimate at ``n_ctx``, as lines (or why not)."""
+    from engine.gguf_info import read_facts
+
+    try:
+        lines = read_facts(path).summary_lines()
+        est = fit.estimate(path, n_ctx=n_ctx)
+        return [*lines, "", f"memory at n_ctx {n_ctx}:", *("  " + ln for ln in est.lines())]
+    except Exception as exc:
+        return [str(exc)]
 
 
 class DownloadRow(QWidget):
@@ -73,6 +86,8 @@ class ModelsPage(QWidget):
         super().__init__(parent)
         self._tasks: list[background.Task] = []
         self._scan_generation = 0
+        self._facts_generation = 0
+        self._proof: PairProof | None = None
         self._build()
 
     # -- layout ---------------------------------------------------------------
@@ -246,10 +261,12 @@ class ModelsPage(QWidget):
     def _save_token(self) -> None:
         token = self.token.text().strip()
         if token:
-            saved = credentials.set_token(token)
             self.token.clear()
-            self.token.setPlaceholderText("Token saved in the keyring" if saved else
-                                          "No keyring on this system: set HF_TOKEN in the environment instead")
+            # the keyring may wait on a desktop service: never on the GUI thread
+            task = self._track(background.run(credentials.set_token, token))
+            task.sig_done.connect(lambda saved: self.token.setPlaceholderText(
+                "Token saved in the keyring" if saved else
+                "No keyring on this system: set HF_TOKEN in the environment instead"))
 
     # -- library ----------------------------------------------------------------
     def refresh_library(self) -> None:
@@ -275,18 +292,19 @@ class ModelsPage(QWidget):
         return item.data(Qt.ItemDataRole.UserRole) if item else None
 
     def _show_facts(self, item: QListWidgetItem | None, _prev: object) -> None:
+        """Header facts and the memory fit, read on the background runner (a
+        spin of the context box must not read a header on the GUI thread)."""
         path = item.data(Qt.ItemDataRole.UserRole) if item else None
         if not path:
             return
-        from engine.gguf_info import read_facts
+        self._facts_generation += 1
+        generation = self._facts_generation
+        task = self._track(background.run(_facts_lines, path, self.ctx.value()))
+        task.sig_done.connect(lambda lines: self._show_facts_lines(lines, generation))
 
-        try:
-            lines = read_facts(path).summary_lines()
-            est = fit.estimate(path, n_ctx=self.ctx.value())
-            lines += ["", f"memory at n_ctx {self.ctx.value()}:", *("  " + ln for ln in est.lines())]
-        except Exception as exc:
-            lines = [str(exc)]
-        self.facts.setPlainText("\n".join(lines))
+    def _show_facts_lines(self, lines: list[str], generation: int) -> None:
+        if generation == self._facts_generation:  # a newer read is under way otherwise
+            self.facts.setPlainText("\n".join(lines))
 
     def _add_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Add a folder of models")
@@ -305,11 +323,13 @@ class ModelsPage(QWidget):
         if not (self.target_path and self.sidecar_path):
             self.facts.setPlainText("Choose a target and a sidecar first (Set as target / Set as sidecar).")
             return
-        try:
-            d = diagnose(self.target_path, self.sidecar_path)  # headers only: quick
-        except Exception as exc:
-            self.facts.setPlainText(str(exc))
-            return
+        # headers only, but a header on a slow or network disk still waits: not on the GUI thread
+        self._facts_generation += 1  # the panel now shows the doctor: drop a facts read still under way
+        task = self._track(background.run(diagnose, self.target_path, self.sidecar_path))
+        task.sig_done.connect(self._diagnosed)
+        task.sig_failed.connect(self.facts.setPlainText)
+
+    def _diagnosed(self, d: Diagnosis) -> None:
         self.facts.setPlainText(d.report())
         if self.probe_check.isChecked():
             self._probe(d)
@@ -327,19 +347,26 @@ class ModelsPage(QWidget):
     def run_repair(self) -> None:
         if not (self.target_path and self.sidecar_path):
             return
-        from engine.store.repair import prove, repair
+        from engine.store.repair import repair
 
-        def work(target: str, sidecar: str) -> tuple[Path, str]:
-            out = repair(target, sidecar)
-            return out, prove(target, out)
-
+        self._facts_generation += 1  # the panel now shows the repair: drop a facts read still under way
         self.facts.setPlainText("Repairing (streaming a corrected copy), then loading it in the engine…")
-        task = self._track(background.run(work, self.target_path, self.sidecar_path))
-        task.sig_done.connect(self._repaired)
+        target = self.target_path
+        task = self._track(background.run(repair, target, self.sidecar_path))
+        task.sig_done.connect(lambda out: self._prove(target, out))
         task.sig_failed.connect(lambda msg: self.facts.setPlainText(f"Repair failed: {msg}"))
 
-    def _repaired(self, result: tuple[Path, str]) -> None:
-        out, proof = result
+    def _prove(self, target: str, out: Path) -> None:
+        """Load the repaired pair in a worker of its own (app/pair_proof.py) and draft a few tokens."""
+        if self._proof is not None:
+            self._proof.stop()
+            self._proof.deleteLater()
+        self._proof = PairProof(self)
+        self._proof.sig_proved.connect(lambda proof: self._repaired(out, proof))
+        self._proof.sig_failed.connect(lambda msg: self.facts.setPlainText(f"Repair failed: {msg}"))
+        self._proof.start(target, str(out))
+
+    def _repaired(self, out: Path, proof: str) -> None:
         self.sidecar_path = str(out)
         self.facts.setPlainText(f"Wrote {out}\n{proof}\nThe repaired copy is now the selected sidecar.")
         self.refresh_library()
@@ -350,6 +377,8 @@ class ModelsPage(QWidget):
             self.sig_use_model.emit(path, self.sidecar_path or "")
 
     def shutdown(self) -> None:
+        if self._proof is not None:
+            self._proof.stop()
         for i in range(self.downloads.count()):
             widget = self.downloads.itemAt(i).widget()
             if isinstance(widget, DownloadRow):

@@ -18,7 +18,7 @@ from app.settings import Settings
 
 
 class SettingsDialog(QDialog):
-    def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
+    def __init__(self, settings: Settings, max_draft: int, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Preferences")
         self.settings = settings
@@ -36,7 +36,7 @@ class SettingsDialog(QDialog):
         form.addRow("Context size (tokens)", self.ctx)
         form.addRow("GPU layers", self.gpu_layers)
         form.addRow("Theme", self.theme)
-        self.reply = ReplyFields(form, {k: getattr(settings, k) for k in KEYS})
+        self.reply = ReplyFields(form, {k: getattr(settings, k) for k in KEYS}, max_draft)
         form.addRow("System prompt for new chats", self.system_prompt)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)

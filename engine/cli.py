@@ -32,61 +32,50 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    from engine.speculative import stats_text
+    from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
     from engine.worker import protocol as P
     from engine.worker.client import WorkerClient
 
     stderr = sys.stderr if args.verbose else None
     with WorkerClient(stderr=stderr) as client:
-        events = client.call(
+        loaded = client.call(
             P.LoadRequest(id=client.new_id(), path=args.model, n_ctx=args.ctx, n_threads=args.threads,
                           n_gpu_layers=args.gpu_layers, mtp=args.mtp, sidecar=args.sidecar)
-        )
-        if events[-1]["type"] == "error":
-            print(f"error: {events[-1]['message']}", file=sys.stderr)
+        )[-1]
+        if isinstance(loaded, P.ErrorEvent):
+            print(f"error: {loaded.message}", file=sys.stderr)
             return 2
-        model = events[-1]["model"]
-        if not model.get("has_chat_template"):
+        assert isinstance(loaded, P.LoadedEvent)
+        if not loaded.model.has_chat_template:
             print("(this model has no chat template: it continues your text)", file=sys.stderr)
         content = {"prompt": args.prompt} if args.raw else {"messages": [{"role": "user", "content": args.prompt}]}
+        try:
+            speculative = (SpeculativeSettings("mtp", args.n_max, args.n_min, args.p_min) if args.mtp
+                           else SPECULATION_OFF)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         request = P.GenerateRequestMsg(
             id=client.new_id(), **content, max_tokens=args.max_tokens, temperature=args.temperature,
-            seed=args.seed, stop=args.stop or [],
-            speculative=P.SpeculativeSettings("mtp" if args.mtp else "none", args.n_max, args.n_min, args.p_min),
+            seed=args.seed, stop=args.stop or [], speculative=speculative,
         )
         client.send(request)
-        final: dict = {}
+        final: P.DoneEvent | None = None
         for ev in client.events_until_done(request.id):
-            if ev["type"] == "token":
-                sys.stdout.write(ev["text"])
+            if isinstance(ev, P.TokenEvent):
+                sys.stdout.write(ev.text)
                 sys.stdout.flush()
-            elif ev["type"] == "error":
-                print(f"\n[{ev['kind']}] {ev['message']}", file=sys.stderr)
-            elif ev["type"] == "done":
+            elif isinstance(ev, P.ErrorEvent):
+                print(f"\n[{ev.kind}] {ev.message}", file=sys.stderr)
+            elif isinstance(ev, P.DoneEvent):
                 final = ev
         print()
-        stats = final.get("stats")
-        if stats:
-            print(_stats_line(stats, final["finish_reason"]), file=sys.stderr)
+        if final is not None and final.stats is not None:
+            print(stats_text.report(final.stats, final.finish_reason), file=sys.stderr)
             if args.json:
-                print(json.dumps(stats, indent=2), file=sys.stderr)
-        return 0 if final.get("finish_reason") != "error" else 1
-
-
-def _stats_line(s: dict, finish: str) -> str:
-    def fmt(v: float | None, spec: str = ".1f") -> str:
-        return "-" if v is None else format(v, spec)
-
-    line = (f"[{finish}] {s['prompt_tokens']} prompt tokens ({fmt(s['prompt_tps'])} tok/s), "
-            f"{s['generated_tokens']} generated, decode {fmt(s['decode_tps'])} tok/s, "
-            f"end-to-end {fmt(s['end_to_end_tps'])} tok/s, {s['elapsed']:.2f} s")
-    if s["rounds"]:
-        per_pos = " ".join(f"{x:.2f}" for x in s["acceptance_per_pos"])
-        line += (f"\n[mtp] {s['mode']}, rollback {s['rollback']}: {s['rounds']} rounds, "
-                 f"{s['accepted']}/{s['drafted']} drafts accepted ({100 * s['acceptance_rate']:.1f}%), "
-                 f"mean accepted length {s['mean_accepted_length']:.2f}, per position {per_pos}")
-        ph = s["phase_seconds"]
-        line += "\n[time] " + ", ".join(f"{k} {1000 * v:.0f} ms" for k, v in ph.items())
-    return line
+                print(json.dumps(final.stats.to_dict(), indent=2), file=sys.stderr)
+        return 0 if final is not None and final.finish_reason != "error" else 1
 
 
 def cmd_info(args: argparse.Namespace) -> int:

@@ -63,9 +63,9 @@ def main() -> int:
     services.settings.max_tokens = 500
     services.settings.speculative = "mtp"
     services.settings.n_max = 4
-    win.load_model()
+    win.models.load()
     wait_for(services.client.sig_loaded, 60000)
-    win.new_chat()
+    win.conversation_list.new_chat()
     win.composer.setPlainText(" the river model")
     win.send()
     pause(2500)

@@ -50,7 +50,7 @@ def main() -> int:
 
     tokens = {"n": 0, "first": 0.0, "last": 0.0}
 
-    def on_token(_rid: str, _text: str, _draft: bool) -> None:
+    def on_token(_event: object) -> None:
         now = time.perf_counter()
         if not tokens["n"]:
             tokens["first"] = now
@@ -76,10 +76,11 @@ def main() -> int:
     done.exec()
     ticker.stop()
     span = tokens["last"] - tokens["first"]
-    stats = win.chat.last_stats or {}
-    generated = stats.get("generated_tokens", 0)
+    stats = win.chat.last_stats
+    generated = stats.generated_tokens if stats else 0
+    decode = (stats.decode_tps if stats else None) or 0
     print(f"streamed {generated} tokens in {tokens['n']} token events over {span:.2f} s: "
-          f"{generated / span:.0f} tok/s into the window (engine decode {stats.get('decode_tps', 0):.0f} tok/s)")
+          f"{generated / span:.0f} tok/s into the window (engine decode {decode:.0f} tok/s)")
     worst = sorted(gaps)[-3:]
     print(f"event loop: longest stall {max(gaps)} ms (next {worst[:-1]}), {len(gaps)} ticks, "
           f"{sum(g > 30 for g in gaps)} gaps over 30 ms; transcript flushes {win.transcript.flushes}")

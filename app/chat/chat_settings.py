@@ -4,6 +4,7 @@ app's preferences (and "auto" to the autotune profile)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QPlainTextEdit, QWidget
@@ -12,17 +13,29 @@ from app.reply_fields import KEYS, ReplyFields
 from app.settings import Settings
 
 
-def effective(global_settings: Settings, chat: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ReplyValues:
+    """How a reply in one chat is sampled and drafted: its own settings over the preferences."""
+
+    temperature: float
+    max_tokens: int
+    speculative: str  # auto | mtp | off
+    n_max: int
+    p_min: float
+
+
+def effective(global_settings: Settings, chat: dict[str, Any]) -> ReplyValues:
     """The values a reply in this chat uses."""
-    return {k: chat.get(k, getattr(global_settings, k)) for k in KEYS}
+    return ReplyValues(**{k: chat.get(k, getattr(global_settings, k)) for k in KEYS})
 
 
 class ChatSettingsDialog(QDialog):
-    def __init__(self, values: dict[str, Any], system_prompt: str, parent: QWidget | None = None) -> None:
+    def __init__(self, values: dict[str, Any], system_prompt: str, max_draft: int,
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("This chat's settings")
         form = QFormLayout(self)
-        self.reply = ReplyFields(form, values)
+        self.reply = ReplyFields(form, values, max_draft)
         self.system_prompt = QPlainTextEdit(system_prompt)
         self.system_prompt.setFixedHeight(80)
         form.addRow("System prompt", self.system_prompt)

@@ -5,17 +5,18 @@ panel, and writes the reply to disk while it streams."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from app.chat.chat_settings import effective
+from app.chat.chat_settings import ReplyValues, effective
 from app.chat.stats_panel import StatsPanel
 from app.chat.store import ConversationStore, Message
 from app.chat.transcript import ShownMessage, TranscriptView
 from app.engine_client import EngineClient
 from app.settings import Settings
-from engine.worker.protocol import SpeculativeSettings
+from engine.speculative.settings import MTP, SPECULATION_OFF, SpeculativeSettings
+from engine.speculative.stats import StatsSnapshot
+from engine.worker.events import DoneEvent, ErrorEvent, StatsEvent, TokenEvent, stats_from_json
 
 SAVE_INTERVAL_S = 0.5  # a killed app loses at most this much of a streaming reply
 
@@ -44,8 +45,8 @@ class ChatController(QObject):
         self.reply: Message | None = None
         self._reply_text = ""
         self._last_save = 0.0
-        self.last_stats: dict[str, Any] | None = None
-        self.profile_speculative: dict[str, Any] | None = None  # from autotune, when there is one
+        self.last_stats: StatsSnapshot | None = None
+        self.profile_speculative: SpeculativeSettings | None = None  # from autotune, when there is one
         self.model_has_mtp = True  # "auto" asks for MTP only when the loaded model can draft
         client.sig_token.connect(self._on_token)
         client.sig_stats.connect(self._on_stats)
@@ -56,12 +57,19 @@ class ChatController(QObject):
     # -- conversations ------------------------------------------------------
     def open(self, conversation_id: int) -> None:
         self.conversation_id = conversation_id
-        shown = [ShownMessage(m.role, m.content, m.status, m.stats) for m in self.store.messages(conversation_id)]
+        shown = [ShownMessage(m.role, m.content, m.status, stats_from_json(m.stats))
+                 for m in self.store.messages(conversation_id)]
         self.transcript.set_messages(shown)
         last = next((m.stats for m in reversed(shown) if m.stats), None)
         self.stats_panel.reset()
         if last:
             self.stats_panel.update_stats(last, final=True)
+
+    def close_conversation(self) -> None:
+        """Show no conversation (the open one was deleted)."""
+        self.conversation_id = None
+        self.transcript.set_messages([])
+        self.stats_panel.reset()
 
     def new_conversation(self) -> int:
         conv = self.store.create(system_prompt=self.settings.system_prompt)
@@ -115,18 +123,27 @@ class ChatController(QObject):
         if self.request_id is not None:
             self.client.cancel(self.request_id)
 
-    def chat_values(self) -> dict[str, Any]:
+    def chat_values(self) -> ReplyValues:
         """This conversation's settings over the app's preferences."""
         chat = self.store.get(self.conversation_id).settings if self.conversation_id is not None else {}
         return effective(self.settings, chat)
 
-    def speculative_settings(self, values: dict[str, Any] | None = None) -> dict[str, Any]:
+    def speculative_settings(self, values: ReplyValues | None = None) -> SpeculativeSettings:
+        """What this reply asks of the engine: the choice (auto | mtp | off) made into settings.
+
+        "auto" is the autotune profile when there is one, else MTP when the
+        loaded model can draft, else off.
+        """
         v = values or self.chat_values()
-        if v["speculative"] == "off" or (v["speculative"] == "auto" and not self.model_has_mtp):
-            return {"mode": "none", "n_max": v["n_max"], "n_min": 0, "p_min": v["p_min"]}
-        if v["speculative"] == "auto" and self.profile_speculative:
-            return dict(self.profile_speculative)
-        return {"mode": "mtp", "n_max": v["n_max"], "n_min": 0, "p_min": v["p_min"]}
+        if v.speculative == "off" or (v.speculative == "auto" and not self.model_has_mtp):
+            return SPECULATION_OFF
+        if v.speculative == "auto" and self.profile_speculative is not None:
+            return self.profile_speculative
+        try:
+            return SpeculativeSettings(MTP, v.n_max, 0, v.p_min)
+        except ValueError as exc:  # a hand-edited settings file: say so, and reply anyway
+            self.sig_notice.emit(f"The speculative settings are not valid ({exc}); this reply decodes plainly.")
+            return SPECULATION_OFF
 
     def _request_reply(self) -> None:
         assert self.conversation_id is not None
@@ -136,8 +153,8 @@ class ChatController(QObject):
                      if m.content]
         s, v = self.settings, self.chat_values()
         self.request_id = self.client.generate(
-            messages=messages, max_tokens=v["max_tokens"], temperature=v["temperature"], top_k=s.top_k,
-            top_p=s.top_p, min_p=s.min_p, speculative=SpeculativeSettings(**self.speculative_settings(v)),
+            messages=messages, max_tokens=v.max_tokens, temperature=v.temperature, top_k=s.top_k,
+            top_p=s.top_p, min_p=s.min_p, speculative=self.speculative_settings(v),
         )
         self.reply = self.store.add_message(self.conversation_id, "assistant", "", status="streaming")
         self._reply_text = ""
@@ -147,45 +164,44 @@ class ChatController(QObject):
         self.sig_reply_started.emit()
 
     # -- engine events ----------------------------------------------------------
-    def _on_token(self, rid: str, text: str, from_draft: bool) -> None:
-        if rid != self.request_id or self.reply is None:
+    def _on_token(self, ev: TokenEvent) -> None:
+        if ev.id != self.request_id or self.reply is None:
             return
-        self._reply_text += text
-        self.transcript.append_reply(text, from_draft)
+        self._reply_text += ev.text
+        self.transcript.append_reply(ev.text, ev.draft)
         now = time.monotonic()
         if now - self._last_save >= SAVE_INTERVAL_S:
             self.store.update_message(self.reply.id, content=self._reply_text)
             self._last_save = now
 
-    def _on_stats(self, rid: str, stats: dict[str, Any]) -> None:
-        if rid == self.request_id:
-            self.last_stats = stats
-            self.stats_panel.update_stats(stats)
+    def _on_stats(self, ev: StatsEvent) -> None:
+        if ev.id == self.request_id:
+            self.last_stats = ev.stats
+            self.stats_panel.update_stats(ev.stats)
 
-    def _on_done(self, rid: str, event: dict[str, Any]) -> None:
-        if rid != self.request_id:
+    def _on_done(self, ev: DoneEvent) -> None:
+        if ev.id != self.request_id:
             return
-        reason = event.get("finish_reason", "stop")
-        status = {"cancelled": "cancelled", "error": "error"}.get(reason, "complete")
-        stats = event.get("stats")
-        if stats:
-            self.last_stats = stats
-            self.stats_panel.update_stats(stats, final=True)
-        self._finish(status, stats)
+        status = {"cancelled": "cancelled", "error": "error"}.get(ev.finish_reason, "complete")
+        if ev.stats is not None:
+            self.last_stats = ev.stats
+            self.stats_panel.update_stats(ev.stats, final=True)
+        self._finish(status, ev.stats)
 
-    def _on_error(self, rid: str, kind: str, message: str) -> None:
-        if kind == "speculative_unavailable":
-            self.sig_notice.emit(message)
-        elif rid and rid == self.request_id:
-            self.sig_notice.emit(f"The engine reported an error: {message}")
+    def _on_error(self, ev: ErrorEvent) -> None:
+        if ev.kind == "speculative_unavailable":
+            self.sig_notice.emit(ev.message)
+        elif ev.id and ev.id == self.request_id:
+            self.sig_notice.emit(f"The engine reported an error: {ev.message}")
 
     def _on_died(self, _reason: str) -> None:
         if self.request_id is not None:
             self._finish("interrupted", self.last_stats)
 
-    def _finish(self, status: str, stats: dict[str, Any] | None) -> None:
+    def _finish(self, status: str, stats: StatsSnapshot | None) -> None:
         if self.reply is not None:
-            self.store.update_message(self.reply.id, content=self._reply_text, status=status, stats=stats)
+            self.store.update_message(self.reply.id, content=self._reply_text, status=status,
+                                      stats=stats.to_dict() if stats is not None else None)
         self.transcript.end_reply(status, stats)
         self.request_id = None
         self.reply = None

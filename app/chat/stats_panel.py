@@ -7,24 +7,23 @@ costs little per update.
 
 from __future__ import annotations
 
-from typing import Any
-
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QPainter, QPen
 from PySide6.QtWidgets import QWidget
 
 from app.theme import Palette
+from engine.speculative import stats_text
+from engine.speculative.stats import StatsSnapshot
 
 PHASE_COLORS = {"prefill": "#a78bfa", "draft": "#f59e0b", "verify": "#3b82f6", "catch_up": "#14b8a6",
                 "rollback": "#ef4444", "sampling": "#ec4899", "other": "#9ca3af"}
-PHASE_NAMES = {"catch_up": "catch-up"}
 
 
 class StatsPanel(QWidget):
     def __init__(self, palette: Palette, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.palette_ = palette
-        self.stats: dict[str, Any] = {}
+        self.stats: StatsSnapshot | None = None
         self.history: list[float] = []  # decode tok/s at each update
         self.final = False
         self.setMinimumWidth(250)
@@ -33,15 +32,15 @@ class StatsPanel(QWidget):
         return QSize(280, 520)
 
     def reset(self) -> None:
-        self.stats = {}
+        self.stats = None
         self.history = []
         self.final = False
         self.update()
 
-    def update_stats(self, stats: dict[str, Any], final: bool = False) -> None:
+    def update_stats(self, stats: StatsSnapshot, final: bool = False) -> None:
         self.stats = stats
         self.final = final
-        tps = stats.get("decode_tps")
+        tps = stats.decode_tps
         if tps and not final:
             self.history.append(float(tps))
             self.history = self.history[-120:]
@@ -62,7 +61,7 @@ class StatsPanel(QWidget):
         qp.setPen(QColor(p.text))
         qp.drawText(x, y + 4, "Live statistics" if not self.final else "Last reply")
         y += 22
-        if not s:
+        if s is None:
             qp.setFont(self.font())
             qp.setPen(QColor(p.muted))
             qp.drawText(QRectF(x, y, w, 60), Qt.TextFlag.TextWordWrap,
@@ -73,36 +72,27 @@ class StatsPanel(QWidget):
         big.setBold(True)
         qp.setFont(big)
         qp.setPen(QColor(p.accent))
-        tps = s.get("decode_tps")
+        tps = s.decode_tps
         qp.drawText(x, y + 30, f"{tps:.1f}" if tps else "–")
         qp.setFont(self.font())
         qp.setPen(QColor(p.muted))
         qp.drawText(x + 110, y + 30, "tok/s decode")
         y += 44
-        e2e = s.get("end_to_end_tps")
-        qp.drawText(x, y + 10, f"end-to-end {e2e:.1f} tok/s · {s.get('generated_tokens', 0)} tokens"
-                    if e2e else f"{s.get('generated_tokens', 0)} tokens")
+        e2e = s.end_to_end_tps
+        qp.drawText(x, y + 10, f"end-to-end {e2e:.1f} tok/s · {s.generated_tokens} tokens"
+                    if e2e else f"{s.generated_tokens} tokens")
         y += 20
         y = self._sparkline(qp, x, y, w, 48)
 
         y += 10
         y = self._section(qp, x, y, "Speculative decoding")
-        if s.get("rounds"):
-            rate = s.get("acceptance_rate") or 0.0
-            lines = [
-                f"{s.get('mode', '')}, rollback: {s.get('rollback', '')}",
-                f"acceptance {100 * rate:.1f}%  ({s['accepted']}/{s['drafted']})",
-                f"mean accepted length {s.get('mean_accepted_length') or 0:.2f}",
-                f"rounds {s['rounds']}",
-            ]
-            y = self._lines(qp, x, y, lines)
-            y = self._position_bars(qp, x, y, w)
-        else:
-            y = self._lines(qp, x, y, ["off for this reply" if s.get("mode") == "none" else "no drafts yet"])
+        y = self._lines(qp, x, y, stats_text.panel_lines(s))
+        if s.rounds:
+            y = self._position_bars(qp, x, y, w, s)
 
         y += 8
         y = self._section(qp, x, y, "Where the time goes")
-        self._time_split(qp, x, y, w)
+        self._time_split(qp, x, y, w, s)
 
     def _section(self, qp: QPainter, x: int, y: int, text: str) -> int:
         f = QFont(self.font())
@@ -134,10 +124,9 @@ class StatsPanel(QWidget):
                             int(x + i * step), int(y + h - pts[i] / top * h))
         return y + h + 4
 
-    def _position_bars(self, qp: QPainter, x: int, y: int, w: int) -> int:
-        per_pos = self.stats.get("acceptance_per_pos") or []
+    def _position_bars(self, qp: QPainter, x: int, y: int, w: int, s: StatsSnapshot) -> int:
         p = self.palette_
-        for i, frac in enumerate(per_pos):
+        for i, frac in enumerate(s.acceptance_per_pos):
             qp.setPen(QColor(p.muted))
             qp.drawText(x, y + 12, f"pos {i + 1}")
             bar = QRectF(x + 50, y + 2, w - 100, 12)
@@ -147,8 +136,8 @@ class StatsPanel(QWidget):
             y += 18
         return y
 
-    def _time_split(self, qp: QPainter, x: int, y: int, w: int) -> None:
-        phases = self.stats.get("phase_seconds") or {}
+    def _time_split(self, qp: QPainter, x: int, y: int, w: int, s: StatsSnapshot) -> None:
+        phases = s.phase_seconds
         total = sum(phases.values()) or 1.0
         cx = float(x)
         for name, secs in phases.items():
@@ -157,11 +146,10 @@ class StatsPanel(QWidget):
             cx += width
         y += 22
         qp.setFont(self.font())
-        plain = self.stats.get("mode") == "none"
         for name, secs in phases.items():
             if secs <= 0:
                 continue
-            label = "decode" if plain and name == "verify" else PHASE_NAMES.get(name, name)
+            label = stats_text.phase_label(s, name)
             qp.fillRect(QRectF(x, y + 2, 10, 10), QColor(PHASE_COLORS.get(name, "#888")))
             qp.setPen(QColor(self.palette_.muted))
             qp.drawText(x + 16, y + 12, f"{label}  {1000 * secs:.0f} ms "

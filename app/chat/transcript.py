@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from typing import Any
 
 from PySide6.QtCore import QTimer, QUrl, Signal
 from PySide6.QtGui import QGuiApplication, QTextBlockFormat, QTextCharFormat, QTextCursor
@@ -20,6 +19,8 @@ from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from app.chat import markdown
 from app.theme import Palette
+from engine.speculative import stats_text
+from engine.speculative.stats import StatsSnapshot
 
 FLUSH_MS = 33
 
@@ -29,28 +30,8 @@ class ShownMessage:
     role: str
     content: str
     status: str = "complete"
-    stats: dict[str, Any] | None = None
+    stats: StatsSnapshot | None = None
     segments: list[tuple[str, bool]] = field(default_factory=list)  # (text, from accepted drafts)
-
-
-def footer_text(stats: dict[str, Any] | None, status: str) -> str:
-    """The line under a reply with its final figures."""
-    parts: list[str] = []
-    if status == "interrupted":
-        parts.append("interrupted: the engine stopped before the reply ended")
-    elif status == "cancelled":
-        parts.append("stopped")
-    elif status == "error":
-        parts.append("failed")
-    if stats:
-        parts.append(f"{stats.get('generated_tokens', 0)} tokens")
-        if stats.get("decode_tps"):
-            parts.append(f"{stats['decode_tps']:.1f} tok/s")
-        if stats.get("rounds"):
-            parts.append(f"MTP {100 * stats['acceptance_rate']:.0f}% accepted")
-            parts.append(f"mean length {stats['mean_accepted_length']:.2f}")
-        parts.append(f"{stats.get('elapsed', 0):.1f} s")
-    return " · ".join(parts)
 
 
 class TranscriptView(QTextBrowser):
@@ -133,7 +114,7 @@ class TranscriptView(QTextBrowser):
             msg.segments.append((text, from_draft))
         self._pending = True
 
-    def end_reply(self, status: str, stats: dict[str, Any] | None) -> None:
+    def end_reply(self, status: str, stats: StatsSnapshot | None) -> None:
         self._timer.stop()
         if self.messages and self.messages[-1].role == "assistant":
             self.messages[-1].status = status
@@ -209,7 +190,7 @@ class TranscriptView(QTextBrowser):
             body = f'<p style="white-space:pre-wrap">{body}</p>'
         else:
             body = markdown.render(m.content, p.code_palette(), copy_prefix=f"copy:{index}:")
-        foot = footer_text(m.stats, m.status) if m.role == "assistant" and m.status != "streaming" else ""
+        foot = stats_text.footer(m.stats, m.status) if m.role == "assistant" and m.status != "streaming" else ""
         footer = f'<p style="color:{p.muted};font-size:small;margin-top:0">{html.escape(foot)}</p>' if foot else ""
         return head + body + footer
 

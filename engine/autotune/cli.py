@@ -19,7 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--tokens", type=int, default=96, help="tokens generated per prompt and setting")
     p.add_argument("--prompts", type=int, default=9, help="how many prompts of the suite to use")
-    p.add_argument("--max-n", type=int, default=None, help="deepest n_max to try (default: heads, or 8)")
+    p.add_argument("--n-max", type=int, default=None, help="deepest n_max to try (default: what the model drafts)")
+    p.add_argument("--max-n", type=int, dest="n_max", help=argparse.SUPPRESS)  # the flag's old name
     p.add_argument("--no-save", action="store_true", help="do not store the profile")
     p.add_argument("--jsonl", action="store_true", help="progress and result as JSON lines (for the GUI)")
     p.set_defaults(func=run)
@@ -31,43 +32,42 @@ def load_prompts(n: int) -> list[tuple[str, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from engine.autotune import messages as M
     from engine.autotune import profiles, search
     from engine.generation.session import LoadOptions, Session
     from engine.hardware.probe import probe
 
-    def emit(kind: str, **fields: object) -> None:
+    def emit(message: M.Message) -> None:
         if args.jsonl:
-            print(json.dumps({"type": kind, **fields}), flush=True)
+            print(M.encode(message), flush=True)
 
     report = probe()
     fingerprint = report.fingerprint()
     engine_key = str(report.engine.get("cache_key") or report.engine.get("llama_cpp_python"))
-    emit("hardware", fingerprint=fingerprint, cpu=report.cpu_model, cores=report.cores,
-         backend=report.engine.get("backend"))
+    emit(M.HardwareMessage(fingerprint, report.cpu_model, report.cores, report.engine.get("backend")))
     session = Session(LoadOptions(path=str(args.model), n_ctx=2048, n_threads=args.threads,
                                   sidecar=str(args.sidecar) if args.sidecar else None))
     try:
         prompts = [[{"role": "user", "content": text}] for _, text in load_prompts(args.prompts)]
         settings = None
-        if session.drafter and args.max_n:
+        if session.drafter and args.n_max:
             settings = [s for s in search.candidates(session.drafter.n_heads, session.drafter.chained)
-                        if s.n_max <= args.max_n]
-        emit("model", heads=session.n_heads, mtp=session.mtp_status, rollback=session.rollback_strategy)
+                        if not s.enabled or s.n_max <= args.n_max]
+        emit(M.ModelMessage(session.n_heads, session.mtp_status, session.rollback_strategy))
         result = search.tune(session, prompts, max_tokens=args.tokens, settings=settings,
-                             progress=(lambda p: emit("progress", **p)) if args.jsonl else None)
+                             progress=(lambda p: emit(M.ProgressMessage(**p))) if args.jsonl else None)
     finally:
         session.close()
     best = next(m for m in result.measurements if m.setting == result.best)
     if not args.no_save:
         store = profiles.ProfileStore(paths.data_dir() / "autotune-profiles.json")
-        store.save(profiles.new_profile(fingerprint, str(args.model), engine_key, result.best.to_json(),
+        store.save(profiles.new_profile(fingerprint, str(args.model), engine_key, result.best,
                                         best.mean_ratio, result.reason))
     if args.jsonl:
-        emit("result", best=result.best.to_json(), label=result.best.label, reason=result.reason,
-             rows=[{"setting": m.setting.label, "tps": m.mean_tps, "ratio": m.mean_ratio,
-                    "lower": m.lower_bound, "acceptance": m.acceptance, "prompts": len(m.tps),
-                    "identical": m.identical, "identity": m.identity, "dropped": m.dropped_after is not None,
-                    "per_pos": m.per_pos} for m in result.measurements])
+        emit(M.ResultMessage(result.best, result.best.label, result.reason, rows=[
+            M.ResultRow(m.setting.label, m.mean_tps, m.mean_ratio, m.lower_bound, m.acceptance, len(m.tps),
+                        m.identical, m.identity, m.dropped_after is not None, m.per_pos)
+            for m in result.measurements]))
         return 0
     print(result.table())
     print(f"\ndecision: {result.best.label}. {result.reason}")

@@ -10,11 +10,12 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from engine import paths
+from engine.speculative.settings import SpeculativeSettings
 
 HASH_SPAN = 8 << 20  # bytes read from each end of the file
 
@@ -39,7 +40,7 @@ class Profile:
     model_hash: str
     engine: str
     model_path: str
-    setting: dict[str, Any]  # speculative settings: mode, n_max, n_min, p_min
+    setting: SpeculativeSettings
     speedup: float
     reason: str
     created: float
@@ -47,6 +48,23 @@ class Profile:
     @property
     def key(self) -> str:
         return f"{self.fingerprint}:{self.model_hash}:{self.engine}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "setting": self.setting.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Profile:
+        """A stored profile; files written before the settings had one type still read."""
+        return replace(cls(**{**data, "setting": SpeculativeSettings()}),
+                       setting=SpeculativeSettings.from_json(data.get("setting") or {}))
+
+
+@dataclass(frozen=True)
+class ProfileMatch:
+    """What the store knows for one model on this machine and engine build."""
+
+    profile: Profile | None  # the profile that applies now
+    stale: bool  # profiles exist for this file, made on other hardware, engine or contents
 
 
 class ProfileStore:
@@ -62,21 +80,31 @@ class ProfileStore:
 
     def save(self, profile: Profile) -> None:
         data = self._load()
-        data[profile.key] = asdict(profile)
+        data[profile.key] = profile.to_json()
         tmp = self.path.with_suffix(".partial")
         tmp.write_text(json.dumps(data, indent=2))
         os.replace(tmp, self.path)
 
     def find(self, fingerprint: str, model_hash: str, engine: str) -> Profile | None:
         raw = self._load().get(f"{fingerprint}:{model_hash}:{engine}")
-        return Profile(**raw) if raw else None
+        return Profile.from_json(raw) if raw else None
 
     def stale_for(self, model_path: str, fingerprint: str, model_hash: str, engine: str) -> list[Profile]:
         """Profiles of this model file made on other hardware, engine or file contents."""
         current = f"{fingerprint}:{model_hash}:{engine}"
-        return [Profile(**p) for k, p in self._load().items() if p.get("model_path") == model_path and k != current]
+        return [Profile.from_json(p) for k, p in self._load().items()
+                if p.get("model_path") == model_path and k != current]
+
+    def lookup(self, model_path: str, fingerprint: str, engine: str) -> ProfileMatch:
+        """The profile for this model file, machine and engine build, and whether
+        an older one went stale. Hashes the file (reads 16 MiB): call it off the
+        GUI thread."""
+        model_hash = model_identity(model_path)
+        profile = self.find(fingerprint, model_hash, engine)
+        stale = profile is None and bool(self.stale_for(model_path, fingerprint, model_hash, engine))
+        return ProfileMatch(profile, stale)
 
 
-def new_profile(fingerprint: str, model_path: str, engine: str, setting: dict[str, Any], speedup: float,
+def new_profile(fingerprint: str, model_path: str, engine: str, setting: SpeculativeSettings, speedup: float,
                 reason: str) -> Profile:
     return Profile(fingerprint, model_identity(model_path), engine, model_path, setting, speedup, reason, time.time())

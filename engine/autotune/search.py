@@ -30,33 +30,23 @@ from typing import Any
 from engine.generation.generator import GenerateRequest, GenerateResult, generate
 from engine.generation.session import Session
 from engine.speculative import identity
-from engine.speculative.drafter import MAX_DRAFT, SpeculativeParams
+from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, deepest_draft, mtp
 
 Z_LOWER = 1.64  # one-sided 95 % bound on the mean ratio
 CLEARLY_WORSE = 0.75  # a mean speed ratio this far below "off" is dropped at once
 
 
-@dataclass(frozen=True)
-class Setting:
-    n_max: int = 0  # 0 = off
-    p_min: float = 0.0
+def setting(n_max: int = 0, p_min: float = 0.0) -> SpeculativeSettings:
+    """A candidate: MTP with ``n_max`` and ``p_min``, or "off" for ``n_max`` 0."""
+    return mtp(n_max, p_min) if n_max else SPECULATION_OFF
 
-    @property
-    def label(self) -> str:
-        if not self.n_max:
-            return "off"
-        return f"mtp n_max={self.n_max}" + (f" p_min={self.p_min:g}" if self.p_min else "")
 
-    def params(self) -> SpeculativeParams:
-        return SpeculativeParams("mtp", self.n_max, 0, self.p_min) if self.n_max else SpeculativeParams()
-
-    def to_json(self) -> dict[str, Any]:
-        return {"mode": "mtp" if self.n_max else "none", "n_max": self.n_max or 3, "n_min": 0, "p_min": self.p_min}
+Setting = setting  # the name callers used when candidates had their own type
 
 
 @dataclass
 class Measurement:
-    setting: Setting
+    setting: SpeculativeSettings
     tps: list[float] = field(default_factory=list)  # per prompt
     ratios: list[float] = field(default_factory=list)  # per prompt, vs off on that prompt
     drafted: int = 0
@@ -116,7 +106,7 @@ class Measurement:
 
 @dataclass
 class TuneResult:
-    best: Setting
+    best: SpeculativeSettings
     measurements: list[Measurement]
     reason: str
 
@@ -131,13 +121,12 @@ class TuneResult:
         return "\n".join(lines)
 
 
-def candidates(n_heads: int, chained: bool, p_grid: tuple[float, ...] = (0.5,)) -> list[Setting]:
-    depth = n_heads if chained else MAX_DRAFT
-    out = [Setting(0)]
-    for n in range(1, depth + 1):
-        out.append(Setting(n))
+def candidates(n_heads: int, chained: bool, p_grid: tuple[float, ...] = (0.5,)) -> list[SpeculativeSettings]:
+    out = [SPECULATION_OFF]
+    for n in range(1, deepest_draft(n_heads, chained) + 1):
+        out.append(mtp(n))
         if n >= 2:
-            out += [Setting(n, p) for p in p_grid]
+            out += [mtp(n, p) for p in p_grid]
     return out
 
 
@@ -147,37 +136,37 @@ IDENTITY_LABELS = {identity.IDENTICAL: "yes", identity.NEAR_TIE: "near tie", ide
 
 
 def tune(session: Session, prompts: list[list[dict[str, str]]], *, max_tokens: int = 96,
-         first_round: int = 2, settings: list[Setting] | None = None, progress: ProgressFn | None = None,
+         first_round: int = 2, settings: list[SpeculativeSettings] | None = None, progress: ProgressFn | None = None,
          ) -> TuneResult:
     """Successive halving over ``settings`` (default: :func:`candidates`) on ``prompts`` (chat messages)."""
     drafter = session.drafter
     if settings is None:
-        settings = candidates(drafter.n_heads, drafter.chained) if drafter else [Setting(0)]
+        settings = candidates(drafter.n_heads, drafter.chained) if drafter else [SPECULATION_OFF]
     measurements = {s: Measurement(s) for s in settings}
     alive = list(settings)
     used = 0
     batch = first_round
     total_steps = _planned_steps(len(settings), len(prompts), first_round)
     step = 0
-    _run(session, prompts[0], 8, Setting(0))  # warm-up
+    _run(session, prompts[0], 8, SPECULATION_OFF)  # warm-up
     noise = identity.measure_noise(session)
     while used < len(prompts) and alive:
         chunk = prompts[used:used + batch]
         for i, prompt in enumerate(chunk):
             if len(alive) == 1:  # only "off" is left: nothing to compare
                 break
-            off = _run(session, prompt, max_tokens, Setting(0))
-            measurements[Setting(0)].add(off, off)
+            off = _run(session, prompt, max_tokens, SPECULATION_OFF)
+            measurements[SPECULATION_OFF].add(off, off)
             off_margins: list[float] | None = None
             for s in list(alive):
-                if s.n_max == 0:
+                if not s.enabled:
                     continue
                 m = measurements[s]
                 result = _run(session, prompt, max_tokens, s)
                 if result.tokens != off.tokens and off_margins is None:
                     # margins cost a pass over the vocabulary per token: only
                     # when needed, and never inside a timed "off" run
-                    off_margins = _run(session, prompt, max_tokens, Setting(0), margins=True).margins
+                    off_margins = _run(session, prompt, max_tokens, SPECULATION_OFF, margins=True).margins
                 m.add(result, off, identity.classify(off.tokens, off_margins or [], result.tokens, noise))
                 step += 1
                 if progress:
@@ -187,14 +176,14 @@ def tune(session: Session, prompts: list[list[dict[str, str]]], *, max_tokens: i
                     m.dropped_after = used + i + 1
                     alive.remove(s)
         used += len(chunk)
-        spec = sorted((s for s in alive if s.n_max), key=lambda s: -measurements[s].mean_ratio)
+        spec = sorted((s for s in alive if s.enabled), key=lambda s: -measurements[s].mean_ratio)
         if not spec:
             break
         keep = spec[: max(1, (len(spec) + 1) // 2)] if used < len(prompts) else spec
         for s in spec:
             if s not in keep:
                 measurements[s].dropped_after = used
-        alive = [Setting(0), *keep]
+        alive = [SPECULATION_OFF, *keep]
         batch *= 2
     return _decide(list(measurements.values()))
 
@@ -210,14 +199,14 @@ def _planned_steps(n_settings: int, n_prompts: int, first: int) -> int:
     return steps
 
 
-def _run(session: Session, messages: list[dict[str, str]], max_tokens: int, setting: Setting,
+def _run(session: Session, messages: list[dict[str, str]], max_tokens: int, setting: SpeculativeSettings,
          margins: bool = False) -> GenerateResult:
     return generate(session, GenerateRequest(messages=tuple(messages), max_tokens=max_tokens,
-                                             speculative=setting.params(), record_margins=margins))
+                                             speculative=setting, record_margins=margins))
 
 
 def _decide(measurements: list[Measurement]) -> TuneResult:
-    finalists = [m for m in measurements if m.setting.n_max and m.dropped_after is None and m.identical]
+    finalists = [m for m in measurements if m.setting.enabled and m.dropped_after is None and m.identical]
     winners = [m for m in finalists if m.lower_bound > 1.0]
     if winners:
         best = max(winners, key=lambda m: m.mean_ratio)
@@ -231,4 +220,4 @@ def _decide(measurements: list[Measurement]) -> TuneResult:
     else:
         reason = (f"No setting was faster beyond the noise (best: {top.setting.label} at {top.mean_ratio:.2f}x, "
                   f"lower bound {top.lower_bound:.2f}x); speculation stays off.")
-    return TuneResult(Setting(0), measurements, reason)
+    return TuneResult(SPECULATION_OFF, measurements, reason)

@@ -34,8 +34,8 @@ from engine.generation.detokenizer import Detokenizer
 from engine.generation.session import Session
 from engine.generation.stops import StopMatcher
 from engine.runtime import Batch, Sampler, SamplingParams
-from engine.speculative.drafter import MAX_DRAFT, SpeculativeParams
 from engine.speculative.rollback import TargetRollback
+from engine.speculative.settings import MAX_DRAFT, SPECULATION_OFF, SpeculativeSettings
 from engine.speculative.stats import GenerationStats
 
 STATS_INTERVAL_S = 0.25
@@ -48,7 +48,7 @@ class GenerateRequest:
     sampling: SamplingParams = SamplingParams()
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
-    speculative: SpeculativeParams = SpeculativeParams()
+    speculative: SpeculativeSettings = SPECULATION_OFF
     # Prefill all but the last prompt token and start the loop from it, as
     # llama.cpp's speculative-simple does; the benchmark uses this to compare
     # drafted/accepted counts round by round with the C++ driver.
@@ -168,14 +168,12 @@ def generate(
         ContextError: the prompt does not fit the context, or a decode failed.
     """
     stats = GenerationStats()
-    spec = request.speculative
+    # the one place a request's settings meet the model's limit
+    spec = request.speculative.limited_to(session.max_draft)
     drafter = session.drafter if spec.enabled else None
     session.prepare(mtp=drafter is not None)
     target = session.target
-    n_max = min(spec.n_max, MAX_DRAFT)
-    if drafter is not None and drafter.chained:
-        n_max = min(n_max, drafter.n_heads)
-    stats.mode = f"mtp(n_max={n_max})" if drafter else "none"
+    stats.mode = f"mtp(n_max={spec.n_max})" if drafter else "off"
     stats.rollback = session.rollback_strategy if drafter else "none"
     rollback = TargetRollback(target, session.rollback_strategy if drafter else "kv")
     n_vocab = session.model.n_vocab
@@ -209,7 +207,7 @@ def generate(
         t0 = time.perf_counter()
         target.clear()
         if drafter is not None:
-            drafter.begin()
+            drafter.begin(spec)
         held = request.hold_last_prompt_token and len(tokens) > 1
         prefill = tokens[:-1] if held else tokens
         for start in range(0, len(prefill), target.n_batch):
@@ -246,7 +244,7 @@ def generate(
             room = min(request.max_tokens - len(out.tokens) - 1, ctx_room)
             drafts: list[int] = []
             if drafter is not None and room > 0:
-                drafts = drafter.draft(id_last, pos0, min(n_max, room), spec.n_min, spec.p_min)
+                drafts = drafter.draft(id_last, pos0, room)
 
             verified = [id_last, *drafts]
             batch.clear()

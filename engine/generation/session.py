@@ -12,8 +12,8 @@ from engine import gguf_info, sidecar
 from engine.errors import SpeculativeUnavailable
 from engine.runtime import Context, ContextParams, Model
 from engine.speculative import rollback
-from engine.speculative.drafter import MAX_DRAFT
 from engine.speculative.mtp import MTPDrafter
+from engine.speculative.settings import MAX_DRAFT, deepest_draft
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,11 @@ class Session:
     def n_heads(self) -> int:
         return self.drafter.n_heads if self.drafter else 0
 
+    @property
+    def max_draft(self) -> int:
+        """The deepest draft this model can be asked for (0: it cannot draft)."""
+        return deepest_draft(self.drafter.n_heads, self.drafter.chained) if self.drafter else 0
+
     def describe(self) -> dict[str, Any]:
         facts = self.model.facts()
         facts.update(
@@ -128,6 +133,7 @@ class Session:
                 "has_chat_template": self.facts.has_chat_template,
                 "mtp": self.mtp_status,
                 "mtp_heads": self.n_heads,
+                "max_draft": self.max_draft,
                 "mtp_unavailable_reason": self.mtp_unavailable_reason,
                 "rollback": self.rollback_strategy if self.drafter else "none",
                 "n_rs_seq": self.target.n_rs_seq,

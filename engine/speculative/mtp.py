@@ -33,6 +33,7 @@ import time
 import numpy as np
 
 from engine.runtime import Batch, Context, ContextParams, Model
+from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 
 # llama.cpp's MTP driver gates a draft token by its probability in a softmax
 # over the head's top 10 candidates (common/speculative.cpp); the same here,
@@ -86,7 +87,9 @@ class MTPDrafter:
         fold: fold the catch-up into the next draft where the graph allows it exactly.
 
     ``seconds`` holds this generation's ``draft`` and ``catch_up`` time (reset
-    by :meth:`begin`); the generator books it into its statistics.
+    by :meth:`begin`); the generator books it into its statistics. The
+    settings come once per generation, in :meth:`begin`, already limited to
+    what this model can draft (``engine.speculative.settings.deepest_draft``).
     """
 
     def __init__(self, target_ctx: Context, mtp_model: Model, fold: bool = True) -> None:
@@ -112,6 +115,7 @@ class MTPDrafter:
         self.pending_h = np.zeros(self.n_embd, dtype=np.float32)
         self.verify_h = np.zeros((1, self.n_embd), dtype=np.float32)
         self.seconds = {"draft": 0.0, "catch_up": 0.0}
+        self.settings = SPECULATION_OFF
         self.crops_rows = graph_crops_rows(self.ctx, self.batch, self.n_embd, mtp_model.n_vocab)
         self.fold = fold and not self.chained and self.crops_rows
         self._verified: list[int] = []
@@ -124,7 +128,8 @@ class MTPDrafter:
         self._n_vocab = mtp_model.n_vocab
 
     # -- Drafter interface --------------------------------------------------
-    def begin(self) -> None:
+    def begin(self, settings: SpeculativeSettings) -> None:
+        self.settings = settings
         self.ctx.clear()
         self.pending_h[:] = 0.0
         self._fold_tokens = []
@@ -171,13 +176,16 @@ class MTPDrafter:
         self._verified = tokens
         self._verified_pos = pos_start
 
-    def draft(self, id_last: int, pos0: int, n_max: int, n_min: int, p_min: float) -> list[int]:
+    def draft(self, id_last: int, pos0: int, room: int) -> list[int]:
+        """Up to ``n_max`` tokens after ``id_last`` (at ``pos0``), and no more
+        than ``room``: what is left of the reply and the context."""
         t0 = time.perf_counter()
+        n_max, p_min = min(self.settings.n_max, room), self.settings.p_min
         if self.chained:
-            drafts = self._draft_chained(id_last, pos0, min(n_max, self.n_heads), p_min)
+            drafts = self._draft_chained(id_last, pos0, n_max, p_min)
         else:
             drafts = self._draft_looped(id_last, pos0, n_max, p_min)
-        if len(drafts) < n_min:
+        if len(drafts) < self.settings.n_min:
             drafts = []
         self.seconds["draft"] += time.perf_counter() - t0
         return drafts

@@ -19,10 +19,44 @@ Definitions (also in docs/statistics.md):
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 PHASES = ("prefill", "draft", "verify", "catch_up", "rollback", "sampling", "other")
+
+
+@dataclass(frozen=True)
+class StatsSnapshot:
+    """The figures of one generation at one moment, as the worker sends them
+    (``stats`` and ``done`` events) and the app shows and stores them."""
+
+    mode: str = "off"  # off | mtp(n_max=N)
+    rollback: str = "none"
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    prompt_tps: float | None = None
+    decode_tps: float | None = None
+    end_to_end_tps: float | None = None
+    elapsed: float = 0.0
+    rounds: int = 0
+    plain_steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    acceptance_rate: float | None = None
+    mean_accepted_length: float | None = None
+    drafted_per_pos: list[int] = field(default_factory=list)
+    accepted_per_pos: list[int] = field(default_factory=list)
+    acceptance_per_pos: list[float] = field(default_factory=list)
+    accepted_histogram: dict[str, int] = field(default_factory=dict)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def speculative(self) -> bool:
+        """Did MTP draft in this generation ("none" is how replies stored before "off" had one name say off)."""
+        return self.mode not in ("off", "none")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -42,7 +76,7 @@ class GenerationStats:
     t_first_token: float | None = None
     t_end: float | None = None
     rollback: str = "none"
-    mode: str = "none"
+    mode: str = "off"  # off | mtp(n_max=N)
 
     def record_round(self, n_drafted: int, n_accepted: int) -> None:
         """Count one verify of ``n_drafted`` draft tokens of which ``n_accepted`` were accepted."""
@@ -93,41 +127,28 @@ class GenerationStats:
         span = self.elapsed(now)
         return self.generated_tokens / span if span > 0 and self.generated_tokens else None
 
-    def to_dict(self, now: float | None = None) -> dict[str, Any]:
-        return {
-            "mode": self.mode,
-            "rollback": self.rollback,
-            "prompt_tokens": self.prompt_tokens,
-            "generated_tokens": self.generated_tokens,
-            "prompt_tps": self.prompt_tps(),
-            "decode_tps": self.decode_tps(now),
-            "end_to_end_tps": self.end_to_end_tps(now),
-            "elapsed": self.elapsed(now),
-            "rounds": self.rounds,
-            "plain_steps": self.plain_steps,
-            "drafted": self.drafted,
-            "accepted": self.accepted,
-            "acceptance_rate": self.acceptance_rate,
-            "mean_accepted_length": self.mean_accepted_length,
-            "drafted_per_pos": list(self.drafted_per_pos),
-            "accepted_per_pos": list(self.accepted_per_pos),
-            "acceptance_per_pos": self.acceptance_per_pos,
-            "accepted_histogram": {str(k): v for k, v in sorted(self.accepted_histogram.items())},
-            "phase_seconds": dict(self.phase_seconds),
-        }
+    def snapshot(self, now: float | None = None) -> StatsSnapshot:
+        return StatsSnapshot(
+            mode=self.mode,
+            rollback=self.rollback,
+            prompt_tokens=self.prompt_tokens,
+            generated_tokens=self.generated_tokens,
+            prompt_tps=self.prompt_tps(),
+            decode_tps=self.decode_tps(now),
+            end_to_end_tps=self.end_to_end_tps(now),
+            elapsed=self.elapsed(now),
+            rounds=self.rounds,
+            plain_steps=self.plain_steps,
+            drafted=self.drafted,
+            accepted=self.accepted,
+            acceptance_rate=self.acceptance_rate,
+            mean_accepted_length=self.mean_accepted_length,
+            drafted_per_pos=list(self.drafted_per_pos),
+            accepted_per_pos=list(self.accepted_per_pos),
+            acceptance_per_pos=self.acceptance_per_pos,
+            accepted_histogram={str(k): v for k, v in sorted(self.accepted_histogram.items())},
+            phase_seconds=dict(self.phase_seconds),
+        )
 
-    def summary_line(self) -> str:
-        parts = [f"{self.prompt_tokens} prompt tokens"]
-        if (p := self.prompt_tps()) is not None:
-            parts.append(f"prefill {p:.1f} tok/s")
-        parts.append(f"{self.generated_tokens} generated")
-        if (d := self.decode_tps()) is not None:
-            parts.append(f"decode {d:.1f} tok/s")
-        if self.rounds:
-            parts.append(
-                f"MTP: {self.accepted}/{self.drafted} drafts accepted "
-                f"({100 * (self.acceptance_rate or 0):.1f}%), mean length {self.mean_accepted_length:.2f}, "
-                "per position " + " ".join(f"{x:.2f}" for x in self.acceptance_per_pos)
-            )
-        parts.append(f"{self.elapsed():.2f} s")
-        return ", ".join(parts)
+    def to_dict(self, now: float | None = None) -> dict[str, Any]:
+        return self.snapshot(now).to_dict()

@@ -1,6 +1,6 @@
 """A blocking client for the worker process, for the CLI, benchmarks and tests.
 
-The GUI has its own client on QProcess (``app.engine_client``); both speak
+The GUI has its own client (``app.engine_client``, on ``app.process``); both speak
 the same protocol and start the worker the same way.
 """
 
@@ -17,6 +17,7 @@ from typing import Any
 
 from engine.errors import EngineError, ProtocolError
 from engine.worker import protocol
+from engine.worker.events import ErrorEvent, Event, ReadyEvent, is_final
 
 
 class WorkerDied(EngineError):
@@ -29,10 +30,10 @@ def worker_command() -> list[str]:
     return [sys.executable, "-m", "engine.worker"]
 
 
-def describe_exit(code: int | None) -> str:
-    """A sentence for how a worker ended (negative codes are signals on POSIX)."""
+def describe_exit(code: int | None, what: str = "the engine process") -> str:
+    """A sentence for how a child process ended (negative codes are signals on POSIX)."""
     if code is None:
-        return "the engine is still running"
+        return f"{what} is still running"
     if code < 0:
         import signal
 
@@ -46,8 +47,8 @@ def describe_exit(code: int | None) -> str:
             "SIGSEGV": " (a crash inside llama.cpp, often a malformed model file)",
             "SIGABRT": " (llama.cpp aborted, often on a failed internal check)",
         }.get(name, "")
-        return f"the engine process was stopped by {name}{hint}"
-    return f"the engine process exited with code {code}"
+        return f"{what} was stopped by {name}{hint}"
+    return f"{what} exited with code {code}"
 
 
 class WorkerClient:
@@ -65,16 +66,16 @@ class WorkerClient:
             encoding="utf-8",
             bufsize=1,
         )
-        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.events: queue.Queue[Event | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
-        self.hello = self.next_event(timeout=protocol.HANDSHAKE_TIMEOUT_S)
-        if self.hello.get("type") != "ready":
-            raise ProtocolError(f"expected a ready event, got {self.hello}")
-        if self.hello.get("protocol") != protocol.PROTOCOL_VERSION:
+        hello = self.next_event(timeout=protocol.HANDSHAKE_TIMEOUT_S)
+        if not isinstance(hello, ReadyEvent):
+            raise ProtocolError(f"expected a ready event, got {hello}")
+        if hello.protocol != protocol.PROTOCOL_VERSION:
             raise ProtocolError(
-                f"incompatible worker protocol {self.hello.get('protocol')}; "
-                f"this app speaks {protocol.PROTOCOL_VERSION}"
+                f"incompatible worker protocol {hello.protocol}; this app speaks {protocol.PROTOCOL_VERSION}"
             )
+        self.hello = hello
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -82,7 +83,7 @@ class WorkerClient:
             try:
                 self.events.put(protocol.decode_event(line))
             except ProtocolError as exc:
-                self.events.put({"type": "error", "id": None, "kind": exc.kind, "message": str(exc)})
+                self.events.put(ErrorEvent(None, exc.kind, str(exc)))
         self.events.put(None)
 
     def new_id(self) -> str:
@@ -97,7 +98,7 @@ class WorkerClient:
         except (BrokenPipeError, OSError) as exc:
             raise WorkerDied(describe_exit(self.proc.poll())) from exc
 
-    def next_event(self, timeout: float | None = None) -> dict[str, Any]:
+    def next_event(self, timeout: float | None = None) -> Event:
         try:
             item = self.events.get(timeout=timeout)
         except queue.Empty:
@@ -107,7 +108,7 @@ class WorkerClient:
             raise WorkerDied(describe_exit(self.proc.wait(timeout=5)))
         return item
 
-    def events_until_done(self, request: str, timeout: float | None = 600) -> Iterator[dict[str, Any]]:
+    def events_until_done(self, request: str, timeout: float | None = 600) -> Iterator[Event]:
         """Yield events of ``request`` up to and including the one that ends it.
 
         Every request ends with exactly one final event: ``loaded``, ``done``,
@@ -115,15 +116,13 @@ class WorkerClient:
         """
         while True:
             ev = self.next_event(timeout)
-            if ev.get("id") not in (request, None):
+            if ev.id not in (request, None):
                 continue
             yield ev
-            if ev["type"] in ("done", "loaded", "unloaded", "bye") or (
-                ev["type"] == "error" and ev.get("final", True)
-            ):
+            if is_final(ev):
                 return
 
-    def call(self, message: Any, timeout: float | None = 600) -> list[dict[str, Any]]:
+    def call(self, message: Any, timeout: float | None = 600) -> list[Event]:
         """Send a request and collect its events until it is finished."""
         self.send(message)
         return list(self.events_until_done(message.id, timeout))

@@ -17,6 +17,19 @@ from typing import IO, Any
 
 from engine.errors import EngineError, ProtocolError
 from engine.worker import protocol
+from engine.worker.events import (
+    ByeEvent,
+    DoneEvent,
+    EngineBuild,
+    ErrorEvent,
+    Event,
+    LoadedEvent,
+    ModelInfo,
+    ReadyEvent,
+    StatsEvent,
+    TokenEvent,
+    UnloadedEvent,
+)
 from engine.worker.protocol import (
     CancelRequest,
     GenerateRequestMsg,
@@ -33,8 +46,8 @@ class EventWriter:
         self._stream = stream
         self._lock = threading.Lock()
 
-    def send(self, event_type: str, request: str | None = None, **fields: Any) -> None:
-        line = protocol.encode(protocol.event(event_type, request, **fields))
+    def send(self, event: Event) -> None:
+        line = protocol.encode(event)
         with self._lock:
             self._stream.write(line + "\n")
             self._stream.flush()
@@ -59,7 +72,7 @@ class Worker:
             try:
                 request = protocol.decode_request(line)
             except ProtocolError as exc:
-                self.out.send("error", protocol.request_id(line), kind=exc.kind, message=str(exc), final=True)
+                self.out.send(ErrorEvent(protocol.request_id(line), exc.kind, str(exc), final=True))
                 continue
             if isinstance(request, CancelRequest):
                 if request.target is None or request.target == self.current:
@@ -71,15 +84,16 @@ class Worker:
     # -- main loop ------------------------------------------------------------
     def serve(self) -> None:
         from engine.runtime import native
+        from engine.speculative.settings import MAX_DRAFT
 
-        self.out.send("ready", None, protocol=protocol.PROTOCOL_VERSION, engine=native.build_info(),
-                      pid=os.getpid())
+        self.out.send(ReadyEvent(protocol=protocol.PROTOCOL_VERSION, pid=os.getpid(),
+                                 engine=EngineBuild(**native.build_info()), max_draft=MAX_DRAFT))
         threading.Thread(target=self.read_loop, name="protocol-reader", daemon=True).start()
         while True:
             request = self.requests.get()
             if request is None or isinstance(request, ShutdownRequest):
                 self._unload()
-                self.out.send("bye", getattr(request, "id", None))
+                self.out.send(ByeEvent(getattr(request, "id", None)))
                 return
             generating = isinstance(request, GenerateRequestMsg)
             try:
@@ -89,16 +103,16 @@ class Worker:
                     self._generate(request)
                 elif isinstance(request, UnloadRequest):
                     self._unload()
-                    self.out.send("unloaded", request.id)
+                    self.out.send(UnloadedEvent(request.id))
             except Exception as exc:
                 kind = exc.kind if isinstance(exc, EngineError) else "internal"
                 if not isinstance(exc, EngineError):  # a bug: report it, keep serving
                     traceback.print_exc(file=sys.stderr)
                 message = str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
                 # A generate request always ends with "done"; others end with this error.
-                self.out.send("error", request.id, kind=kind, message=message, final=not generating)
+                self.out.send(ErrorEvent(request.id, kind, message, final=not generating))
                 if generating:
-                    self.out.send("done", request.id, finish_reason="error")
+                    self.out.send(DoneEvent(request.id, finish_reason="error"))
 
     def _load(self, request: LoadRequest) -> None:
         from engine import default_model, gguf_info, sidecar
@@ -121,9 +135,8 @@ class Worker:
                 n_threads=request.n_threads, mtp=request.mtp, sidecar=request.sidecar,
             )
         )
-        facts = self.session.describe()
-        facts["is_default_model"] = request.path is None
-        self.out.send("loaded", request.id, model=facts)
+        model = ModelInfo(**self.session.describe(), is_default_model=request.path is None)
+        self.out.send(LoadedEvent(request.id, model))
 
     def _unload(self) -> None:
         if self.session is not None:
@@ -134,19 +147,14 @@ class Worker:
         from engine.errors import NoModelLoaded
         from engine.generation.generator import GenerateRequest, generate
         from engine.runtime import SamplingParams
-        from engine.speculative.drafter import SpeculativeParams
 
         if self.session is None:
             raise NoModelLoaded("No model is loaded; send a load request first.")
         if (request.prompt is None) == (request.messages is None):
             raise ProtocolError("generate needs exactly one of 'prompt' or 'messages'")
-        spec = request.speculative
-        if spec.mode not in ("none", "mtp"):
-            raise ProtocolError(f"speculative.mode must be 'none' or 'mtp', not {spec.mode!r}")
-        notice = None
-        if spec.mode == "mtp" and self.session.drafter is None:
+        if request.speculative.enabled and self.session.drafter is None:
             notice = self.session.mtp_unavailable_reason or "This model has no MTP head; decoding plainly."
-            self.out.send("error", request.id, kind="speculative_unavailable", message=notice, final=False)
+            self.out.send(ErrorEvent(request.id, "speculative_unavailable", notice, final=False))
         gen = GenerateRequest(
             prompt=request.prompt,
             messages=tuple(request.messages) if request.messages is not None else None,
@@ -154,22 +162,21 @@ class Worker:
                                     request.seed),
             max_tokens=request.max_tokens,
             stop=tuple(request.stop),
-            speculative=SpeculativeParams(spec.mode, spec.n_max, spec.n_min, spec.p_min),
+            speculative=request.speculative,
         )
         self.cancel.clear()
         self.current = request.id
         try:
             result = generate(
                 self.session, gen,
-                on_text=lambda text, draft: self.out.send("token", request.id, text=text, draft=draft),
-                on_stats=lambda stats: self.out.send("stats", request.id, stats=stats.to_dict()),
+                on_text=lambda text, draft: self.out.send(TokenEvent(request.id, text, draft)),
+                on_stats=lambda stats: self.out.send(StatsEvent(request.id, stats.snapshot())),
                 should_stop=self.cancel.is_set,
             )
         finally:
             self.current = None
-        self.out.send("done", request.id, finish_reason=result.finish_reason,
-                      stats=result.stats.to_dict(), prompt_mode=result.prompt_mode,
-                      n_tokens=len(result.tokens))
+        self.out.send(DoneEvent(request.id, result.finish_reason, result.stats.snapshot(), result.prompt_mode,
+                                len(result.tokens)))
 
 
 def main() -> int:

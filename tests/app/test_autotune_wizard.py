@@ -5,9 +5,11 @@ from __future__ import annotations
 from PySide6.QtWidgets import QWizard
 
 from app.autotune_wizard import AutotuneWizard
+from app.hardware_probe import HardwareProbe
 from app.settings import Settings
 from app.theme import LIGHT
 from engine.autotune.profiles import ProfileStore
+from engine.speculative.settings import SpeculativeSettings
 from tests.engine.conftest import synth
 
 
@@ -16,14 +18,15 @@ def test_wizard_walks_from_hardware_to_apply_and_stores_the_profile(qtbot, isola
     monkeypatch.setenv("MTP_STUDIO_CONFIG_DIR", str(tmp_path / "config"))
     model = synth("glm4moe", "oracle", agree=1.0).path()
     settings = Settings(model_path=str(model))
-    wizard = AutotuneWizard(settings, LIGHT, max_n=2)
+    probe = HardwareProbe()
+    wizard = AutotuneWizard(settings, LIGHT, probe, n_max=2)
     qtbot.addWidget(wizard)
     wizard.show()
 
     qtbot.waitUntil(lambda: wizard.hardware_page.isComplete(), timeout=60000)
     assert "Fingerprint" in wizard.hardware_page.text.text()
     wizard.next()
-    assert wizard.model_page.isComplete()
+    qtbot.waitUntil(wizard.model_page.isComplete, timeout=10000)  # the header is read off the GUI thread
     assert "1 MTP head" in wizard.model_page.facts.text()
     wizard.model_page.prompts.setValue(2)
     wizard.model_page.tokens.setValue(16)
@@ -41,4 +44,6 @@ def test_wizard_walks_from_hardware_to_apply_and_stores_the_profile(qtbot, isola
     assert len(profiles) == 1
     (profile,) = profiles.values()
     assert profile["model_path"] == str(model)
-    assert profile["setting"] == wizard.applied_setting()
+    setting = SpeculativeSettings.from_json(profile["setting"])  # the one settings type, "off" spelled one way
+    assert setting == wizard.applied_setting() and profile["setting"] == setting.to_json()
+    assert not setting.enabled or setting.n_max <= 2

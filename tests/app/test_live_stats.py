@@ -3,6 +3,8 @@ synthetic MTP model."""
 
 from __future__ import annotations
 
+from engine.speculative import stats_text
+from engine.speculative.stats import StatsSnapshot
 from tests.app.conftest import start_and_load
 from tests.engine.conftest import synth
 
@@ -15,32 +17,33 @@ def test_live_per_position_acceptance_matches_the_engines_final_counts(qtbot, se
     services.settings.max_tokens = 3000
     start_and_load(qtbot, services)
     window = services.window
-    assert window.model_facts["mtp"] == "single"
-    live: list[dict] = []
-    services.client.sig_stats.connect(lambda _rid, stats: live.append(stats))
-    finals: list[dict] = []
-    services.client.sig_done.connect(lambda _rid, ev: finals.append(ev["stats"]))
+    assert window.models.model.mtp == "single"
+    live: list[StatsSnapshot] = []
+    services.client.sig_stats.connect(lambda ev: live.append(ev.stats))
+    finals: list[StatsSnapshot] = []
+    services.client.sig_done.connect(lambda ev: finals.append(ev.stats))
     with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=120000):
         window.composer.setPlainText(" the river model")
         window.send()
     final = finals[-1]
     assert live, "statistics streamed while the reply was generated"
-    assert final["rounds"] > 0 and len(final["acceptance_per_pos"]) == 3
+    assert final.rounds > 0 and len(final.acceptance_per_pos) == 3
     # What the panel shows is the engine's final count, exactly.
     shown = window.stats_panel.stats
-    assert shown["acceptance_per_pos"] == final["acceptance_per_pos"]
-    pairs = zip(final["accepted_per_pos"], final["drafted_per_pos"], strict=True)
-    assert [a / d for a, d in pairs] == final["acceptance_per_pos"]
-    assert shown["accepted"] == final["accepted"] and shown["drafted"] == final["drafted"]
+    assert shown.acceptance_per_pos == final.acceptance_per_pos
+    pairs = zip(final.accepted_per_pos, final.drafted_per_pos, strict=True)
+    assert [a / d for a, d in pairs] == final.acceptance_per_pos
+    assert shown.accepted == final.accepted and shown.drafted == final.drafted
     # Live snapshots only ever grow towards the final counts.
     for snap in live[:-1]:
-        assert snap["drafted"] <= final["drafted"] and snap["accepted"] <= final["accepted"]
-        assert all(a <= b for a, b in zip(snap["accepted_per_pos"], final["accepted_per_pos"], strict=False))
+        assert snap.drafted <= final.drafted and snap.accepted <= final.accepted
+        assert all(a <= b for a, b in zip(snap.accepted_per_pos, final.accepted_per_pos, strict=False))
     # The reply's footer carries the final figures; the stored reply keeps them.
     text = window.transcript.toPlainText()
-    assert f"MTP {100 * final['acceptance_rate']:.0f}% accepted" in text
+    assert f"MTP {100 * final.acceptance_rate:.0f}% accepted" in text
+    assert window.engine_status.speed_label.text() == stats_text.status_line(final)  # the same formatter
     stored = services.store.messages(window.chat.conversation_id)[-1]
-    assert stored.stats["accepted_per_pos"] == final["accepted_per_pos"]
+    assert stored.stats["accepted_per_pos"] == final.accepted_per_pos  # the store keeps plain JSON
 
 
 def test_highlighting_marks_text_from_accepted_drafts(qtbot, services):

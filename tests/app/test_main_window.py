@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
+from engine.speculative.settings import SPECULATION_OFF
 from tests.app.conftest import start_and_load
 
 
@@ -19,7 +20,7 @@ def test_typed_prompt_streams_a_reply_that_is_stored(qtbot, services):
     window = services.window
     services.settings.max_tokens = 24
     seen: list[str] = []
-    services.client.sig_token.connect(lambda _rid, text, _d: seen.append(text))
+    services.client.sig_token.connect(lambda ev: seen.append(ev.text))
     with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000) as finished:
         type_and_send(qtbot, window, "The capital of France is")
     assert finished.args == ["complete"]
@@ -91,7 +92,7 @@ def test_conversations_survive_an_app_restart(qtbot, services, tmp_path):
     try:
         assert again.window.chat.conversation_id == conv
         assert "Hello there" in again.window.transcript.toPlainText()
-        assert again.window.conversations.count() == 1
+        assert again.window.conversations.model().rowCount() == 1
     finally:
         again.client.stop()
         again.store.close()
@@ -103,8 +104,8 @@ def test_a_chats_own_settings_override_the_preferences(qtbot, services):
     services.settings.max_tokens = 50
     conv = window.chat.new_conversation()
     services.store.update(conv, settings={"max_tokens": 5, "speculative": "off"}, system_prompt="Be brief.")
-    assert window.chat.chat_values()["max_tokens"] == 5
-    assert window.chat.speculative_settings()["mode"] == "none"
+    assert window.chat.chat_values().max_tokens == 5
+    assert window.chat.speculative_settings() == SPECULATION_OFF
     with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
         type_and_send(qtbot, window, "The capital of France is")
     reply = services.store.messages(conv)[-1]

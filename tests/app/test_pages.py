@@ -5,6 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 
 from app.hardware_page import HardwarePage
+from app.hardware_probe import HardwareProbe
 from app.models_page import ModelsPage
 from tests.engine.conftest import synth
 from tests.fake_hub import FakeHub
@@ -40,13 +41,13 @@ def test_models_page_searches_lists_files_downloads_and_checks_a_pair(qtbot, iso
 
         by_name = {page.library.item(i).text().split("  ")[0]: i for i in range(page.library.count())}
         page.library.setCurrentRow(by_name["Synth-Q8_0.gguf"])
-        assert "architecture  glm4moe" in page.facts.toPlainText()
+        qtbot.waitUntil(lambda: "architecture  glm4moe" in page.facts.toPlainText(), timeout=10000)
         assert "memory at n_ctx" in page.facts.toPlainText()
         page.set_target.click()
         page.library.setCurrentRow(by_name["mtp-Synth-Q8_0.gguf"])
         page.set_sidecar.click()
         page.doctor_button.click()
-        assert "Repair can fix it" in page.facts.toPlainText()
+        qtbot.waitUntil(lambda: "Repair can fix it" in page.facts.toPlainText(), timeout=10000)
         page.repair_button.click()
         qtbot.waitUntil(lambda: "loaded with MTP" in page.facts.toPlainText(), timeout=120000)
         assert page.sidecar_path.endswith(".repaired.gguf")
@@ -56,7 +57,7 @@ def test_models_page_searches_lists_files_downloads_and_checks_a_pair(qtbot, iso
 
 
 def test_hardware_page_shows_the_machine_and_the_matching_build(qtbot):
-    page = HardwarePage()
+    page = HardwarePage(HardwareProbe())
     qtbot.addWidget(page)
     page.refresh()
     qtbot.waitUntil(lambda: page.report is not None, timeout=60000)

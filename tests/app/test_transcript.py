@@ -7,6 +7,7 @@ import random
 
 from app.chat.transcript import ShownMessage, TranscriptView, settle_point
 from app.theme import LIGHT
+from engine.speculative.stats import StatsSnapshot
 
 REPLY = (
     "Here is a **plan**:\n\n- read the file\n- count the words\n\nThe code:\n\n"
@@ -37,12 +38,12 @@ def test_streaming_in_random_pieces_ends_like_a_whole_render(qtbot):
         # everything that arrived is on screen, Markdown or not
         shown = view.toPlainText().replace(" ", "").replace("\n", "").replace("Copy", "")
         assert REPLY[:i].split()[-1].strip("`*") in shown
-    view.end_reply("complete", {"generated_tokens": 42, "elapsed": 1.0})
+    view.end_reply("complete", StatsSnapshot(generated_tokens=42, elapsed=1.0))
     streamed = view.toPlainText()
 
     whole = TranscriptView(LIGHT)
     qtbot.addWidget(whole)
     whole.set_messages([ShownMessage("user", "Plan it"),
-                        ShownMessage("assistant", REPLY, "complete", {"generated_tokens": 42, "elapsed": 1.0})])
+                        ShownMessage("assistant", REPLY, "complete", StatsSnapshot(generated_tokens=42, elapsed=1.0))])
     assert streamed == whole.toPlainText()
     assert "42 tokens" in streamed and "def count(path):" in streamed and "**" not in streamed

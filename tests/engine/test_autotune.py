@@ -28,8 +28,8 @@ def test_clearly_slower_settings_are_dropped_after_one_prompt_and_the_tune_ends_
         result = search.tune(session, PROMPTS, max_tokens=24, first_round=2, settings=settings)
     finally:
         session.close()
-    spec = [m for m in result.measurements if m.setting.n_max]
+    spec = [m for m in result.measurements if m.setting.enabled]
     assert all(m.dropped_after == 1 and len(m.tps) == 1 and m.mean_ratio < search.CLEARLY_WORSE for m in spec)
-    off = next(m for m in result.measurements if m.setting.n_max == 0)
+    off = next(m for m in result.measurements if not m.setting.enabled)
     assert len(off.tps) == 1  # nothing left to compare with: no more prompts are spent
     assert result.best == search.Setting(0)

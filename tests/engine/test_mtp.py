@@ -172,7 +172,7 @@ def test_mtp_requested_on_a_model_without_mtp_decodes_plainly_with_a_reason(defa
         assert session.drafter is None
         assert "no MTP/NextN layers" in session.mtp_unavailable_reason
         result = run(session, 3, prompt="The capital of France is")
-        assert result.stats.rounds == 0 and result.stats.mode == "none" and result.tokens
+        assert result.stats.rounds == 0 and result.stats.mode == "off" and result.tokens
     finally:
         session.close()
 

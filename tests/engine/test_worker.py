@@ -8,39 +8,42 @@ import time
 
 import pytest
 
+from engine.speculative.settings import MAX_DRAFT
 from engine.worker import protocol as P
 from engine.worker.client import WorkerClient, WorkerDied
 
 PROMPT = "The capital of France is"
 
 
-def load_default(worker: WorkerClient) -> dict:
+def load_default(worker: WorkerClient) -> P.ModelInfo:
     events = worker.call(P.LoadRequest(id=worker.new_id(), n_ctx=512, n_threads=1))
-    assert events[-1]["type"] == "loaded", events
-    return events[-1]["model"]
+    assert isinstance(events[-1], P.LoadedEvent), events
+    return events[-1].model
 
 
-def text_of(events: list[dict]) -> str:
-    return "".join(e["text"] for e in events if e["type"] == "token")
+def text_of(events: list[P.Event]) -> str:
+    return "".join(e.text for e in events if isinstance(e, P.TokenEvent))
 
 
 def test_handshake_reports_protocol_and_engine_build(worker: WorkerClient):
-    assert worker.hello["type"] == "ready"
-    assert worker.hello["protocol"] == P.PROTOCOL_VERSION
-    assert worker.hello["engine"]["llama_cpp_python"] == "0.3.36"
-    assert "backend" in worker.hello["engine"]
+    assert isinstance(worker.hello, P.ReadyEvent)
+    assert worker.hello.protocol == P.PROTOCOL_VERSION
+    assert worker.hello.engine.llama_cpp_python == "0.3.36"
+    assert worker.hello.engine.backend
+    assert worker.hello.max_draft == MAX_DRAFT  # the app's limits come from here
 
 
 def test_load_generate_round_trip_streams_tokens_and_stats(worker: WorkerClient):
     model = load_default(worker)
-    assert model["architecture"] == "gemma3" and model["is_default_model"]
-    assert model["has_chat_template"] is False
+    assert model.architecture == "gemma3" and model.is_default_model
+    assert model.has_chat_template is False and model.max_draft == 0  # no MTP head: no drafts
     events = worker.call(P.GenerateRequestMsg(id="g", prompt=PROMPT, max_tokens=12))
-    kinds = [e["type"] for e in events]
+    kinds = [e.type for e in events]
     assert kinds[-1] == "done" and kinds.count("token") >= 2
     done = events[-1]
-    assert done["finish_reason"] == "length" and done["n_tokens"] == 12
-    assert done["stats"]["generated_tokens"] == 12 and done["stats"]["prompt_tokens"] > 0
+    assert isinstance(done, P.DoneEvent)
+    assert done.finish_reason == "length" and done.n_tokens == 12
+    assert done.stats.generated_tokens == 12 and done.stats.prompt_tokens > 0
     assert "Paris" in text_of(events) or "France" in text_of(events)
 
 
@@ -69,47 +72,51 @@ def test_cancel_mid_stream_ends_cancelled_within_one_decode_step(worker: WorkerC
     tokens_before = 0
     while tokens_before < 5:
         ev = worker.next_event(60)
-        tokens_before += ev["type"] == "token"
+        tokens_before += isinstance(ev, P.TokenEvent)
     worker.send(P.CancelRequest(id="c", target="long"))
     after = []
     for ev in worker.events_until_done("long", timeout=60):
         after.append(ev)
-    assert after[-1]["finish_reason"] == "cancelled"
+    assert after[-1].finish_reason == "cancelled"
     # Tokens already in the pipe when cancel was sent, plus at most one decode step.
-    assert sum(e["type"] == "token" for e in after) <= 3
+    assert sum(isinstance(e, P.TokenEvent) for e in after) <= 3
 
 
 def test_bad_requests_get_typed_errors_and_the_worker_keeps_serving(worker: WorkerClient):
     load_default(worker)
     worker.send("{this is not json")
     ev = worker.next_event(10)
-    assert (ev["type"], ev["kind"], ev["final"]) == ("error", "protocol", True)
-    assert "malformed JSON" in ev["message"]
+    assert (ev.type, ev.kind, ev.final) == ("error", "protocol", True)
+    assert "malformed JSON" in ev.message
 
     worker.send('{"type": "teleport", "id": "t1"}')
     ev = worker.next_event(10)
-    assert (ev["type"], ev["kind"], ev["id"]) == ("error", "protocol", "t1")
+    assert (ev.type, ev.kind, ev.id) == ("error", "protocol", "t1")
+
+    worker.send('{"type": "generate", "id": "g0", "prompt": "x", "speculative": {"mode": "mtp", "n_max": 99}}')
+    ev = worker.next_event(10)
+    assert (ev.type, ev.kind, ev.id) == ("error", "protocol", "g0") and "n_max" in ev.message
 
     events = worker.call(P.LoadRequest(id="missing", path="/nonexistent/model.gguf"))
-    assert events[-1]["type"] == "error" and events[-1]["kind"] == "model_file"
-    assert "not found" in events[-1]["message"]
+    assert events[-1].type == "error" and events[-1].kind == "model_file"
+    assert "not found" in events[-1].message
 
     # The previously loaded model is still there and still answers.
     events = worker.call(P.GenerateRequestMsg(id="after", prompt=PROMPT, max_tokens=4))
-    assert events[-1]["finish_reason"] == "length"
+    assert events[-1].finish_reason == "length"
 
 
 def test_generate_without_a_model_is_a_typed_error(worker: WorkerClient):
     events = worker.call(P.GenerateRequestMsg(id="g", prompt="x", max_tokens=2))
-    assert [e["type"] for e in events] == ["error", "done"]
-    assert events[0]["kind"] == "no_model" and events[-1]["finish_reason"] == "error"
+    assert [e.type for e in events] == ["error", "done"]
+    assert events[0].kind == "no_model" and events[-1].finish_reason == "error"
 
 
 def test_a_file_that_is_not_gguf_never_reaches_llama_cpp(worker: WorkerClient, tmp_path):
     bogus = tmp_path / "notes.gguf"
     bogus.write_bytes(b"PK\x03\x04 this is a zip file, not a model" * 4)
     events = worker.call(P.LoadRequest(id="bogus", path=str(bogus)))
-    assert events[-1]["kind"] == "model_file" and "not a GGUF file" in events[-1]["message"]
+    assert events[-1].kind == "model_file" and "not a GGUF file" in events[-1].message
     assert worker.proc.poll() is None
 
 
@@ -118,7 +125,7 @@ def test_truncated_gguf_is_refused_before_loading(worker: WorkerClient, default_
     with default_model.open("rb") as src:
         cut.write_bytes(src.read(50 * 2**20))
     events = worker.call(P.LoadRequest(id="cut", path=str(cut)))
-    assert events[-1]["kind"] == "model_file" and "truncated" in events[-1]["message"]
+    assert events[-1].kind == "model_file" and "truncated" in events[-1].message
 
 
 def test_native_stdout_noise_cannot_corrupt_the_protocol(worker: WorkerClient):
@@ -145,6 +152,6 @@ def test_a_mismatched_sidecar_is_refused_and_the_loaded_model_stays(worker: Work
     load_default(worker)
     events = worker.call(P.LoadRequest(id="bad", path=str(model.path("trunk")),
                                        sidecar=str(model.path("sidecar-other-vocab"))))
-    assert events[-1]["kind"] == "sidecar_mismatch" and "vocabulary of 640" in events[-1]["message"]
+    assert events[-1].kind == "sidecar_mismatch" and "vocabulary of 640" in events[-1].message
     events = worker.call(P.GenerateRequestMsg(id="still", prompt=PROMPT, max_tokens=4))
-    assert events[-1]["finish_reason"] == "length"  # the default model is still loaded
+    assert events[-1].finish_reason == "length"  # the default model is still loaded

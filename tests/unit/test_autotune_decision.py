@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 from engine.autotune import search
-from engine.autotune.profiles import ProfileStore, model_identity, new_profile
+from engine.autotune.profiles import ProfileMatch, ProfileStore, model_identity, new_profile
 from engine.autotune.search import Measurement, Setting
+from engine.speculative.settings import SPECULATION_OFF, mtp
 
 
 def measured(setting: Setting, ratios: list[float], dropped: int | None = None) -> Measurement:
@@ -64,15 +67,55 @@ def test_profiles_persist_and_go_stale_when_hardware_engine_or_model_change(tmp_
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF" + b"\0" * 5000)
     store = ProfileStore(tmp_path / "profiles.json")
-    profile = new_profile("hw1", str(model), "engineA", {"mode": "mtp", "n_max": 3, "n_min": 0, "p_min": 0.0},
-                          1.4, "faster")
+    profile = new_profile("hw1", str(model), "engineA", mtp(3), 1.4, "faster")
     store.save(profile)
     again = ProfileStore(tmp_path / "profiles.json")  # a restart
     found = again.find("hw1", model_identity(model), "engineA")
-    assert found is not None and found.setting["n_max"] == 3
+    assert found is not None and found.setting == mtp(3)
     assert again.find("hw2", model_identity(model), "engineA") is None  # other hardware
     assert again.find("hw1", model_identity(model), "engineB") is None  # other engine build
     assert again.stale_for(str(model), "hw2", model_identity(model), "engineA") == [found]
     model.write_bytes(b"GGUF" + b"\1" * 5000)  # the file changed
     assert again.find("hw1", model_identity(model), "engineA") is None
     assert again.stale_for(str(model), "hw1", model_identity(model), "engineA")
+
+
+def test_profiles_written_before_off_had_one_name_still_read(tmp_path):
+    store = ProfileStore(tmp_path / "profiles.json")
+    old = {"fingerprint": "hw", "model_hash": "h", "engine": "e", "model_path": "/m.gguf", "speedup": 1.0,
+           "reason": "r", "created": 0.0}
+    store.path.write_text(json.dumps({
+        "hw:h:e": {**old, "setting": {"mode": "none", "n_max": 3, "n_min": 0, "p_min": 0.0}},
+        "hw:h2:e": {**old, "model_hash": "h2", "setting": {"mode": "mtp", "n_max": 2, "n_min": 0, "p_min": 0.5}},
+    }))
+    assert store.find("hw", "h", "e").setting == SPECULATION_OFF
+    assert store.find("hw", "h2", "e").setting == mtp(2, 0.5)
+    store.save(store.find("hw", "h", "e"))
+    assert json.loads(store.path.read_text())["hw:h:e"]["setting"]["mode"] == "off"  # written the one way
+
+
+def test_profile_lookup_hashes_the_file_and_reports_stale_profiles(tmp_path):
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + b"\0" * 100)
+    store = ProfileStore(tmp_path / "profiles.json")
+    assert store.lookup(str(model), "hw1", "e") == ProfileMatch(None, False)
+    store.save(new_profile("hw1", str(model), "e", mtp(2), 1.2, "faster"))
+    assert store.lookup(str(model), "hw1", "e").profile.setting == mtp(2)
+    assert store.lookup(str(model), "hw2", "e") == ProfileMatch(None, True)
+
+
+def test_autotune_messages_round_trip_and_bad_ones_are_refused():
+    from engine.autotune import messages as M
+    from engine.errors import ProtocolError
+
+    row = M.ResultRow("mtp n_max=2", 120.0, 1.3, 1.1, 0.8, 4, True, "identical", False, [0.9, 0.7])
+    result = M.ResultMessage(mtp(2), "mtp n_max=2", "faster", [row])
+    assert M.decode(json.loads(M.encode(result))) == result
+    progress = M.ProgressMessage(3, 10, "off", 100.0, 1.0)
+    assert M.decode(json.loads(M.encode(progress))) == progress
+    try:
+        M.decode({"type": "progress", "step": "three"})
+    except ProtocolError as exc:
+        assert "progress.step" in str(exc) or "missing field" in str(exc)
+    else:
+        raise AssertionError("a bad message was accepted")

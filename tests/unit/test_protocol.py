@@ -1,12 +1,14 @@
 import pytest
 
 from engine.errors import ProtocolError
+from engine.speculative.settings import MAX_DRAFT, SPECULATION_OFF, SpeculativeSettings
+from engine.speculative.stats import StatsSnapshot
 from engine.worker import protocol as P
 
 
 def test_generate_request_round_trips_through_json():
     msg = P.GenerateRequestMsg(id="g1", messages=[{"role": "user", "content": "hi"}], max_tokens=5,
-                               stop=["\n"], speculative=P.SpeculativeSettings("mtp", 2, 0, 0.5))
+                               stop=["\n"], speculative=SpeculativeSettings("mtp", 2, 0, 0.5))
     assert P.decode_request(P.encode(msg)) == msg
 
 
@@ -22,6 +24,9 @@ def test_generate_request_round_trips_through_json():
         ('{"type": "generate", "id": "a", "stop": "x"}', "expected a list"),
         ('{"type": "generate", "id": "a", "speculative": {"n_max": 2, "bogus": 1}}', "unknown field"),
         ('{"type": "cancel", "id": "a", "extra": 1}', "unknown field"),
+        ('{"type": "generate", "id": "a", "speculative": {"mode": "none"}}', "speculative: mode must be one of"),
+        ('{"type": "generate", "id": "a", "speculative": {"mode": "mtp", "n_max": 99}}', "n_max must be"),
+        ('{"type": "generate", "id": "a", "speculative": {"p_min": -0.5}}', "p_min must be"),
     ],
 )
 def test_malformed_requests_are_refused_with_the_reason(line, fragment):
@@ -37,3 +42,40 @@ def test_request_id_is_recovered_from_a_bad_request_when_possible():
 def test_numbers_are_accepted_as_floats_but_not_as_strings():
     req = P.decode_request('{"type": "generate", "id": "a", "prompt": "x", "temperature": 1}')
     assert req.temperature == 1.0 and isinstance(req.temperature, float)
+
+
+def test_off_is_spelled_one_way_and_the_deepest_draft_is_decided_once():
+    assert SpeculativeSettings() == SPECULATION_OFF and SPECULATION_OFF.label == "off"
+    assert not SPECULATION_OFF.enabled and SpeculativeSettings("mtp", 2).label == "mtp n_max=2"
+    with pytest.raises(ValueError):
+        SpeculativeSettings("mtp", MAX_DRAFT + 1)
+    assert SpeculativeSettings("mtp", 5).limited_to(3).n_max == 3
+    assert SpeculativeSettings("mtp", 5).limited_to(0) == SpeculativeSettings("off", 5)
+
+
+@pytest.mark.parametrize("event", [
+    P.ReadyEvent(2, 99, P.EngineBuild("0.3.36", "cpu", cmake_args=["-DX=1"]), max_draft=8),
+    P.LoadedEvent("r1", P.ModelInfo(path="/m.gguf", architecture="gemma3", mtp="single", max_draft=8)),
+    P.TokenEvent("r2", "héllo", draft=True),
+    P.StatsEvent("r2", StatsSnapshot(mode="mtp(n_max=3)", rounds=2, drafted_per_pos=[2, 1],
+                                     phase_seconds={"draft": 0.5})),
+    P.DoneEvent("r2", "length", StatsSnapshot(generated_tokens=4), "template", 4),
+    P.DoneEvent("r3", "error"),
+    P.ErrorEvent(None, "protocol", "bad", final=True),
+    P.UnloadedEvent("r4"),
+    P.ByeEvent(None),
+])
+def test_every_event_round_trips_through_json(event):
+    assert P.decode_event(P.encode(event)) == event
+
+
+@pytest.mark.parametrize("line, fragment", [
+    ('{"type": "token", "id": "a"}', "missing field 'text'"),
+    ('{"type": "token", "id": "a", "text": 3}', "token.text: expected a string"),
+    ('{"type": "done", "id": "a", "finish_reason": "stop", "stats": {"rounds": "many"}}', "stats.rounds"),
+    ('{"type": "teleported", "id": "a"}', "unknown event type"),
+    ('{"type": "bye", "id": null, "extra": 1}', "unknown field"),
+])
+def test_malformed_events_are_refused_with_the_reason(line, fragment):
+    with pytest.raises(ProtocolError, match=fragment):
+        P.decode_event(line)

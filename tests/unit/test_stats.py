@@ -1,4 +1,5 @@
-from engine.speculative.stats import GenerationStats
+from engine.speculative import stats_text
+from engine.speculative.stats import GenerationStats, StatsSnapshot
 
 
 def test_acceptance_figures_follow_their_definitions():
@@ -20,3 +21,28 @@ def test_no_rounds_means_no_acceptance_figures():
     s = GenerationStats()
     assert s.acceptance_rate is None and s.mean_accepted_length is None
     assert s.to_dict()["acceptance_per_pos"] == []
+
+
+def test_one_formatter_words_the_figures_the_same_everywhere():
+    s = GenerationStats(mode="mtp(n_max=3)", rollback="kv", generated_tokens=24, prompt_tokens=6)
+    s.record_round(3, 3)
+    s.record_round(3, 1)
+    s.t_first_token, s.t_end = s.t_start + 0.5, s.t_start + 1.5
+    snap = s.snapshot()
+    assert snap.to_dict() == s.to_dict()
+    assert stats_text.status_line(snap) == "23.0 tok/s · MTP 67% accepted"
+    assert stats_text.footer(snap, "complete") == "24 tokens · 23.0 tok/s · MTP 67% accepted · mean length 3.00 · 1.5 s"
+    assert stats_text.footer(snap, "cancelled").startswith("stopped · 24 tokens")
+    assert stats_text.footer(None, "interrupted") == "interrupted: the engine stopped before the reply ended"
+    assert "acceptance 66.7%  (4/6)" in stats_text.panel_lines(snap)
+    report = stats_text.report(snap, "length")
+    assert report.startswith("[length] 6 prompt tokens") and "[mtp] mtp(n_max=3), rollback kv: 2 rounds" in report
+
+
+def test_plain_decoding_reads_as_off():
+    snap = GenerationStats().snapshot()
+    assert snap.mode == "off" and not snap.speculative
+    assert stats_text.panel_lines(snap) == ["off for this reply"] and stats_text.phase_label(snap, "verify") == "decode"
+    assert stats_text.status_line(snap) == "" and "[mtp]" not in stats_text.report(snap, "stop")
+    stored_before_off_had_one_name = StatsSnapshot(mode="none")
+    assert not stored_before_off_had_one_name.speculative

@@ -1,0 +1,108 @@
+"""The middle of the chat page: the transcript, the input box and the reply
+buttons, wired to the chat controller."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeyEvent
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
+
+from app.chat.controller import ChatController
+from app.chat.transcript import TranscriptView
+from app.theme import Palette
+
+
+class Composer(QPlainTextEdit):
+    """The input box: Enter sends, Shift+Enter starts a new line.
+
+    Signals:
+        sig_submit(): the user pressed Enter.
+    """
+
+    sig_submit = Signal()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
+            event.modifiers() & Qt.KeyboardModifier.ShiftModifier
+        ):
+            self.sig_submit.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class ChatPane(QWidget):
+    """Transcript, composer and buttons; ``above`` widgets (banners, notices) go on top.
+
+    Signals:
+        sig_message(str, int): a status-bar message and how long to show it (ms).
+        sig_sent(): a message was sent (the conversation list changed).
+    """
+
+    sig_message = Signal(str, int)
+    sig_sent = Signal()
+
+    def __init__(self, chat: ChatController, transcript: TranscriptView, engine_ready: Callable[[], bool],
+                 palette: Palette, above: list[QWidget], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.chat = chat
+        self.engine_ready = engine_ready
+        self.model_notice = QLabel()
+        self.model_notice.setWordWrap(True)
+        self.model_notice.setStyleSheet(f"color:{palette.muted}; padding:2px 4px;")
+        self.model_notice.hide()
+        self.composer = Composer()
+        self.composer.setPlaceholderText("Message the model — Enter sends, Shift+Enter for a new line")
+        self.composer.setFixedHeight(84)
+        self.send_button = QPushButton("Send")
+        self.send_button.setDefault(True)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setEnabled(False)
+        self.regen_button = QPushButton("Regenerate")
+        self.edit_button = QPushButton("Edit last")
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.regen_button)
+        buttons.addWidget(self.edit_button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.stop_button)
+        buttons.addWidget(self.send_button)
+        col = QVBoxLayout(self)
+        col.setContentsMargins(4, 8, 4, 8)
+        for widget in above:
+            col.addWidget(widget)
+        col.addWidget(self.model_notice)
+        col.addWidget(transcript, 1)
+        col.addWidget(self.composer)
+        col.addLayout(buttons)
+
+        self.composer.sig_submit.connect(self.send)
+        self.send_button.clicked.connect(self.send)
+        self.stop_button.clicked.connect(chat.stop)
+        self.regen_button.clicked.connect(chat.regenerate)
+        self.edit_button.clicked.connect(self.edit_last)
+        chat.sig_reply_started.connect(lambda: self._set_replying(True))
+        chat.sig_reply_finished.connect(lambda _status: self._set_replying(False))
+
+    def send(self) -> None:
+        if not self.engine_ready():
+            self.sig_message.emit("The engine is not ready yet.", 3000)
+            return
+        if self.chat.send(self.composer.toPlainText()):
+            self.composer.clear()
+            self.sig_sent.emit()
+
+    def edit_last(self) -> None:
+        text = self.chat.edit_last_user_message()
+        if text:
+            self.composer.setPlainText(text)
+            self.composer.setFocus()
+
+    def show_notice(self, text: str) -> None:
+        self.model_notice.setText(text)
+        self.model_notice.setVisible(bool(text))
+
+    def _set_replying(self, replying: bool) -> None:
+        self.stop_button.setEnabled(replying)
+        for button in (self.send_button, self.regen_button, self.edit_button):
+            button.setEnabled(not replying)

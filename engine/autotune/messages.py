@@ -1,0 +1,89 @@
+"""What ``mtp-studio autotune --jsonl`` prints, one JSON object per line:
+frozen dataclasses, checked field by field when read (as the worker's
+events are), so the wizard reads attributes, never keys."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from engine.errors import ProtocolError
+from engine.speculative.settings import SpeculativeSettings
+from engine.worker.fields import build
+
+
+@dataclass(frozen=True)
+class HardwareMessage:
+    fingerprint: str
+    cpu: str
+    cores: int
+    backend: str | None = None
+    type: str = "hardware"
+
+
+@dataclass(frozen=True)
+class ModelMessage:
+    heads: int
+    mtp: str  # off | single | chained
+    rollback: str
+    type: str = "model"
+
+
+@dataclass(frozen=True)
+class ProgressMessage:
+    """One setting measured on one more prompt."""
+
+    step: int
+    total: int
+    setting: str  # its label
+    tps: float
+    ratio: float  # mean speed relative to "off" so far
+    acceptance: float | None = None
+    type: str = "progress"
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    setting: str
+    tps: float
+    ratio: float
+    lower: float  # one-sided 95 % lower bound on the ratio
+    acceptance: float | None
+    prompts: int
+    identical: bool
+    identity: str  # identical | near_tie | defect (engine/speculative/identity.py)
+    dropped: bool  # successive halving stopped measuring it
+    per_pos: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ResultMessage:
+    best: SpeculativeSettings
+    label: str
+    reason: str
+    rows: list[ResultRow]
+    type: str = "result"
+
+
+Message = HardwareMessage | ModelMessage | ProgressMessage | ResultMessage
+MESSAGES: dict[str, type] = {"hardware": HardwareMessage, "model": ModelMessage, "progress": ProgressMessage,
+                             "result": ResultMessage}
+
+
+def encode(message: Message) -> str:
+    return json.dumps(asdict(message))
+
+
+def decode(data: dict[str, Any]) -> Message:
+    """A message from its JSON object.
+
+    Raises:
+        ProtocolError: an unknown type or a bad field, named.
+    """
+    kind = data.get("type")
+    cls = MESSAGES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ProtocolError(f"autotune printed an unknown message type {kind!r}")
+    message: Message = build(cls, data, str(kind))
+    return message

@@ -1,0 +1,180 @@
+"""Worker events (worker -> app): frozen dataclasses, decoded and checked
+field by field like the requests, so a client reads attributes, never keys.
+
+Every request ends with exactly one *final* event: ``loaded``, ``done``,
+``unloaded``, ``bye``, or an ``error`` with ``final`` set.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from engine.errors import ProtocolError
+from engine.speculative.stats import StatsSnapshot
+from engine.worker.fields import build
+
+
+@dataclass(frozen=True)
+class EngineBuild:
+    """Which llama-cpp-python build the worker runs (``engine.runtime.native.build_info``)."""
+
+    llama_cpp_python: str
+    backend: str
+    patch_hash: str | None = None
+    cmake_args: list[str] | None = None
+    cache_key: str | None = None
+
+    @property
+    def key(self) -> str:
+        """What autotune profiles are keyed by: the build's cache key, else its version."""
+        return self.cache_key or self.llama_cpp_python
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A loaded model as the worker describes it (``Session.describe``)."""
+
+    path: str
+    architecture: str
+    description: str = ""
+    n_params: int = 0
+    size_bytes: int = 0
+    n_vocab: int = 0
+    n_embd: int = 0
+    n_layer: int = 0
+    n_layer_nextn: int = 0
+    n_ctx_train: int = 0
+    hybrid: bool = False
+    n_ctx: int = 0
+    n_threads: int = 0
+    has_chat_template: bool = False
+    mtp: str = "off"  # off | single | chained
+    mtp_heads: int = 0
+    max_draft: int = 0  # the deepest n_max this model drafts (engine.speculative.settings.deepest_draft)
+    mtp_unavailable_reason: str | None = None
+    rollback: str = "none"
+    n_rs_seq: int = 0
+    sidecar: str | None = None
+    is_default_model: bool = False
+
+    @property
+    def can_draft(self) -> bool:
+        return self.mtp != "off"
+
+
+@dataclass(frozen=True)
+class ReadyEvent:
+    """The handshake, sent before anything else."""
+
+    protocol: int
+    pid: int
+    engine: EngineBuild
+    max_draft: int  # the deepest n_max any model is asked for
+    id: str | None = None
+    type: str = "ready"
+
+
+@dataclass(frozen=True)
+class LoadedEvent:
+    id: str | None
+    model: ModelInfo
+    type: str = "loaded"
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    id: str | None
+    text: str  # a UTF-8-complete delta
+    draft: bool = False  # it came from accepted draft tokens
+    type: str = "token"
+
+
+@dataclass(frozen=True)
+class StatsEvent:
+    id: str | None
+    stats: StatsSnapshot
+    type: str = "stats"
+
+
+@dataclass(frozen=True)
+class DoneEvent:
+    id: str | None
+    finish_reason: str  # stop | length | cancelled | error
+    stats: StatsSnapshot | None = None
+    prompt_mode: str | None = None  # template | completion
+    n_tokens: int = 0
+    type: str = "done"
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    id: str | None
+    kind: str
+    message: str
+    final: bool = True
+    type: str = "error"
+
+
+@dataclass(frozen=True)
+class UnloadedEvent:
+    id: str | None
+    type: str = "unloaded"
+
+
+@dataclass(frozen=True)
+class ByeEvent:
+    id: str | None
+    type: str = "bye"
+
+
+Event = ReadyEvent | LoadedEvent | TokenEvent | StatsEvent | DoneEvent | ErrorEvent | UnloadedEvent | ByeEvent
+
+EVENTS: dict[str, type] = {
+    "ready": ReadyEvent,
+    "loaded": LoadedEvent,
+    "token": TokenEvent,
+    "stats": StatsEvent,
+    "done": DoneEvent,
+    "error": ErrorEvent,
+    "unloaded": UnloadedEvent,
+    "bye": ByeEvent,
+}
+
+
+def is_final(event: Event) -> bool:
+    """Does this event end its request?"""
+    if isinstance(event, ErrorEvent):
+        return event.final
+    return isinstance(event, LoadedEvent | DoneEvent | UnloadedEvent | ByeEvent)
+
+
+def decode_event(line: str | bytes) -> Event:
+    """Parse and check an event line from the worker.
+
+    Raises:
+        ProtocolError: not JSON, not an object, an unknown type, or a bad field.
+    """
+    try:
+        data = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"the worker wrote a line that is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ProtocolError("the worker wrote something that is not an event object")
+    kind = data.get("type")
+    cls = EVENTS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ProtocolError(f"the worker sent an unknown event type {kind!r}")
+    event: Event = build(cls, data, str(kind))
+    return event
+
+
+def stats_from_json(data: Any) -> StatsSnapshot | None:
+    """Statistics stored with a reply (a JSON object), checked; None when unreadable."""
+    if not isinstance(data, dict):
+        return None
+    try:
+        return build(StatsSnapshot, data, "stats")  # type: ignore[no-any-return]
+    except ProtocolError:
+        return None

@@ -1,0 +1,57 @@
+"""The conversation list: a proper Qt item model over the store, and the
+controller that keeps it in step with the open chat."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QModelIndex, Qt
+
+from app.chat.controller import ChatController
+from app.chat.stats_panel import StatsPanel
+from app.chat.store import ConversationStore
+from app.chat.transcript import TranscriptView
+from app.conversations import ConversationController, ConversationListModel, ConversationSidebar, ModelRole
+from app.engine_client import EngineClient
+from app.settings import Settings
+from app.theme import LIGHT
+
+
+def test_the_list_model_passes_qts_model_checks_and_filters_by_search(qtmodeltester, tmp_path):
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    try:
+        rivers = store.create("Rivers")
+        store.add_message(rivers.id, "user", "the Rhine")
+        store.create("Mountains")
+        model = ConversationListModel(store)
+        model.reload()
+        qtmodeltester.check(model)
+        assert model.rowCount() == 2
+        assert model.index(0).data(Qt.ItemDataRole.DisplayRole) == "Mountains"  # newest first
+        assert model.index(1).data(ModelRole.ID) == rivers.id
+        model.reload("rhine")  # message text matches too
+        assert model.rowCount() == 1 and model.row_of(rivers.id) == 0
+        assert model.rowCount(model.index(0)) == 0  # a list: no children
+        assert model.data(QModelIndex()) is None
+    finally:
+        store.close()
+
+
+def test_deleting_the_open_conversation_closes_it_and_updates_the_list(qtbot, tmp_path):
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    try:
+        transcript, panel = TranscriptView(LIGHT), StatsPanel(LIGHT)
+        qtbot.addWidget(transcript)
+        chat = ChatController(store, EngineClient(), transcript, panel, Settings())
+        model = ConversationListModel(store)
+        sidebar = ConversationSidebar(model)
+        qtbot.addWidget(sidebar)
+        conversations = ConversationController(store, chat, sidebar, model)
+        conversations.new_chat()
+        conversations.new_chat()
+        assert model.rowCount() == 2
+        open_id = chat.conversation_id
+        assert sidebar.list.currentIndex().data(ModelRole.ID) == open_id  # the open chat is selected
+        conversations.delete(open_id)
+        assert chat.conversation_id is None and model.rowCount() == 1
+        assert model.row_of(open_id) is None
+    finally:
+        store.close()
