@@ -157,14 +157,10 @@ def global_tensors(spec: SynthSpec) -> list[TensorSpec]:
     ]
 
 
-def metadata(spec: SynthSpec, with_mtp: bool = True) -> dict[str, Any]:
-    """Architecture keys (without the ``<arch>.`` prefix) for a GGUF of ``spec``.
-
-    ``with_mtp=False`` describes a trunk-only export: no NextN blocks counted.
-    """
+def base_keys(spec: SynthSpec, n_blocks: int, n_nextn: int) -> dict[str, Any]:
+    """The keys every architecture's loader reads: sizes, attention, rope, NextN count."""
     d = spec.dims
-    n_blocks = d.n_trunk + (spec.n_heads if with_mtp else 0)
-    keys: dict[str, Any] = {
+    return {
         "context_length": 4096,
         "embedding_length": d.n_embd,
         "block_count": n_blocks,
@@ -176,8 +172,18 @@ def metadata(spec: SynthSpec, with_mtp: bool = True) -> dict[str, Any]:
         "attention.layer_norm_rms_epsilon": 1e-6,
         "rope.dimension_count": d.head_dim,
         "rope.freq_base": 10000.0,
-        "nextn_predict_layers": spec.n_heads if with_mtp else 0,
+        "nextn_predict_layers": n_nextn,
     }
+
+
+def metadata(spec: SynthSpec, with_mtp: bool = True) -> dict[str, Any]:
+    """Architecture keys (without the ``<arch>.`` prefix) for a GGUF of ``spec``.
+
+    ``with_mtp=False`` describes a trunk-only export: no NextN blocks counted.
+    """
+    d = spec.dims
+    n_blocks = d.n_trunk + (spec.n_heads if with_mtp else 0)
+    keys = base_keys(spec, n_blocks, spec.n_heads if with_mtp else 0)
     if spec.arch in ("glm4moe", "qwen3next"):
         keys.update({
             "expert_count": d.n_expert,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from engine.synth import archs
 from engine.synth.archs import TensorSpec
 from engine.synth.probe import ProbedTensor, ProbeResult, probe
 from engine.synth.spec import SynthSpec
@@ -26,24 +27,6 @@ MLA_LORA = 32
 MLA_ROPE = 16
 MLA_NOPE = 32
 MLA_V = 32
-
-
-def _base(spec: SynthSpec, n_blocks: int, n_nextn: int) -> dict[str, Any]:
-    d = spec.dims
-    return {
-        "context_length": 4096,
-        "embedding_length": d.n_embd,
-        "block_count": n_blocks,
-        "feed_forward_length": d.n_ff,
-        "attention.head_count": d.n_head,
-        "attention.head_count_kv": d.n_head_kv,
-        "attention.key_length": d.head_dim,
-        "attention.value_length": d.head_dim,
-        "attention.layer_norm_rms_epsilon": 1e-6,
-        "rope.dimension_count": d.head_dim,
-        "rope.freq_base": 10000.0,
-        "nextn_predict_layers": n_nextn,
-    }
 
 
 def _moe(spec: SynthSpec, leading_dense: int = 1) -> dict[str, Any]:
@@ -92,11 +75,9 @@ def metadata(spec: SynthSpec, with_mtp: bool = True) -> dict[str, Any]:
     d = spec.dims
     n_nextn = spec.n_heads if with_mtp else 0
     n_blocks = d.n_trunk + n_nextn
-    keys = _base(spec, n_blocks, n_nextn)
+    keys = archs.base_keys(spec, n_blocks, n_nextn)
     arch = spec.arch
     if arch == "qwen35moe":
-        from engine.synth import archs
-
         keys.update(archs.metadata(spec.with_(arch="qwen35"), with_mtp))
         keys.update(_moe(spec, leading_dense=0))
     elif arch == "mimo2":
