@@ -4,15 +4,21 @@ from the same pinned llama-cpp-python sdist the engine is built from, so the
 benchmark can compare our Python MTP loop with the C++ one on equal terms.
 
 The binary is cached next to the engine wheels, keyed like them; a cold
-machine builds it (a few minutes on two cores). Prints the binary's path.
+machine builds it (about 7 minutes on two cores). Prints the binary's path.
+
+``bootstrap.sh --test`` runs this with ``--record``: the binary's path and
+key are written into the virtual environment, so the tests know the set-up
+was done and fail (instead of skipping) when the driver is missing or was
+built for another engine.
 
 Usage:
-    python packaging/build_reference_driver.py [--backend cpu]
+    python packaging/build_reference_driver.py [--backend cpu] [--record]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -25,10 +31,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import build_engine  # noqa: E402
 
 TARGET = "llama-speculative-simple"
+RECORD_NAME = "mtp-studio-reference-driver.json"  # in the virtual environment, beside the engine's record
 
 
 def driver_path(backend: str) -> Path:
     return build_engine.cache_root() / build_engine.cache_key(backend) / "bin" / TARGET
+
+
+def cmake_binary() -> str:
+    """``cmake`` from PATH, else the binary of PyPI's ``cmake`` wheel (kept in the
+    cache). The engine's build brings its own cmake through pip; a bare
+    machine has none for this one."""
+    found = shutil.which("cmake")
+    if found:
+        return found
+    tools = build_engine.cache_root() / "build-tools"
+    binary = tools / "cmake" / "data" / "bin" / "cmake"
+    if not binary.exists():
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                        "--target", str(tools), "cmake"], check=True)
+    return str(binary)
 
 
 def build(backend: str) -> Path:
@@ -44,14 +66,14 @@ def build(backend: str) -> Path:
         src = tree / "vendor" / "llama.cpp"
         build_engine.apply_patch_series(tree)
         build_dir = work / "build"
-        cmake = ["cmake", "-S", str(src), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
+        cmake = [cmake_binary(), "-S", str(src), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
                  "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DBUILD_SHARED_LIBS=OFF",
                  "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_EXAMPLES=ON",
                  *build_engine.cmake_args(backend)]
         print("+", " ".join(cmake), flush=True)
         subprocess.run(cmake, check=True)
         jobs = str(os.cpu_count() or 2)
-        subprocess.run(["cmake", "--build", str(build_dir), "--target", TARGET, "-j", jobs], check=True)
+        subprocess.run([cmake[0], "--build", str(build_dir), "--target", TARGET, "-j", jobs], check=True)
         built = next(build_dir.rglob(TARGET))
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_suffix(".partial")
@@ -60,11 +82,27 @@ def build(backend: str) -> Path:
     return out
 
 
+def write_record(backend: str, binary: Path) -> Path:
+    """Say, in this environment, which driver goes with which engine build."""
+    path = Path(sys.prefix) / RECORD_NAME
+    record = {"path": str(binary), "backend": backend, "cache_key": build_engine.cache_key(backend)}
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=build_engine.BACKENDS, default="cpu")
+    parser.add_argument("--record", action="store_true", help=f"write {RECORD_NAME} into this environment")
     args = parser.parse_args()
-    print(build(args.backend))
+    cached = driver_path(args.backend).exists()
+    if not cached:
+        print(f"reference driver: building {TARGET} for {build_engine.cache_key(args.backend)} "
+              "(several minutes)", flush=True)
+    binary = build(args.backend)
+    if args.record:
+        write_record(args.backend, binary)
+    print(binary)
     return 0
 
 

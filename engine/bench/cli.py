@@ -4,6 +4,7 @@ and ours vs llama.cpp's C++ driver, each measured side by side in one run."""
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -11,16 +12,23 @@ from pathlib import Path
 from engine.bench import measure, reference
 from engine.generation.session import LoadOptions, Session
 from engine.synth import HeadMap, SynthModel, SynthSpec
+from engine.synth.spec import ALL_ARCHITECTURES, default_heads
 
 PROMPT = " the river model light"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="measure plain vs MTP, and ours vs llama.cpp's driver")
-    p.add_argument("--arch", default="glm4moe", choices=("glm4moe", "step35", "qwen35", "qwen3next"))
+    p.add_argument("--arch", default="glm4moe", choices=ALL_ARCHITECTURES)
     p.add_argument("--size", default="bench", help="synthetic model size (bench = memory-bound)")
+    p.add_argument("--weights", default="oracle", choices=("oracle", "mixed", "random"),
+                   help="oracle: exact acceptance; mixed/random: the context and the hidden state matter "
+                        "(random heads are almost never accepted)")
+    p.add_argument("--reads", default="token", choices=("token", "hidden"),
+                   help="what the oracle/mixed MTP head reads: the input token, or the trunk's hidden state "
+                        "(only a hidden-state head can be misled by a wrong hidden state)")
     p.add_argument("--acceptance", default="1.0,0.5,0.0",
-                   help="comma-separated head agreement levels (oracle models)")
+                   help="comma-separated head agreement levels (oracle and mixed models)")
     p.add_argument("--n-max", default="1,2,3,4", help="comma-separated draft depths")
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
@@ -29,7 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", help="benchmark this GGUF instead of synthetic ones")
     p.add_argument("--reference", choices=("auto", "skip", "only"), default="auto",
                    help="compare with llama-speculative-simple (auto: if it is built)")
-    p.add_argument("--reference-n-max", type=int, default=3)
+    p.add_argument("--reference-n-max", default="3", help="comma-separated draft depths for the comparison")
+    p.add_argument("--reference-agree", type=float, default=None,
+                   help="head agreement of the compared model (default: the first --acceptance level)")
     p.add_argument("--autotune", action="store_true",
                    help="instead: check autotune's choice against an exhaustive sweep")
     p.set_defaults(func=run)
@@ -39,10 +49,30 @@ def _say(text: str) -> None:
     print(text, flush=True)
 
 
+def _levels(args: argparse.Namespace) -> list[float | None]:
+    """Agreement levels to build models for; random weights have none (one model)."""
+    if args.weights == "random":
+        return [None]
+    return [float(x) for x in args.acceptance.split(",") if x]
+
+
+def _model(args: argparse.Namespace, heads: int, agree: float | None) -> Path:
+    head = HeadMap(args.reads, agree) if agree is not None else HeadMap(args.reads)
+    return SynthModel(SynthSpec(arch=args.arch, size=args.size, n_heads=heads, dense=args.dense,
+                                weights=args.weights, heads=(head,))).path()
+
+
+def _kind(args: argparse.Namespace, agree: float | None) -> str:
+    kind = f"{args.arch}{' dense' if args.dense else ''} {args.size}, {args.weights} weights"
+    if args.weights != "random":
+        kind += f", head reads the {args.reads}, agreement {agree}"
+    return kind
+
+
 def run(args: argparse.Namespace) -> int:
     depths = [int(x) for x in args.n_max.split(",") if x]
-    levels = [float(x) for x in args.acceptance.split(",") if x]
-    heads = 3 if args.arch == "step35" else 1
+    levels = [x if x is not None else 1.0 for x in _levels(args)]
+    heads = default_heads(args.arch)
     _say(f"# MTP Studio benchmark — {time.strftime('%Y-%m-%d %H:%M')}, {args.threads} thread(s), "
          f"{args.tokens} tokens, {args.repeats} interleaved repeats; medians")
     if args.autotune:
@@ -51,13 +81,11 @@ def run(args: argparse.Namespace) -> int:
         check(args.arch, args.size, levels, args.tokens, args.threads, args.dense, say=_say)
         return 0
     if args.reference != "only":
-        targets = [(Path(args.model), None)] if args.model else [
-            (SynthModel(SynthSpec(arch=args.arch, size=args.size, n_heads=heads, dense=args.dense,
-                                  heads=(HeadMap("token", a),))).path(), a) for a in levels
+        targets = [(Path(args.model), "")] if args.model else [
+            (_model(args, heads, a), _kind(args, a)) for a in _levels(args)
         ]
-        for path, agree in targets:
-            kind = f"{args.arch}{' dense' if args.dense else ''} {args.size}"
-            _say(f"\n## {path.name}" + (f" — {kind}, head agreement {agree}" if agree is not None else ""))
+        for path, kind in targets:
+            _say(f"\n## {path.parent.name}/{path.name}" + (f" — {kind}" if kind else ""))
             session = Session(LoadOptions(path=str(path), n_ctx=2048, n_threads=args.threads))
             try:
                 rows = measure.compare(session, PROMPT, args.tokens, depths if session.drafter else [],
@@ -84,26 +112,35 @@ def _reference(args: argparse.Namespace, heads: int) -> int:
                  f" expected at {binary})")
             return 0
         binary = brd.build("cpu")
-    path = Path(args.model) if args.model else SynthModel(
-        SynthSpec(arch=args.arch, size=args.size, n_heads=heads, dense=args.dense,
-                  heads=(HeadMap("token", 1.0),))).path()
-    n_max = args.reference_n_max
-    _say(f"\n## ours vs llama.cpp's llama-speculative-simple — {path.name}, n_max {n_max}")
+    agree = args.reference_agree if args.reference_agree is not None else _levels(args)[0]
+    path = Path(args.model) if args.model else _model(args, heads, agree)
+    kind = "" if args.model else f" — {_kind(args, agree)}"
+    _say(f"\n## ours vs llama.cpp's llama-speculative-simple — {path.parent.name}/{path.name}{kind}")
+    _say(f"{'n_max':>5} {'ours tok/s':>10} {'llama.cpp':>10} {'ours/llama.cpp':>14} {'ours d/a':>9} "
+         f"{'theirs d/a':>10} {'rounds':>7}  per round: position, drafts, accepted, next token")
     session = Session(LoadOptions(path=str(path), n_ctx=2048, n_threads=args.threads))
     try:
-        comp = reference.compare(session, binary, path, PROMPT, args.tokens, n_max, args.repeats, args.threads)
+        for n_max in (int(x) for x in args.reference_n_max.split(",") if x):
+            comp = reference.compare(session, binary, path, PROMPT, args.tokens, n_max, args.repeats, args.threads)
+            _say(_reference_row(n_max, comp))
     finally:
         session.close()
-    same, n = comp.rounds_equal()
-    ours_d = sum(d for _, d in comp.ours_rounds)
-    ours_a = sum(a for a, _ in comp.ours_rounds)
-    theirs_d = sum(d for _, d in comp.theirs_rounds)
-    theirs_a = sum(a for a, _ in comp.theirs_rounds)
-    _say(f"{'loop':<10} {'tok/s (median)':>15} {'drafted':>8} {'accepted':>9} {'rounds':>7}")
-    _say(f"{'ours':<10} {sorted(comp.ours)[len(comp.ours) // 2]:15.1f} {ours_d:8d} {ours_a:9d} "
-         f"{len(comp.ours_rounds):7d}")
-    _say(f"{'llama.cpp':<10} {sorted(comp.theirs)[len(comp.theirs) // 2]:15.1f} {theirs_d:8d} {theirs_a:9d} "
-         f"{len(comp.theirs_rounds):7d}")
-    _say(f"ours / llama.cpp = {comp.ratio:.3f}x (median of per-repeat ratios); per-round counts "
-         f"{'equal' if same else 'DIFFER'} over the first {n} rounds")
     return 0
+
+
+def _reference_row(n_max: int, comp: reference.Comparison) -> str:
+    ours, theirs = comp.ours_run, comp.theirs_run
+    assert ours is not None and theirs is not None
+    diffs = comp.differences()
+    if theirs.replays:
+        verdict = (f"not comparable one for one: the driver replayed {theirs.replays} times "
+                   f"({reference.common_positions(ours.rounds, theirs)} common positions, {len(diffs)} differ)")
+    else:
+        verdict = "equal" if not diffs else f"DIFFER: {diffs[0]}"
+
+    def counts(rounds: list[reference.Round]) -> str:
+        return f"{sum(r.drafted for r in rounds)}/{sum(r.accepted for r in rounds)}"
+
+    return (f"{n_max:5d} {statistics.median(comp.ours):10.1f} {statistics.median(comp.theirs):10.1f} "
+            f"{comp.ratio:13.3f}x {counts(ours.rounds):>9} {counts(theirs.rounds):>10} "
+            f"{len(ours.rounds):3d}/{len(theirs.rounds):<3d}  {verdict}")
