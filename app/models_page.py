@@ -339,10 +339,12 @@ class ModelsPage(QWidget):
         self.facts.setPlainText(d.report() + "\n\nLive probe: drafting a few short replies with the pair…")
         self.doctor_button.setEnabled(False)
         task = self._track(background.run(run_probe, d))
-        task.sig_done.connect(lambda probed: (self.facts.setPlainText(probed.report()),
-                                              self.doctor_button.setEnabled(True)))
-        task.sig_failed.connect(lambda msg: (self.facts.setPlainText(f"{d.report()}\n\nLive probe failed: {msg}"),
-                                             self.doctor_button.setEnabled(True)))
+        task.sig_done.connect(lambda probed: self._probe_finished(probed.report()))
+        task.sig_failed.connect(lambda msg: self._probe_finished(f"{d.report()}\n\nLive probe failed: {msg}"))
+
+    def _probe_finished(self, text: str) -> None:
+        self.facts.setPlainText(text)
+        self.doctor_button.setEnabled(True)
 
     def run_repair(self) -> None:
         if not (self.target_path and self.sidecar_path):

@@ -20,7 +20,8 @@ fi
 need_libs=""
 for lib in libGL.so.1 libEGL.so.1 libxkbcommon.so.0 libxkbcommon-x11.so.0 libfontconfig.so.1 libdbus-1.so.3 \
            libglib-2.0.so.0 libX11.so.6 libxcb-cursor.so.0; do
-  ldconfig -p 2>/dev/null | grep -q "$lib" || need_libs="$need_libs $lib"
+  # not grep -q: it stops reading early, ldconfig dies of SIGPIPE and pipefail calls the library missing
+  ldconfig -p 2>/dev/null | grep "$lib" >/dev/null || need_libs="$need_libs $lib"
 done
 if [ -n "$need_libs" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -30,6 +30,7 @@ from typing import Any
 from engine.generation.generator import GenerateRequest, GenerateResult, generate
 from engine.generation.session import Session
 from engine.speculative import identity
+from engine.speculative.identity import IdentityVerdict
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, deepest_draft, mtp
 
 Z_LOWER = 1.64  # one-sided 95 % bound on the mean ratio
@@ -85,7 +86,7 @@ class Measurement:
         return self.identity != identity.DEFECT
 
     def add(self, result: GenerateResult, off: GenerateResult | None,
-            verdict: identity.IdentityVerdict | None = None) -> None:
+            verdict: IdentityVerdict | None = None) -> None:
         s = result.stats
         tps = s.decode_tps() or 0.0
         self.tps.append(tps)

@@ -10,7 +10,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field, replace
 
-GENERATOR_VERSION = 5  # bump when the files a spec produces change
+GENERATOR_VERSION = 6  # bump when the files a spec produces change
 
 # Hand-written tensor lists (engine.synth.archs): every weight has a known role,
 # so these also support oracle weights.

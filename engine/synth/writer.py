@@ -128,10 +128,11 @@ class SynthModel:
         return self._specs
 
     def _keep_f32(self) -> frozenset[str]:
-        """Derived tensors that stay f32 in f16 sizes: anything but plain matrices,
-        and the recurrent / hyper-connection parameters whose ops want f32."""
+        """Tensors that stay f32 in f16 sizes: the recurrent convolution, whose
+        CPU op asserts f32 (ggml ``ssm_conv``), and for derived architectures
+        anything but plain matrices plus the hyper-connection parameters."""
         if not self.spec.derived:
-            return frozenset()
+            return frozenset(t.name for t in self._tensor_specs() if "ssm_conv1d" in t.name)
         wide = ("matrix", "embed", "output", "head_out", "eh_proj_mix")
         return frozenset(t.name for t in self._tensor_specs()
                          if t.role not in wide or re.search(r"ssm_|hc_|_ape|conv", t.name))
