@@ -88,6 +88,7 @@ class ModelsPage(QWidget):
         self._scan_generation = 0
         self._facts_generation = 0
         self._proof: PairProof | None = None
+        self._active_downloads: dict[tuple[str, str], DownloadRow] = {}  # (repo, file) -> its running row
         self._build()
 
     # -- layout ---------------------------------------------------------------
@@ -245,7 +246,14 @@ class ModelsPage(QWidget):
                 self._start_download(self._repo, name)
 
     def _start_download(self, repo: str, filename: str) -> DownloadRow:
+        """Start a download with its row, or, if that file is already downloading, point at its row: a second
+        download of one file would only be refused by the engine's lock, with an error row to show for it."""
+        key = (repo, filename)
+        if key in self._active_downloads:
+            self.sidecar_hint.setText(f"{filename} is already downloading (see its progress below).")
+            return self._active_downloads[key]
         row = DownloadRow(repo, filename)
+        self._active_downloads[key] = row
         self.downloads.addWidget(row)
         dest = paths.data_dir() / "models" / repo.replace("/", "__")
         task = self._track(background.run(
@@ -253,10 +261,16 @@ class ModelsPage(QWidget):
                                              cancel=row.cancel_event),
             repo, filename, dest, with_report=True))
         task.sig_progress.connect(row.show_progress)
-        task.sig_done.connect(lambda path: (row.speed.setText("done, sha256 verified"), row.cancel.setEnabled(False),
-                                            self.refresh_library()))
-        task.sig_failed.connect(lambda msg: (row.speed.setText(msg), row.cancel.setEnabled(False)))
+        task.sig_done.connect(lambda path: self._download_ended(key, "done, verified", refresh=True))
+        task.sig_failed.connect(lambda msg: self._download_ended(key, msg))
         return row
+
+    def _download_ended(self, key: tuple[str, str], text: str, refresh: bool = False) -> None:
+        row = self._active_downloads.pop(key)
+        row.speed.setText(text)
+        row.cancel.setEnabled(False)
+        if refresh:
+            self.refresh_library()
 
     def _save_token(self) -> None:
         token = self.token.text().strip()

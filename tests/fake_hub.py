@@ -1,6 +1,8 @@
 """A Hugging Face hub stand-in on loopback: enough of the REST API and the
 resolve endpoint (HEAD, Range GET) for search, listing and downloads, plus
-a switch to drop the connection part-way through a file."""
+switches for what real servers do wrong: drop the connection part-way through
+a file, redirect to a CDN on another origin (as the hub does for LFS files),
+git-style ETags (non-LFS files), and broken answers to a resume."""
 
 from __future__ import annotations
 
@@ -25,6 +27,12 @@ class FakeHub:
         self.bytes_served: dict[str, int] = {}
         self.token: str | None = None  # when set, files need "Authorization: Bearer <token>"
         self.slow_chunk_s = 0.0  # > 0: send 64 KiB at a time with this pause between
+        self.requests: list[tuple[str, str, dict[str, str]]] = []  # (method, path, headers) of every request
+        self.redirect_to: str | None = None  # a CDN's base URL: file requests get a 302 there, as LFS files do
+        self.git_etag: set[str] = set()  # filenames served like non-LFS files: a git blob sha1 as ETag
+        self.resume_from: dict[str, int] = {}  # filename -> offset a Range answer starts at, whatever was asked
+        self.ignore_range: set[str] = set()  # filenames whose Range requests get 200 and the whole file
+        self.advertised_size: dict[str, int] = {}  # filename -> size HEAD claims (X-Linked-Size), wrongly
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -44,6 +52,13 @@ class FakeHub:
         if filename in self.corrupt:
             return "0" * 64
         return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    def etag(self, filename: str, data: bytes, path: Path) -> str:
+        """The sha256 for LFS files; for ``git_etag`` files the git blob sha1, which says nothing of the bytes'
+        sha256 (the hub's ETag for small non-LFS files)."""
+        if filename in self.git_etag:
+            return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        return self.sha256(filename, path)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         hub = self
@@ -67,6 +82,7 @@ class FakeHub:
                 self._serve(head=True)
 
             def _serve(self, head: bool) -> None:
+                hub.requests.append((self.command, self.path, dict(self.headers.items())))
                 url = urlparse(self.path)
                 path = unquote(url.path)
                 if path == "/api/models":
@@ -97,28 +113,46 @@ class FakeHub:
                     self.end_headers()
                     return
                 data = file.read_bytes()
+                if hub.redirect_to:
+                    return self._redirect(name, data, file)
                 start = 0
                 rng = self.headers.get("Range")
+                if rng and name in hub.ignore_range:
+                    rng = None
                 if rng:
                     start = int(re.match(r"bytes=(\d+)-", rng).group(1))
                     hub.range_requests.append((name, rng))
+                sent_from = hub.resume_from.get(name, start) if rng else 0
+                body = data[sent_from:sent_from + len(data) - start]  # as many bytes as asked for, maybe not those
                 self.send_response(206 if rng else 200)
-                self.send_header("ETag", f'"{hub.sha256(name, file)}"')
+                self.send_header("ETag", f'"{hub.etag(name, data, file)}"')
                 self.send_header("X-Repo-Commit", COMMIT)
                 self.send_header("Accept-Ranges", "bytes")
-                self.send_header("Content-Length", str(len(data) - start))
+                self.send_header("Content-Length", str(len(body)))
+                if name in hub.advertised_size and head:
+                    self.send_header("X-Linked-Size", str(hub.advertised_size[name]))
                 if rng:
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                    self.send_header("Content-Range", f"bytes {sent_from}-{sent_from + len(body) - 1}/{len(data)}")
                 self.end_headers()
                 if head:
                     return
-                body = data[start:]
                 cut = hub.drop_after.pop(name, None)
                 if cut is not None:
                     self._send(name, body[:cut])
                     self.connection.shutdown(2)  # hang up mid-file, like a killed download
                     return
                 self._send(name, body)
+
+            def _redirect(self, name: str, data: bytes, file: Path) -> None:
+                """What the hub answers for an LFS file: 302 to a signed CDN URL, the file's facts in headers."""
+                self.send_response(302)
+                self.send_header("Location", hub.redirect_to.rstrip("/") + self.path)
+                self.send_header("X-Linked-Size", str(hub.advertised_size.get(name, len(data))))
+                self.send_header("X-Linked-Etag", f'"{hub.etag(name, data, file)}"')
+                self.send_header("ETag", '"0123456789abcdef0123456789abcdef01234567"')  # the pointer's, not the file's
+                self.send_header("X-Repo-Commit", COMMIT)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
 
             def _send(self, name: str, body: bytes) -> None:
                 step = 64 << 10 if hub.slow_chunk_s else len(body) or 1
