@@ -18,8 +18,19 @@ from engine.worker.events import ErrorEvent, LoadedEvent, ModelInfo, ReadyEvent,
 
 STATE_WORDS = {"starting": "starting…", "ready": "ready", "loading": "loading model…",
                "busy": "generating…", "dead": "stopped unexpectedly", "stopped": "stopped"}
-# Errors that mean the model asked for is not loaded.
+# Errors that mean the model asked for is not loaded, when they answer a load.
 LOAD_ERRORS = ("model_file", "model_load", "sidecar_mismatch", "context")
+
+
+def is_load_error(ev: ErrorEvent) -> bool:
+    """Does this error mean no model is loaded now?
+
+    Only a final error answers a load: a generate request's errors are never
+    final (it ends with ``done``), and a reply that failed, even one whose
+    prompt did not fit the context (kind ``context`` too), leaves the model
+    loaded and the status bar as it was.
+    """
+    return ev.final and ev.kind in LOAD_ERRORS
 
 
 def model_text(model: ModelInfo) -> str:
@@ -94,7 +105,7 @@ class EngineStatus(QWidget):
         self.model_label.setText(model_text(ev.model))
 
     def _on_error(self, ev: ErrorEvent) -> None:
-        if ev.kind in LOAD_ERRORS:
+        if is_load_error(ev):
             self.model_label.setText("No model loaded")
 
     def _on_died(self, reason: str) -> None:

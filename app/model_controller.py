@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox, QWidget
 from app import background
 from app.chat.controller import ChatController
 from app.engine_client import EngineClient
-from app.engine_status import LOAD_ERRORS
+from app.engine_status import is_load_error
 from app.hardware_probe import HardwareProbe
 from app.settings import Settings
 from engine.autotune.profiles import ProfileMatch, ProfileStore
@@ -93,12 +93,13 @@ class ModelController(QObject):
     def _on_loaded(self, ev: LoadedEvent) -> None:
         self.model = ev.model
         self.chat.model_has_mtp = ev.model.can_draft
+        self.chat.model_loaded(ev.model.n_ctx)
         self._notice = model_notice(ev.model)
         self.sig_notice.emit(self._notice)
         self.apply_profile()
 
     def _on_error(self, ev: ErrorEvent) -> None:
-        if ev.kind in LOAD_ERRORS:
+        if is_load_error(ev):
             QMessageBox.warning(self.window, "Could not load the model", ev.message)
 
     def apply_profile(self) -> None:

@@ -52,6 +52,11 @@ class ChatPane(QWidget):
         self.model_notice.setWordWrap(True)
         self.model_notice.setStyleSheet(f"color:{palette.muted}; padding:2px 4px;")
         self.model_notice.hide()
+        # what the last reply left out to fit the context: beside the composer, where the next message is typed
+        self.context_notice = QLabel()
+        self.context_notice.setWordWrap(True)
+        self.context_notice.setStyleSheet(f"color:{palette.muted}; padding:2px 4px;")
+        self.context_notice.hide()
         self.composer = Composer()
         self.composer.setPlaceholderText("Message the model — Enter sends, Shift+Enter for a new line")
         self.composer.setFixedHeight(84)
@@ -73,6 +78,7 @@ class ChatPane(QWidget):
             col.addWidget(widget)
         col.addWidget(self.model_notice)
         col.addWidget(transcript, 1)
+        col.addWidget(self.context_notice)
         col.addWidget(self.composer)
         col.addLayout(buttons)
 
@@ -81,6 +87,7 @@ class ChatPane(QWidget):
         self.stop_button.clicked.connect(chat.stop)
         self.regen_button.clicked.connect(chat.regenerate)
         self.edit_button.clicked.connect(self.edit_last)
+        chat.sig_context_notice.connect(self.show_context_notice)
         chat.sig_reply_started.connect(lambda: self._set_replying(True))
         chat.sig_reply_finished.connect(lambda _status: self._set_replying(False))
 
@@ -101,6 +108,10 @@ class ChatPane(QWidget):
     def show_notice(self, text: str) -> None:
         self.model_notice.setText(text)
         self.model_notice.setVisible(bool(text))
+
+    def show_context_notice(self, text: str) -> None:
+        self.context_notice.setText(text)
+        self.context_notice.setVisible(bool(text))
 
     def _set_replying(self, replying: bool) -> None:
         self.stop_button.setEnabled(replying)

@@ -1,10 +1,20 @@
 """One chat turn from the input box to the store: builds the request from the
 conversation, streams the reply into the transcript and the statistics
-panel, and writes the reply to disk while it streams."""
+panel, and writes the reply to disk while it streams.
+
+A conversation may outgrow the model's context. The app cannot count tokens
+(only the worker has the tokenizer), so it lets the worker decide: a prompt
+that does not fit is refused before anything is decoded (a ``context``
+error, then ``done``), and the controller asks again without the oldest
+turn, until it fits or only the new message is left. Where the open
+conversation's last reply was cut is remembered, so the next one starts there
+(a few tries at most per reply, not one per message of a long chat).
+"""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
 
@@ -19,6 +29,48 @@ from engine.speculative.stats import StatsSnapshot
 from engine.worker.events import DoneEvent, ErrorEvent, StatsEvent, TokenEvent, stats_from_json
 
 SAVE_INTERVAL_S = 0.5  # a killed app loses at most this much of a streaming reply
+CONTEXT_SETTING = "Settings → Preferences → Context size"
+
+
+@dataclass
+class Turn:
+    """What one reply is asked for: the system prompt and the conversation,
+    of which the oldest ``dropped`` messages are left out because they did
+    not fit the context."""
+
+    system: str
+    messages: list[Message]  # the newest (the message being answered) last
+    dropped: int = 0
+    refused: str = ""  # the engine's words when the last attempt did not fit
+
+    def request_messages(self) -> list[dict[str, str]]:
+        head = [{"role": "system", "content": self.system}] if self.system else []
+        return head + [{"role": m.role, "content": m.content} for m in self.messages[self.dropped:]]
+
+    def start_at(self, first_id: int) -> None:
+        """Leave out what an earlier reply had to leave out: messages older than ``first_id``."""
+        self.dropped = next((i for i, m in enumerate(self.messages) if m.id >= first_id), 0)
+        self._to_user_message()
+
+    def drop_oldest_turn(self) -> bool:
+        """Leave out the oldest kept turn; False when only the newest message is left.
+
+        The cut lands on a user message: chat templates often refuse a
+        conversation that starts with the assistant."""
+        if self.dropped >= len(self.messages) - 1:
+            return False
+        self.dropped += 1
+        self._to_user_message()
+        return True
+
+    @property
+    def first_kept_id(self) -> int:
+        return self.messages[self.dropped].id
+
+    def _to_user_message(self) -> None:
+        last = len(self.messages) - 1
+        while self.dropped < last and self.messages[self.dropped].role != "user":
+            self.dropped += 1
 
 
 class ChatController(QObject):
@@ -26,11 +78,13 @@ class ChatController(QObject):
         sig_reply_started(): a reply began streaming.
         sig_reply_finished(str): it ended; the argument is the stored status.
         sig_notice(str): a message for the status bar.
+        sig_context_notice(str): what the open chat's last reply left out to fit the context ("" for nothing).
     """
 
     sig_reply_started = Signal()
     sig_reply_finished = Signal(str)
     sig_notice = Signal(str)
+    sig_context_notice = Signal(str)
 
     def __init__(self, store: ConversationStore, client: EngineClient, transcript: TranscriptView,
                  stats_panel: StatsPanel, settings: Settings) -> None:
@@ -48,6 +102,10 @@ class ChatController(QObject):
         self.last_stats: StatsSnapshot | None = None
         self.profile_speculative: SpeculativeSettings | None = None  # from autotune, when there is one
         self.model_has_mtp = True  # "auto" asks for MTP only when the loaded model can draft
+        self.context_size = 0  # tokens; the loaded model's n_ctx (0 before a model is loaded)
+        self.turn: Turn | None = None  # the reply being asked for
+        self._cut: int | None = None  # the open chat's oldest message that still fit its last reply
+        self._stopping = False
         client.sig_token.connect(self._on_token)
         client.sig_stats.connect(self._on_stats)
         client.sig_done.connect(self._on_done)
@@ -55,8 +113,16 @@ class ChatController(QObject):
         client.sig_died.connect(self._on_died)
 
     # -- conversations ------------------------------------------------------
+    def model_loaded(self, n_ctx: int) -> None:
+        """A model was loaded with ``n_ctx`` tokens of context: another size or
+        tokenizer may fit what was left out before, so the next reply tries it all."""
+        self.context_size = n_ctx
+        self._cut = None
+
     def open(self, conversation_id: int) -> None:
         self.conversation_id = conversation_id
+        self._cut = None
+        self.sig_context_notice.emit("")
         shown = [ShownMessage(m.role, m.content, m.status, stats_from_json(m.stats))
                  for m in self.store.messages(conversation_id)]
         self.transcript.set_messages(shown)
@@ -68,6 +134,8 @@ class ChatController(QObject):
     def close_conversation(self) -> None:
         """Show no conversation (the open one was deleted)."""
         self.conversation_id = None
+        self._cut = None
+        self.sig_context_notice.emit("")
         self.transcript.set_messages([])
         self.stats_panel.reset()
 
@@ -121,6 +189,7 @@ class ChatController(QObject):
 
     def stop(self) -> None:
         if self.request_id is not None:
+            self._stopping = True  # also ends a retry the worker has not started yet
             self.client.cancel(self.request_id)
 
     def chat_values(self) -> ReplyValues:
@@ -148,20 +217,55 @@ class ChatController(QObject):
     def _request_reply(self) -> None:
         assert self.conversation_id is not None
         conv = self.store.get(self.conversation_id)
-        messages = [{"role": "system", "content": conv.system_prompt}] if conv.system_prompt else []
-        messages += [{"role": m.role, "content": m.content} for m in self.store.messages(self.conversation_id)
-                     if m.content]
-        s, v = self.settings, self.chat_values()
-        self.request_id = self.client.generate(
-            messages=messages, max_tokens=v.max_tokens, temperature=v.temperature, top_k=s.top_k,
-            top_p=s.top_p, min_p=s.min_p, speculative=self.speculative_settings(v),
-        )
+        self.turn = Turn(conv.system_prompt, [m for m in self.store.messages(self.conversation_id) if m.content])
+        if self._cut is not None:
+            self.turn.start_at(self._cut)
+        self._stopping = False
+        self._ask()
         self.reply = self.store.add_message(self.conversation_id, "assistant", "", status="streaming")
         self._reply_text = ""
         self._last_save = time.monotonic()
         self.stats_panel.reset()
         self.transcript.begin_reply()
         self.sig_reply_started.emit()
+
+    def _ask(self) -> None:
+        """Send the turn, as far as it is kept, to the engine."""
+        assert self.turn is not None
+        s, v = self.settings, self.chat_values()
+        self.request_id = self.client.generate(
+            messages=self.turn.request_messages(), max_tokens=v.max_tokens, temperature=v.temperature,
+            top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, speculative=self.speculative_settings(v),
+        )
+
+    def _retry_shorter(self) -> bool:
+        """After a prompt that did not fit: ask again without the oldest turn. False when nothing is left to drop."""
+        assert self.turn is not None
+        if not self.turn.drop_oldest_turn():
+            return False
+        self._cut = self.turn.first_kept_id
+        self.turn.refused = ""
+        self._ask()
+        return True
+
+    def _context_words(self) -> str:
+        return f"the {self.context_size:,}-token context" if self.context_size else "the model's context"
+
+    def _left_out_notice(self) -> str:
+        """Tells the user, plainly, what this reply did not see ("" when it saw everything)."""
+        dropped = self.turn.dropped if self.turn else 0
+        if not dropped:
+            return ""
+        what = "The oldest message no longer fits" if dropped == 1 else f"The oldest {dropped} messages no longer fit"
+        return f"{what} {self._context_words()} and {'was' if dropped == 1 else 'were'} left out of this reply."
+
+    def _too_long_notice(self) -> str:
+        engine_said = (self.turn.refused if self.turn else "").split(". ")[0].rstrip(".")
+        engine_said = engine_said[:1].lower() + engine_said[1:]
+        return (f"This message does not fit {self._context_words()} even without the earlier conversation"
+                + (f" ({engine_said})" if engine_said else "")
+                + f". Raise the context size ({CONTEXT_SETTING}) or shorten the message"
+                + (" or the chat's system prompt." if self.turn and self.turn.system else "."))
 
     # -- engine events ----------------------------------------------------------
     def _on_token(self, ev: TokenEvent) -> None:
@@ -182,7 +286,14 @@ class ChatController(QObject):
     def _on_done(self, ev: DoneEvent) -> None:
         if ev.id != self.request_id:
             return
+        refused = self.turn is not None and bool(self.turn.refused)
+        if refused and not self._stopping and self._retry_shorter():
+            return
+        self.sig_context_notice.emit(self._too_long_notice() if refused and not self._stopping
+                                     else self._left_out_notice())
         status = {"cancelled": "cancelled", "error": "error"}.get(ev.finish_reason, "complete")
+        if refused and self._stopping:
+            status = "cancelled"
         if ev.stats is not None:
             self.last_stats = ev.stats
             self.stats_panel.update_stats(ev.stats, final=True)
@@ -192,7 +303,10 @@ class ChatController(QObject):
         if ev.kind == "speculative_unavailable":
             self.sig_notice.emit(ev.message)
         elif ev.id and ev.id == self.request_id:
-            self.sig_notice.emit(f"The engine reported an error: {ev.message}")
+            if ev.kind == "context" and not self._reply_text and self.turn is not None:
+                self.turn.refused = ev.message  # the prompt did not fit: "done" follows, then a shorter try
+            else:
+                self.sig_notice.emit(f"The engine reported an error: {ev.message}")
 
     def _on_died(self, _reason: str) -> None:
         if self.request_id is not None:
@@ -205,6 +319,7 @@ class ChatController(QObject):
         self.transcript.end_reply(status, stats)
         self.request_id = None
         self.reply = None
+        self.turn = None
         self.sig_reply_finished.emit(status)
 
 

@@ -4,6 +4,10 @@ A reply is written while it streams (status ``streaming``), so a killed app
 or worker loses at most the last fraction of a second; on the next start,
 or when the worker dies, such a reply is marked ``interrupted`` and kept.
 No Qt here: the store is plain Python and tested as such.
+
+Text goes in through :func:`storable`: a Python ``str`` may hold lone UTF-16
+surrogates (a paste, a ``\\udXXX`` escape in JSON) that SQLite's UTF-8 cannot
+hold, and a message must never be lost for one odd character.
 """
 
 from __future__ import annotations
@@ -37,6 +41,16 @@ CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id,
 """
 
 STATUSES = ("complete", "streaming", "interrupted", "error", "cancelled")
+
+
+def storable(text: str) -> str:
+    """``text`` as UTF-8 can hold it: surrogate pairs joined, lone surrogates
+    replaced by U+FFFD. Valid text (nearly always) is returned as it is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
 
 
 @dataclass(frozen=True)
@@ -81,7 +95,7 @@ class ConversationStore:
         now = time.time()
         cur = self.db.execute(
             "INSERT INTO conversations(title, system_prompt, settings, created, updated) VALUES (?,?,?,?,?)",
-            (title, system_prompt, json.dumps(settings or {}), now, now),
+            (storable(title), storable(system_prompt), json.dumps(settings or {}), now, now),
         )
         return self.get(int(cur.lastrowid or 0))
 
@@ -95,7 +109,7 @@ class ConversationStore:
     def list(self, search: str = "") -> list[Conversation]:
         """Newest first; ``search`` matches titles and message text."""
         if search:
-            like = f"%{search}%"
+            like = f"%{storable(search)}%"
             rows = self.db.execute(
                 "SELECT DISTINCT c.* FROM conversations c LEFT JOIN messages m ON m.conversation_id = c.id "
                 "WHERE c.title LIKE ? OR m.content LIKE ? ORDER BY c.updated DESC", (like, like)).fetchall()
@@ -109,10 +123,10 @@ class ConversationStore:
         fields, values = ["updated=?"], [time.time()]
         if title is not None:
             fields.append("title=?")
-            values.append(title)
+            values.append(storable(title))
         if system_prompt is not None:
             fields.append("system_prompt=?")
-            values.append(system_prompt)
+            values.append(storable(system_prompt))
         if settings is not None:
             fields.append("settings=?")
             values.append(json.dumps(settings))
@@ -131,7 +145,7 @@ class ConversationStore:
         now = time.time()
         cur = self.db.execute(
             "INSERT INTO messages(conversation_id, role, content, status, created) VALUES (?,?,?,?,?)",
-            (conversation_id, role, content, status, now),
+            (conversation_id, role, storable(content), status, now),
         )
         self.db.execute("UPDATE conversations SET updated=? WHERE id=?", (now, conversation_id))
         row = self.db.execute("SELECT * FROM messages WHERE id=?", (cur.lastrowid,)).fetchone()
@@ -142,7 +156,7 @@ class ConversationStore:
         fields, values = [], []
         if content is not None:
             fields.append("content=?")
-            values.append(content)
+            values.append(storable(content))
         if status is not None:
             assert status in STATUSES, status
             fields.append("status=?")

@@ -35,6 +35,7 @@ from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, de
 
 Z_LOWER = 1.64  # one-sided 95 % bound on the mean ratio
 CLEARLY_WORSE = 0.75  # a mean speed ratio this far below "off" is dropped at once
+RARELY_ACCEPTED = 0.05  # below this share of drafts accepted, the verdict blames the head, not the hardware
 
 
 def setting(n_max: int = 0, p_min: float = 0.0) -> SpeculativeSettings:
@@ -216,9 +217,31 @@ def _decide(measurements: list[Measurement]) -> TuneResult:
         return TuneResult(best.setting, measurements, reason)
     top = max(finalists, key=lambda m: m.mean_ratio, default=None)
     if top is None:
-        reason = ("This model has no MTP head (or every setting changed the output beyond numeric noise); "
-                  "speculation stays off.")
+        reason = _why_none_finished(measurements)
     else:
         reason = (f"No setting was faster beyond the noise (best: {top.setting.label} at {top.mean_ratio:.2f}x, "
                   f"lower bound {top.lower_bound:.2f}x); speculation stays off.")
     return TuneResult(SPECULATION_OFF, measurements, reason)
+
+
+def _why_none_finished(measurements: list[Measurement]) -> str:
+    """Why no MTP setting reached the decision, from what was measured: no
+    head to try, drafts the target (almost) never accepted, every setting
+    clearly slower, or an output that changed. Each calls for a different
+    next step, so the verdict must not guess."""
+    spec = [m for m in measurements if m.setting.enabled]
+    if not spec:
+        return "This model has no MTP head, so there was nothing to try; speculation stays off."
+    drafted, accepted = sum(m.drafted for m in spec), sum(m.accepted for m in spec)
+    fastest = max(spec, key=lambda m: m.mean_ratio)
+    best = f"best: {fastest.setting.label} at {fastest.mean_ratio:.2f}x"
+    if not drafted or accepted / drafted < RARELY_ACCEPTED:
+        return (f"MTP drafts were never (or almost never) accepted on this model: {accepted} of {drafted} drafted "
+                f"tokens, so every setting was slower than no speculation ({best}); speculation stays off. "
+                "Check that the MTP head (or sidecar) was made for this exact model.")
+    changed = [m for m in spec if not m.identical]
+    if changed:
+        return (f"{len(changed)} MTP setting(s) changed the output beyond numeric noise, which is an engine defect "
+                "(please report it, naming the model); speculation stays off.")
+    return (f"Every MTP setting was clearly slower than no speculation ({best}, {100 * accepted / drafted:.0f}% of "
+            "drafts accepted); speculation stays off.")

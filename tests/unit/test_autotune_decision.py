@@ -119,3 +119,25 @@ def test_autotune_messages_round_trip_and_bad_ones_are_refused():
         assert "progress.step" in str(exc) or "missing field" in str(exc)
     else:
         raise AssertionError("a bad message was accepted")
+
+
+def test_a_head_whose_drafts_are_never_accepted_is_named_as_such_not_as_missing():
+    rejected = [measured(Setting(n), [0.55], dropped=1) for n in (1, 2, 3)]
+    for m in rejected:
+        m.drafted, m.accepted = 90, 0
+    result = search._decide([measured(Setting(0), [1.0]), *rejected])
+    assert result.best == Setting(0)
+    assert "never (or almost never) accepted" in result.reason and "0 of 270" in result.reason
+    assert "no MTP head" not in result.reason and "identical" not in result.reason
+
+
+def test_the_verdict_says_which_of_missing_head_slow_settings_or_changed_output_kept_speculation_off():
+    alone = search._decide([measured(Setting(0), [1.0] * 3)])
+    assert "no MTP head" in alone.reason
+    slow = measured(Setting(2), [0.6], dropped=1)
+    slow.drafted, slow.accepted = 100, 40
+    assert "slower than no speculation" in search._decide([measured(Setting(0), [1.0]), slow]).reason
+    wrong = measured(Setting(2), [1.5] * 4)
+    wrong.drafted, wrong.accepted, wrong.identity = 100, 80, "defect"
+    reason = search._decide([measured(Setting(0), [1.0] * 4), wrong]).reason
+    assert "changed the output" in reason and "no MTP head" not in reason
