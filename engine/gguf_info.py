@@ -13,12 +13,18 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from engine.errors import ModelFileError
 from engine.gguf_header import Header, StringArraySummary, read_header
 
 _SPLIT_RE = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
+
+# Bounds on values read from a header: far above any real model, low enough that
+# nothing sized by them (a list of blocks, of shard paths) can exhaust memory.
+MAX_BLOCKS = 4096
+MAX_SPLITS = 99_999
+MAX_WIDTH = 1 << 24
+MAX_U32 = 2**32 - 1
 
 # Architectures whose hidden state (what the trunk hands the MTP head, llama.cpp's
 # n_embd_out) is hyper_connection.count streams of n_embd: their loaders set
@@ -104,93 +110,116 @@ def _headers(path: Path, first: Header, split_count: int) -> list[Header]:
 def read_facts(path: str | Path) -> GGUFFacts:
     """Read and validate a GGUF file's metadata (every shard of a split model).
 
-    Raises:
-        ModelFileError: missing, unreadable, not GGUF, corrupt or truncated.
-    """
-    from gguf.constants import GGMLQuantizationType
+    Every value is read through ``Header.get`` / ``Header.integer`` (typed, bounded):
+    a malformed value is this function's ModelFileError, never a ValueError from
+    ``int()`` deep in a caller, and no count taken from the file is trusted
+    before it is bounded.
 
+    Raises:
+        ModelFileError: missing, unreadable, not GGUF, corrupt, truncated, or
+            holding a value of the wrong type or out of range.
+    """
     path = Path(path)
     header = read_header(path)
-    meta = header.metadata
-
-    def get(key: str, default: Any = None) -> Any:
-        value = meta.get(key)
-        return default if value is None else value
-
-    arch = get("general.architecture")
-    if not isinstance(arch, str) or not arch:
+    arch = header.get("general.architecture", "string")
+    if not arch:
         raise ModelFileError(f"{path.name} has no general.architecture; it is not a model GGUF.")
-
-    match = _SPLIT_RE.search(path.name)
-    split_count = int(get("split.count", int(match.group(2)) if match else 1))
-    quant: Counter[str] = Counter()
-    n_params = 0
-    names: list[str] = []
-    shapes: list[tuple[int, ...]] = []
-    file_size = 0
-    for shard in _headers(path, header, split_count):
-        file_size += shard.file_size
-        for tensor in shard.tensors:
-            try:
-                quant[GGMLQuantizationType(tensor.ggml_type).name] += 1
-            except ValueError:
-                quant[f"type{tensor.ggml_type}"] += 1
-            n_params += tensor.n_elements
-            names.append(tensor.name)
-            shapes.append(tuple(tensor.shape))
-
-    block_count = int(get(f"{arch}.block_count", 0))
-    nextn = int(get(f"{arch}.nextn_predict_layers", 0))
-    n_embd = int(get(f"{arch}.embedding_length", 0))
-    n_embd_out = int(get(f"{arch}.embedding_length_out", n_embd))
-    if arch in _HYPER_CONNECTION_OUT and get(f"{arch}.hyper_connection.count"):
-        n_embd_out = int(get(f"{arch}.hyper_connection.count")) * n_embd
-    tokens = meta.get("tokenizer.ggml.tokens")
-    if isinstance(tokens, StringArraySummary):
-        vocab_size, token_hash = tokens.count, tokens.sha256
-    elif isinstance(tokens, list):
-        digest = hashlib.sha256()
-        for tok in tokens:
-            digest.update(tok.encode("utf-8"))
-            digest.update(b"\0")
-        vocab_size, token_hash = len(tokens), digest.hexdigest()
-    else:
-        vocab_size, token_hash = 0, ""
-    template = get("tokenizer.chat_template")
-
-    name_set = set(names)
-    if nextn <= 0:
-        layout = "plain"
-    else:
-        trunk = block_count - nextn
-        has_trunk = "blk.0.attn_norm.weight" in name_set
-        has_mtp = f"blk.{trunk}.nextn.eh_proj.weight" in name_set
-        layout = {(True, True): "combined", (True, False): "trunk-only",
-                  (False, True): "mtp-only"}.get((has_trunk, has_mtp), "mtp-only")
-
-    bos = get("tokenizer.ggml.bos_token_id")
-    eos = get("tokenizer.ggml.eos_token_id")
+    split_count = _split_count(header, path)
+    block_count, nextn = _layers(header, arch)
+    n_embd, n_embd_out = _widths(header, arch)
+    vocab_size, token_hash = _vocabulary(header)
+    template = header.get("tokenizer.chat_template", "string")
+    shards = _headers(path, header, split_count)  # after the metadata: a bad value is named before shards are read
+    names = tuple(t.name for shard in shards for t in shard.tensors)
     return GGUFFacts(
         path=path,
         architecture=arch,
-        name=str(get("general.name", "")),
-        file_size=file_size,
-        n_params=n_params,
+        name=header.get("general.name", "string", ""),
+        file_size=sum(shard.file_size for shard in shards),
+        n_params=sum(t.n_elements for shard in shards for t in shard.tensors),
         block_count=block_count,
         nextn_layers=nextn,
         n_embd=n_embd,
         n_embd_out=n_embd_out,
-        context_length=int(get(f"{arch}.context_length", 0)),
+        context_length=header.integer(f"{arch}.context_length", 0, high=MAX_U32),
         vocab_size=vocab_size,
-        has_chat_template=isinstance(template, str) and bool(template.strip()),
-        chat_template=template if isinstance(template, str) else None,
-        quantization=dict(quant),
+        has_chat_template=bool(template and template.strip()),
+        chat_template=template,
+        quantization=_quantization(shards),
         tensor_count=len(names),
         split_count=split_count,
-        layout=layout,
+        layout=_layout(set(names), block_count, nextn),
         token_list_sha256=token_hash,
-        bos_token_id=int(bos) if bos is not None else None,
-        eos_token_id=int(eos) if eos is not None else None,
-        tensor_names=tuple(names),
-        tensor_shapes=tuple(shapes),
+        bos_token_id=header.integer("tokenizer.ggml.bos_token_id", high=MAX_U32),
+        eos_token_id=header.integer("tokenizer.ggml.eos_token_id", high=MAX_U32),
+        tensor_names=names,
+        tensor_shapes=tuple(tuple(t.shape) for shard in shards for t in shard.tensors),
     )
+
+
+def _split_count(header: Header, path: Path) -> int:
+    """How many shards: ``split.count``, else the file name's ``-0000N-of-0000M``; at most
+    99999 (shard names have five digits), so that no list of shard paths is built from 10^9."""
+    match = _SPLIT_RE.search(path.name)
+    return header.integer("split.count", int(match.group(2)) if match else 1, high=MAX_SPLITS)
+
+
+def _layers(header: Header, arch: str) -> tuple[int, int]:
+    """(block_count, nextn_predict_layers), bounded: the doctor, the fit estimate and the
+    sidecar checks loop over blocks, and llama.cpp asserts on more NextN layers than blocks."""
+    block_count = header.integer(f"{arch}.block_count", 0, high=MAX_BLOCKS)
+    nextn = header.integer(f"{arch}.nextn_predict_layers", 0, high=MAX_BLOCKS)
+    if nextn > block_count:
+        raise ModelFileError(
+            f"{header.name} is malformed: its {arch}.nextn_predict_layers ({nextn}) is more than its "
+            f"{arch}.block_count ({block_count}); the NextN layers are the last of the blocks. "
+            "llama.cpp would abort on it. Use another export."
+        )
+    return block_count, nextn
+
+
+def _widths(header: Header, arch: str) -> tuple[int, int]:
+    """(n_embd, n_embd_out): the hidden width, and what the trunk hands the MTP head."""
+    n_embd = header.integer(f"{arch}.embedding_length", 0, high=MAX_WIDTH)
+    n_embd_out = header.integer(f"{arch}.embedding_length_out", n_embd, high=MAX_WIDTH)
+    streams = header.integer(f"{arch}.hyper_connection.count", 0, high=MAX_BLOCKS)
+    if arch in _HYPER_CONNECTION_OUT and streams:
+        n_embd_out = streams * n_embd
+    return n_embd, n_embd_out
+
+
+def _vocabulary(header: Header) -> tuple[int, str]:
+    """(vocabulary size, sha256 of the token list): a sidecar must share the target's tokens."""
+    tokens = header.get("tokenizer.ggml.tokens", "string array")
+    if isinstance(tokens, StringArraySummary):
+        return tokens.count, tokens.sha256
+    if tokens is None:
+        return 0, ""
+    digest = hashlib.sha256()
+    for tok in tokens:
+        digest.update(tok.encode("utf-8"))
+        digest.update(b"\0")
+    return len(tokens), digest.hexdigest()
+
+
+def _quantization(shards: list[Header]) -> dict[str, int]:
+    """Tensor type name -> number of tensors, over every shard."""
+    from gguf.constants import GGMLQuantizationType
+
+    by_id = Counter(tensor.ggml_type for shard in shards for tensor in shard.tensors)
+    quant: Counter[str] = Counter()
+    for type_id, n in by_id.items():
+        try:
+            quant[GGMLQuantizationType(type_id).name] += n
+        except ValueError:
+            quant[f"type{type_id}"] += n
+    return dict(quant)
+
+
+def _layout(names: set[str], block_count: int, nextn: int) -> str:
+    """Which blocks the file holds: plain (no MTP), combined, trunk-only or mtp-only."""
+    if nextn <= 0:
+        return "plain"
+    has_trunk = "blk.0.attn_norm.weight" in names
+    has_mtp = f"blk.{block_count - nextn}.nextn.eh_proj.weight" in names
+    return {(True, True): "combined", (True, False): "trunk-only"}.get((has_trunk, has_mtp), "mtp-only")

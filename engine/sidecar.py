@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from engine import loader_tensors
@@ -27,6 +27,7 @@ MTP_ARCHITECTURES = frozenset(
 
 NEXTN_REQUIRED = ("eh_proj", "enorm", "hnorm")  # every NextN block needs these three
 _BLK = re.compile(r"^blk\.(\d+)\.")
+_SHOWN = 3  # findings of one kind listed one by one before the rest are counted
 
 
 def check_target_has_mtp(target: GGUFFacts) -> None:
@@ -172,19 +173,22 @@ def _check_trunk(a: Assessment, trunk: int, get_matching: str) -> bool:
 
 
 def _check_blocks(a: Assessment, trunk: int) -> None:
-    """Where the MTP blocks sit: llama.cpp wants them at absolute indices blk.<trunk>…"""
+    """Where the MTP blocks sit: llama.cpp wants them at absolute indices blk.<trunk>…
+
+    Compared as runs (first index, count) rather than as lists built from the
+    header's counts: the work stays proportional to the tensors the file holds.
+    """
     side = a.sidecar
     n = side.nextn_layers
     blocks = sorted({int(m.group(1)) for t in side.tensor_names if (m := _BLK.match(t))})
-    expected = list(range(trunk, trunk + n))
-    span = f"blk.{trunk}" + (f"…blk.{trunk + n - 1}" if n > 1 else "")
-    if blocks == expected:
-        a.add("ok", f"MTP blocks use absolute indices ({', '.join(map(str, expected))}), as this loader expects.")
-    elif blocks == list(range(trunk + n)) and side.trunk_layers == trunk:
+    span = _span(trunk, n)
+    if _is_run(blocks, trunk, n):
+        a.add("ok", f"MTP blocks use absolute indices ({span}), as this loader expects.")
+    elif _is_run(blocks, 0, trunk + n) and side.trunk_layers == trunk:
         a.add("warning", f"{side.path.name} is a complete model (trunk and MTP blocks), not an MTP-only sidecar: "
                          f"it works, but its trunk is loaded a second time ({side.file_size / 2**20:.0f} MiB). "
                          "Load it on its own instead: its MTP head is built in.")
-    elif len(blocks) == n and blocks == list(range(blocks[0], blocks[0] + n)):
+    elif blocks and _is_run(blocks, blocks[0], n):
         k = blocks[0]
         how = "from 0 (relative instead of absolute)" if k == 0 else f"from blk.{k}"
         a.plan = _with(a.plan, shift=trunk - k)
@@ -192,8 +196,23 @@ def _check_blocks(a: Assessment, trunk: int) -> None:
                        f"(absolute, after the target's {trunk} trunk layers). Run Repair in the model manager.",
               fixable=True)
     else:
-        a.add("error", f"block indices {blocks} match no convention (expected {expected}); "
+        a.add("error", f"block indices {_few(blocks)} match no convention (expected {span}); "
                        "this export cannot be repaired. Use another export.")
+
+
+def _is_run(blocks: list[int], first: int, n: int) -> bool:
+    """Whether sorted, distinct ``blocks`` are exactly first, first+1, …, first+n-1."""
+    return len(blocks) == n and (n == 0 or (blocks[0] == first and blocks[-1] == first + n - 1))
+
+
+def _span(first: int, n: int) -> str:
+    return f"blk.{first}" + (f"…blk.{first + n - 1}" if n > 1 else "")
+
+
+def _few(items: Sequence[object], limit: int = 6) -> str:
+    """At most ``limit`` items and how many more: a finding is one line, whatever the file claims."""
+    shown = ", ".join(map(str, items[:limit]))
+    return shown + (f", … ({len(items)} in all)" if len(items) > limit else "")
 
 
 def _check_tensors(a: Assessment) -> None:
@@ -221,7 +240,7 @@ def _check_tensors(a: Assessment) -> None:
     missing = [f"blk.{il}.nextn.{part}.weight" for il in heads for part in NEXTN_REQUIRED
                if f"blk.{il}.nextn.{part}.weight" not in present]
     if missing:
-        a.add("error", f"{name} is missing tensor {', '.join(missing)}; {incomplete}")
+        a.add("error", f"{name} is missing tensor {_few(missing)}; {incomplete}")
     if not heads:
         a.add("error", f"{name} holds no NextN tensors (blk.N.nextn.*): it is not an MTP export. "
                        "Choose the mtp-*.gguf file of this model.")
@@ -247,21 +266,29 @@ def _check_globals(a: Assessment, present: set[str], heads: list[int]) -> None:
         a.add("error", f"{name} has no {t} ({why}); llama.cpp's {arch} loader requires it in a sidecar too. {export}")
     if "output.weight" in missing:
         return
-    tied = loader_tensors.output_tied(arch) and "token_embd.weight" in present
-    for il in heads:
-        if f"blk.{il}.nextn.shared_head_head.weight" not in present and "output.weight" not in present and not tied:
-            a.add("error", f"{name} has neither blk.{il}.nextn.shared_head_head.weight nor output.weight: the MTP "
-                           f"head has no LM head to turn its output into token scores (llama.cpp aborts). {export}")
+    if "output.weight" in present or (loader_tensors.output_tied(arch) and "token_embd.weight" in present):
+        return
+    headless = [il for il in heads if f"blk.{il}.nextn.shared_head_head.weight" not in present]
+    if headless:
+        a.add("error", f"{name} has neither blk.{headless[0]}.nextn.shared_head_head.weight nor output.weight: the "
+                       "MTP head has no LM head to turn its output into token scores (llama.cpp aborts)"
+                       + (f"; nor do {len(headless) - 1} more head(s). " if len(headless) > 1 else ". ") + export)
 
 
 def _check_shapes(a: Assessment) -> None:
+    """NextN tensors with the wrong shape: one finding per tensor for the first few, then a count."""
     e = a.sidecar.n_embd
     want = {"eh_proj.weight": (2 * e, e), "enorm.weight": (e,), "hnorm.weight": (e,)}
+    wrong = []
     for tname, shape in zip(a.sidecar.tensor_names, a.sidecar.tensor_shapes, strict=False):
         part = tname.split(".nextn.")[-1] if ".nextn." in tname else ""
         if part in want and tuple(shape) != want[part]:
-            a.add("error", f"{tname} has shape {list(shape)}, expected {list(want[part])} for n_embd {e}; "
-                           "the export is broken. Use another export.")
+            wrong.append((tname, shape, want[part]))
+    for tname, shape, expected in wrong[:_SHOWN]:
+        a.add("error", f"{tname} has shape {list(shape)}, expected {list(expected)} for n_embd {e}; "
+                       "the export is broken. Use another export.")
+    if len(wrong) > _SHOWN:
+        a.add("error", f"{len(wrong) - _SHOWN} more NextN tensor(s) have the wrong shape; the export is broken.")
 
 
 def _with(plan: RepairPlan, **changes: object) -> RepairPlan:

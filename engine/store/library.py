@@ -68,8 +68,17 @@ def scan(extra: list[Path] | None = None) -> list[LibraryEntry]:
             if real in seen:
                 continue
             seen.add(real)
-            try:
-                entries.append(LibraryEntry(path, read_facts(path)))
-            except ModelFileError as exc:
-                entries.append(LibraryEntry(path, None, str(exc)))
+            entries.append(_entry(path))
     return entries
+
+
+def _entry(path: Path) -> LibraryEntry:
+    """One file's entry; a file that cannot be read is listed with the reason, never
+    raised: one bad file among many must not end ``models list`` or empty the Models page."""
+    try:
+        return LibraryEntry(path, read_facts(path))
+    except ModelFileError as exc:
+        return LibraryEntry(path, None, str(exc))
+    except Exception as exc:  # a reader bug on this one file: say so, keep scanning
+        return LibraryEntry(path, None, f"could not be read ({type(exc).__name__}: {exc}); "
+                                        "please report this file.")
