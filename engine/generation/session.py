@@ -4,12 +4,13 @@ metadata before llama.cpp sees a file."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engine import gguf_info, sidecar
-from engine.errors import SpeculativeUnavailable
+from engine.errors import ContextError, SpeculativeUnavailable
 from engine.runtime import Context, ContextParams, Model
 from engine.speculative import rollback
 from engine.speculative.mtp import MTPDrafter
@@ -28,10 +29,36 @@ class LoadOptions:
     fold: bool = True  # fold the MTP catch-up into the next draft (see engine/speculative/mtp.py)
 
 
+MAX_THREADS = 512  # GGML_MAX_N_THREADS, ggml's own ceiling (its per-thread arrays are that long)
+MAX_N_CTX = 2**24  # 16M tokens; llama.cpp's n_ctx is 32-bit and far smaller sizes already exhaust memory
+
+
+def check_options(options: LoadOptions) -> None:
+    """Refuse thread counts and context sizes llama.cpp would crash or fail on.
+
+    Called before the loaded model is let go of: a request llama.cpp refuses
+    late must not leave the user with nothing loaded.
+
+    Raises:
+        ContextError: naming the setting, the range it takes and what was asked.
+    """
+    if not 1 <= options.n_threads <= MAX_THREADS:
+        raise ContextError(
+            f"n_threads must be between 1 and {MAX_THREADS}, got {options.n_threads}; this machine has "
+            f"{os.cpu_count() or 1} CPU threads, and more threads than that rarely helps."
+        )
+    if not 0 <= options.n_ctx <= MAX_N_CTX:
+        raise ContextError(
+            f"n_ctx must be between 0 (the model's training context) and {MAX_N_CTX:,} tokens, got "
+            f"{options.n_ctx}; choose a context size your memory holds (4096 is a safe start)."
+        )
+
+
 class Session:
     """Owns the native objects of one loaded model; :meth:`close` frees them in order."""
 
     def __init__(self, options: LoadOptions) -> None:
+        check_options(options)
         self.options = options
         self.facts = gguf_info.read_facts(options.path)
         self.sidecar_facts = gguf_info.read_facts(options.sidecar) if options.sidecar else None

@@ -95,6 +95,9 @@ class WorkerClient:
         try:
             self.proc.stdin.write(line + "\n")
             self.proc.stdin.flush()
+        except UnicodeEncodeError as exc:  # nothing was written: the line is encoded whole first
+            raise ProtocolError(f"the request's text is not valid Unicode ({exc.reason} at offset {exc.start}); "
+                                "it was not sent") from None
         except (BrokenPipeError, OSError) as exc:
             raise WorkerDied(describe_exit(self.proc.poll())) from exc
 

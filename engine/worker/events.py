@@ -2,7 +2,7 @@
 field by field like the requests, so a client reads attributes, never keys.
 
 Every request ends with exactly one *final* event: ``loaded``, ``done``,
-``unloaded``, ``bye``, or an ``error`` with ``final`` set.
+``ack`` (a cancel), ``unloaded``, ``bye``, or an ``error`` with ``final`` set.
 """
 
 from __future__ import annotations
@@ -118,6 +118,17 @@ class ErrorEvent:
 
 
 @dataclass(frozen=True)
+class AckEvent:
+    """The final event of a ``cancel``: ``target`` is the generate request it
+    reached (that one then ends with ``done``, finish_reason "cancelled"),
+    or null when none was running or waiting."""
+
+    id: str | None
+    target: str | None = None
+    type: str = "ack"
+
+
+@dataclass(frozen=True)
 class UnloadedEvent:
     id: str | None
     type: str = "unloaded"
@@ -129,7 +140,8 @@ class ByeEvent:
     type: str = "bye"
 
 
-Event = ReadyEvent | LoadedEvent | TokenEvent | StatsEvent | DoneEvent | ErrorEvent | UnloadedEvent | ByeEvent
+Event = (ReadyEvent | LoadedEvent | TokenEvent | StatsEvent | DoneEvent | ErrorEvent | AckEvent | UnloadedEvent
+         | ByeEvent)
 
 EVENTS: dict[str, type] = {
     "ready": ReadyEvent,
@@ -138,6 +150,7 @@ EVENTS: dict[str, type] = {
     "stats": StatsEvent,
     "done": DoneEvent,
     "error": ErrorEvent,
+    "ack": AckEvent,
     "unloaded": UnloadedEvent,
     "bye": ByeEvent,
 }
@@ -147,7 +160,7 @@ def is_final(event: Event) -> bool:
     """Does this event end its request?"""
     if isinstance(event, ErrorEvent):
         return event.final
-    return isinstance(event, LoadedEvent | DoneEvent | UnloadedEvent | ByeEvent)
+    return isinstance(event, LoadedEvent | DoneEvent | AckEvent | UnloadedEvent | ByeEvent)
 
 
 def decode_event(line: str | bytes) -> Event:

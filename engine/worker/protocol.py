@@ -8,7 +8,7 @@ naming the field; nothing is guessed at.
 Version 2:
   requests  load, generate, cancel, unload, shutdown
   events    ready (the handshake), loaded, token, stats, done, error,
-            unloaded, bye
+            ack (ends a cancel), unloaded, bye
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from engine.errors import ProtocolError
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 from engine.worker.events import (  # noqa: F401  (re-exported: the protocol is requests and events)
     EVENTS,
+    AckEvent,
     ByeEvent,
     DoneEvent,
     EngineBuild,
@@ -102,14 +103,25 @@ FINISH_REASONS = ("stop", "length", "cancelled", "error")
 
 
 def decode_request(line: str | bytes) -> Any:
-    """Parse one request line.
+    """Parse one request line (bytes must be UTF-8).
 
     Raises:
-        ProtocolError: not JSON, not an object, unknown type, or a bad field.
+        ProtocolError: not UTF-8, not JSON, nested too deeply, not an object,
+            unknown type, or a bad field.
     """
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProtocolError(
+                f"the request is not valid UTF-8 (byte 0x{line[exc.start]:02x} at offset {exc.start}); "
+                "send JSON text encoded as UTF-8"
+            ) from None
     try:
         data = json.loads(line)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except RecursionError:
+        raise ProtocolError("the request is nested too deeply to read; requests are flat JSON objects") from None
+    except ValueError as exc:
         raise ProtocolError(f"malformed JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ProtocolError("a request must be a JSON object")

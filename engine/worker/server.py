@@ -8,6 +8,7 @@ pointed at stderr: stray native output can never corrupt the protocol.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import sys
@@ -18,6 +19,7 @@ from typing import IO, Any
 from engine.errors import EngineError, ProtocolError
 from engine.worker import protocol
 from engine.worker.events import (
+    AckEvent,
     ByeEvent,
     DoneEvent,
     EngineBuild,
@@ -38,48 +40,130 @@ from engine.worker.protocol import (
     UnloadRequest,
 )
 
+MAX_LINE_BYTES = 256 * 2**20  # a request line longer than this is refused unread
+EXIT_GRACE_S = 5.0  # after stdin closes, how long the work in hand may take before the process ends anyway
+PARENT_CHECK_S = 1.0  # how often the worker looks whether the process that started it is still there
+
 
 class EventWriter:
-    """Writes events as JSON lines; safe from the reader and the main thread."""
+    """Writes events as JSON lines; safe from the reader and the main thread.
 
-    def __init__(self, stream: IO[str]) -> None:
+    A closed pipe means the app is gone: ``on_broken`` is told once and later
+    events are dropped, so the worker winds down instead of dying mid-reply
+    with a traceback."""
+
+    def __init__(self, stream: IO[str], on_broken: Any = None) -> None:
         self._stream = stream
         self._lock = threading.Lock()
+        self._on_broken = on_broken
+        self.broken = False
 
     def send(self, event: Event) -> None:
         line = protocol.encode(event)
         with self._lock:
-            self._stream.write(line + "\n")
-            self._stream.flush()
+            if self.broken:
+                return
+            try:
+                self._stream.write(line + "\n")
+                self._stream.flush()
+            except (OSError, ValueError):  # ValueError: the stream was closed
+                self.broken = True
+        if self.broken and self._on_broken is not None:
+            self._on_broken()
 
 
 class Worker:
-    """The request loop. A reader thread parses stdin so ``cancel`` is seen mid-generation."""
+    """The request loop. A reader thread parses stdin so ``cancel`` is seen mid-generation.
 
-    def __init__(self, writer: EventWriter, stdin: IO[str]) -> None:
+    Cancellation is by request id: the reader marks a waiting or running
+    generate request cancelled, and the generation (decode loop, template
+    rendering) asks :meth:`_stopping` between steps. When stdin closes (the
+    app is gone) everything in hand is cancelled and the process ends, at the
+    latest :data:`EXIT_GRACE_S` later."""
+
+    def __init__(self, writer: EventWriter, stdin: IO[bytes]) -> None:
         self.out = writer
         self.stdin = stdin
         self.requests: queue.Queue[Any] = queue.Queue()
-        self.cancel = threading.Event()
+        self.closing = threading.Event()
+        self._lock = threading.Lock()
+        self.pending: list[str] = []  # generate requests queued or running, in order
+        self.cancelled: set[str] = set()
         self.current: str | None = None  # id of the running generate request
         self.session: Any = None
 
     # -- reader thread ------------------------------------------------------
     def read_loop(self) -> None:
-        for line in self.stdin:
-            if not line.strip():
-                continue
+        while not self.closing.is_set():
+            line = self.stdin.readline(MAX_LINE_BYTES + 1)
+            if not line:
+                break
             try:
-                request = protocol.decode_request(line)
+                self._read_line(line)
             except ProtocolError as exc:
-                self.out.send(ErrorEvent(protocol.request_id(line), exc.kind, str(exc), final=True))
-                continue
-            if isinstance(request, CancelRequest):
-                if request.target is None or request.target == self.current:
-                    self.cancel.set()
-                continue
-            self.requests.put(request)
-        self.requests.put(None)  # stdin closed: the app is gone
+                self.out.send(ErrorEvent(None, exc.kind, str(exc)))
+            except Exception as exc:  # whatever a line does, the reader keeps reading
+                traceback.print_exc(file=sys.stderr)
+                self.out.send(ErrorEvent(None, "protocol", f"the worker could not read a request: {exc!r}"))
+        self.close("stdin closed: the app is gone")
+
+    def _read_line(self, line: bytes) -> None:
+        if len(line) > MAX_LINE_BYTES:
+            self._skip_rest_of_line(line)
+            raise ProtocolError(f"a request line is longer than {MAX_LINE_BYTES // 2**20} MiB; it was skipped")
+        if not line.strip():
+            return
+        try:
+            request = protocol.decode_request(line)
+        except ProtocolError as exc:
+            self.out.send(ErrorEvent(protocol.request_id(line), exc.kind, str(exc), final=True))
+            return
+        if isinstance(request, CancelRequest):
+            self.out.send(AckEvent(request.id, target=self._cancel(request.target)))
+            return
+        if isinstance(request, GenerateRequestMsg):
+            with self._lock:
+                self.pending.append(request.id)
+        elif isinstance(request, ShutdownRequest):  # no reply is worth finishing once the app asks to quit
+            with self._lock:
+                self.cancelled.update(self.pending)
+        self.requests.put(request)
+
+    def _skip_rest_of_line(self, line: bytes) -> None:
+        while line and not line.endswith(b"\n"):
+            line = self.stdin.readline(MAX_LINE_BYTES)
+
+    def _cancel(self, target: str | None) -> str | None:
+        """Mark ``target`` (None: the running request, else the first waiting one) cancelled; which one it was."""
+        with self._lock:
+            if target is None:
+                target = self.current or (self.pending[0] if self.pending else None)
+            if target is None or target not in self.pending:
+                return None
+            self.cancelled.add(target)
+            return target
+
+    def close(self, why: str) -> None:
+        """The app is gone: cancel everything, stop serving, and end the process soon whatever it is doing."""
+        if self.closing.is_set():
+            return
+        print(f"worker: {why}; exiting", file=sys.stderr)
+        self.closing.set()
+        self.requests.put(None)
+        timer = threading.Timer(EXIT_GRACE_S, os._exit, args=(0,))
+        timer.daemon = True
+        timer.start()
+
+    def watch_parent(self) -> None:
+        """Close when the parent process is gone, even if stdin never ends (another
+        process may hold the pipe open): an orphaned worker must not run on."""
+        parent = os.getppid()
+        while not self.closing.wait(PARENT_CHECK_S):
+            if os.getppid() != parent:
+                self.close("the process that started the worker is gone")
+
+    def _stopping(self, request_id: str) -> bool:
+        return request_id in self.cancelled or self.closing.is_set()
 
     # -- main loop ------------------------------------------------------------
     def serve(self) -> None:
@@ -89,54 +173,86 @@ class Worker:
         self.out.send(ReadyEvent(protocol=protocol.PROTOCOL_VERSION, pid=os.getpid(),
                                  engine=EngineBuild(**native.build_info()), max_draft=MAX_DRAFT))
         threading.Thread(target=self.read_loop, name="protocol-reader", daemon=True).start()
+        threading.Thread(target=self.watch_parent, name="parent-watch", daemon=True).start()
         while True:
             request = self.requests.get()
-            if request is None or isinstance(request, ShutdownRequest):
+            if request is None or self.closing.is_set() or isinstance(request, ShutdownRequest):
                 self._unload()
-                self.out.send(ByeEvent(getattr(request, "id", None)))
+                self.out.send(ByeEvent(request.id if isinstance(request, ShutdownRequest) else None))
                 return
-            generating = isinstance(request, GenerateRequestMsg)
-            try:
-                if isinstance(request, LoadRequest):
-                    self._load(request)
-                elif generating:
-                    self._generate(request)
-                elif isinstance(request, UnloadRequest):
-                    self._unload()
-                    self.out.send(UnloadedEvent(request.id))
-            except Exception as exc:
-                kind = exc.kind if isinstance(exc, EngineError) else "internal"
-                if not isinstance(exc, EngineError):  # a bug: report it, keep serving
-                    traceback.print_exc(file=sys.stderr)
-                message = str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
-                # A generate request always ends with "done"; others end with this error.
-                self.out.send(ErrorEvent(request.id, kind, message, final=not generating))
-                if generating:
-                    self.out.send(DoneEvent(request.id, finish_reason="error"))
+            self._serve_one(request)
+
+    def _serve_one(self, request: Any) -> None:
+        generating = isinstance(request, GenerateRequestMsg)
+        try:
+            if isinstance(request, LoadRequest):
+                self._load(request)
+            elif generating:
+                self._generate(request)
+            elif isinstance(request, UnloadRequest):
+                self._unload()
+                self.out.send(UnloadedEvent(request.id))
+        except Exception as exc:
+            kind = exc.kind if isinstance(exc, EngineError) else "internal"
+            if not isinstance(exc, EngineError):  # a bug: report it, keep serving
+                traceback.print_exc(file=sys.stderr)
+            message = str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
+            # A generate request always ends with "done"; others end with this error.
+            self.out.send(ErrorEvent(request.id, kind, message, final=not generating))
+            if generating:
+                self.out.send(DoneEvent(request.id, finish_reason="error"))
+        finally:
+            if generating:
+                self._finished(request.id)
+
+    def _finished(self, request_id: str) -> None:
+        with self._lock:
+            if request_id in self.pending:
+                self.pending.remove(request_id)
+            if request_id not in self.pending:
+                self.cancelled.discard(request_id)
 
     def _load(self, request: LoadRequest) -> None:
-        from engine import default_model, gguf_info, sidecar
+        from engine import default_model, sidecar
         from engine.errors import SpeculativeUnavailable
-        from engine.generation.session import LoadOptions, Session
+        from engine.generation.session import LoadOptions, Session, check_options
 
         path = request.path or str(default_model.default_model_path())
-        # Check the files before letting go of the current model: a bad path
-        # must not leave the user with nothing loaded.
-        target = gguf_info.read_facts(path)
+        options = LoadOptions(
+            path=path, n_ctx=request.n_ctx, n_gpu_layers=request.n_gpu_layers,
+            n_threads=request.n_threads, mtp=request.mtp, sidecar=request.sidecar,
+        )
+        # Check the files and settings before letting go of the current model:
+        # a bad request must not leave the user with nothing loaded.
+        check_options(options)
+        target = _read_facts(path)
         if request.sidecar:
             try:
-                sidecar.check_sidecar(target, gguf_info.read_facts(request.sidecar))
+                sidecar.check_sidecar(target, _read_facts(request.sidecar))
             except SpeculativeUnavailable:
                 pass  # the session loads the model without MTP and says why
+        previous = self.session.options if self.session is not None else None
         self._unload()
-        self.session = Session(
-            LoadOptions(
-                path=path, n_ctx=request.n_ctx, n_gpu_layers=request.n_gpu_layers,
-                n_threads=request.n_threads, mtp=request.mtp, sidecar=request.sidecar,
-            )
-        )
+        try:
+            self.session = Session(options)
+        except EngineError as exc:
+            if previous is not None:
+                self._reload(previous, exc)
+            raise
         model = ModelInfo(**self.session.describe(), is_default_model=request.path is None)
         self.out.send(LoadedEvent(request.id, model))
+
+    def _reload(self, previous: Any, failure: EngineError) -> None:
+        """Load the previous model again after llama.cpp refused the new one late (past
+        every header check), as the protocol promises; say so in ``failure``'s message."""
+        from engine.generation.session import Session
+
+        try:
+            self.session = Session(previous)
+        except Exception as exc:  # the previous model loaded before; if it no longer does, say both
+            failure.args = (f"{failure} The previous model could not be loaded again either: {exc}",)
+            return
+        failure.args = (f"{failure} The previous model is still loaded.",)
 
     def _unload(self) -> None:
         if self.session is not None:
@@ -150,8 +266,7 @@ class Worker:
 
         if self.session is None:
             raise NoModelLoaded("No model is loaded; send a load request first.")
-        if (request.prompt is None) == (request.messages is None):
-            raise ProtocolError("generate needs exactly one of 'prompt' or 'messages'")
+        check_generate(request)
         if request.speculative.enabled and self.session.drafter is None:
             notice = self.session.mtp_unavailable_reason or "This model has no MTP head; decoding plainly."
             self.out.send(ErrorEvent(request.id, "speculative_unavailable", notice, final=False))
@@ -164,19 +279,53 @@ class Worker:
             stop=tuple(request.stop),
             speculative=request.speculative,
         )
-        self.cancel.clear()
         self.current = request.id
         try:
             result = generate(
                 self.session, gen,
                 on_text=lambda text, draft: self.out.send(TokenEvent(request.id, text, draft)),
                 on_stats=lambda stats: self.out.send(StatsEvent(request.id, stats.snapshot())),
-                should_stop=self.cancel.is_set,
+                should_stop=lambda: self._stopping(request.id),
             )
         finally:
             self.current = None
         self.out.send(DoneEvent(request.id, result.finish_reason, result.stats.snapshot(), result.prompt_mode,
                                 len(result.tokens)))
+
+
+def _read_facts(path: str) -> Any:
+    """The file's header facts; a path the system refuses (too long, a directory, no
+    permission) is a ``model_file`` error, not a bug."""
+    from engine import gguf_info
+    from engine.errors import ModelFileError
+
+    try:
+        return gguf_info.read_facts(path)
+    except ModelFileError:
+        raise
+    except OSError as exc:
+        shown = path if len(path) <= 200 else f"{path[:200]}… ({len(path):,} characters)"
+        raise ModelFileError(f"Cannot open {shown}: {exc.strerror or exc}. Choose a GGUF file you can read.") from None
+
+
+def check_generate(request: GenerateRequestMsg) -> None:
+    """Refuse what the decode loop cannot honour, before any work: a prompt and
+    messages at once, a negative token limit, or text that is not Unicode (a
+    lone surrogate from a JSON escape such as ``\\ud800`` cannot be tokenized)."""
+    if (request.prompt is None) == (request.messages is None):
+        raise ProtocolError("generate needs exactly one of 'prompt' or 'messages'")
+    if request.max_tokens < 0:
+        raise ProtocolError(f"generate.max_tokens must be 0 or more, got {request.max_tokens}")
+    texts = [request.prompt or "", *request.stop]
+    texts += [value for message in request.messages or () for value in message.values()]
+    for text in texts:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ProtocolError(
+                f"the request's text holds a lone surrogate ({text[exc.start]!r} at offset {exc.start}), "
+                "which is not Unicode; send valid text"
+            ) from None
 
 
 def main() -> int:
@@ -188,5 +337,13 @@ def main() -> int:
         from engine.runtime import native
 
         native.set_verbose(True)
-    Worker(EventWriter(stream), sys.stdin).serve()
-    return 0
+    worker: Worker | None = None
+    writer = EventWriter(stream, on_broken=lambda: worker and worker.close("the app stopped reading events"))
+    worker = Worker(writer, sys.stdin.buffer)
+    worker.serve()
+    # End here, not through interpreter shutdown: the reader thread may be blocked
+    # reading stdin, and finalizing a buffered stream another thread holds aborts.
+    for finished in (stream, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # the app may have closed the pipe
+            finished.flush()
+    os._exit(0)

@@ -79,3 +79,19 @@ def test_every_event_round_trips_through_json(event):
 def test_malformed_events_are_refused_with_the_reason(line, fragment):
     with pytest.raises(ProtocolError, match=fragment):
         P.decode_event(line)
+
+
+def test_deeply_nested_json_is_a_protocol_error_not_a_crash():
+    with pytest.raises(ProtocolError, match="nested"):
+        P.decode_request("[" * 100_000 + "]" * 100_000)
+    assert P.request_id("[" * 100_000 + "]" * 100_000) is None
+
+
+def test_bytes_that_are_not_utf8_are_a_protocol_error():
+    with pytest.raises(ProtocolError, match="UTF-8"):
+        P.decode_request(b'{"type": "generate", "id": "a", "prompt": "caf\xe9"}')
+
+
+def test_cancel_is_acknowledged_with_a_final_event():
+    ack = P.AckEvent("c1", target="g1")
+    assert P.decode_event(P.encode(ack)) == ack and P.is_final(ack)
