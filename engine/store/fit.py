@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.errors import ModelFileError
 from engine.gguf_header import read_header
 from engine.gguf_info import read_facts, shard_paths
 
@@ -98,6 +99,16 @@ def available_memory() -> int | None:
 
 def estimate(path: str | Path, *, n_ctx: int = 4096, sidecar: str | Path | None = None, mtp: bool = True,
              available: int | None = None) -> MemoryEstimate:
+    """Raises ModelFileError when a size the estimate reads has the wrong type."""
+    try:
+        return _estimate(path, n_ctx=n_ctx, sidecar=sidecar, mtp=mtp, available=available)
+    except (TypeError, ValueError, OverflowError) as exc:  # per-layer sizes read as plain values below
+        raise ModelFileError(f"{Path(path).name}: a size in its metadata is not a usable number ({exc}). "
+                             "Download it again or use another export.") from exc
+
+
+def _estimate(path: str | Path, *, n_ctx: int, sidecar: str | Path | None, mtp: bool,
+              available: int | None) -> MemoryEstimate:
     facts = read_facts(path)
     arch, meta = facts.architecture, read_header(Path(path)).metadata
     n_trunk = facts.trunk_layers

@@ -236,3 +236,14 @@ def test_more_nextn_layers_than_blocks_is_refused_from_the_header_not_by_llama_c
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 2, done.stderr[-2000:]
     assert "nextn_predict_layers (6) is more than its glm4moe.block_count (5)" in done.stderr
+
+
+def test_the_memory_estimate_refuses_a_per_layer_size_of_the_wrong_type(model, tmp_path):
+    # models fit reads per-layer head counts and key lengths as plain values
+    from engine.errors import ModelFileError
+    from engine.store import fit
+
+    bad = G.parse(model.path("combined")).with_kv("glm4moe.attention.key_length", G.value(G.STRING, "wide"))
+    bad = bad.write(tmp_path / "bad.gguf")
+    with pytest.raises(ModelFileError, match="not a usable number"):
+        fit.estimate(bad, n_ctx=256)
