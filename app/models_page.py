@@ -5,9 +5,10 @@ repair, and memory fit."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QFileDialog,
@@ -29,9 +30,10 @@ from PySide6.QtWidgets import (
 )
 
 from app import background
+from app.catalog_view import RecommendedModels
 from app.pair_proof import PairProof
 from engine import paths
-from engine.store import credentials, fit, hub, library
+from engine.store import catalog, credentials, fit, hub, library
 from engine.store.doctor import Diagnosis, diagnose, run_probe
 from engine.store.download import Progress, download
 
@@ -55,6 +57,7 @@ class DownloadRow(QWidget):
         super().__init__(parent)
         self.repo, self.filename = repo, filename
         self.cancel_event = threading.Event()
+        self.task: background.Task | None = None
         self.label = QLabel(filename)
         self.bar = QProgressBar()
         self.speed = QLabel("queued")
@@ -93,6 +96,8 @@ class ModelsPage(QWidget):
 
     # -- layout ---------------------------------------------------------------
     def _build(self) -> None:
+        self.recommended = RecommendedModels()
+        self.recommended.sig_download.connect(self.download_recommended)
         hub_box = QGroupBox("Hugging Face")
         self.query = QLineEdit()
         self.query.setPlaceholderText("Search GGUF models, e.g. Qwen3.6 MTP")
@@ -136,7 +141,7 @@ class ModelsPage(QWidget):
         add_folder = QPushButton("Add folder…")
         add_folder.clicked.connect(self._add_folder)
         refresh = QPushButton("Refresh")
-        refresh.clicked.connect(self.refresh_library)
+        refresh.clicked.connect(lambda: self.refresh_library())
         self.use_button = QPushButton("Use in chat")
         self.set_target = QPushButton("Set as target")
         self.set_sidecar = QPushButton("Set as sidecar")
@@ -148,6 +153,10 @@ class ModelsPage(QWidget):
         self.ctx = QSpinBox(minimum=256, maximum=1_048_576, singleStep=4096, value=8192)
         self.pair = QLabel("Target: –   Sidecar: –")
         self.pair.setWordWrap(True)
+        self.use_repaired = QPushButton("Use repaired pair")
+        self.use_repaired.setToolTip("Load the target with the repaired sidecar in the chat.")
+        self.use_repaired.setVisible(False)
+        self.use_repaired.clicked.connect(self._use_repaired)
         buttons = QHBoxLayout()
         for b in (add_folder, refresh, self.set_target, self.set_sidecar, self.use_button):
             buttons.addWidget(b)
@@ -155,6 +164,7 @@ class ModelsPage(QWidget):
         pair_row.addWidget(self.doctor_button)
         pair_row.addWidget(self.probe_check)
         pair_row.addWidget(self.repair_button)
+        pair_row.addWidget(self.use_repaired)
         pair_row.addWidget(QLabel("Context"))
         pair_row.addWidget(self.ctx)
         pair_row.addStretch(1)
@@ -168,6 +178,7 @@ class ModelsPage(QWidget):
         lib_col.addLayout(pair_row)
 
         split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(self.recommended)
         split.addWidget(hub_box)
         split.addWidget(lib_box)
         QVBoxLayout(self).addWidget(split)
@@ -185,7 +196,20 @@ class ModelsPage(QWidget):
         self.ctx.valueChanged.connect(lambda _v: self._show_facts(self.library.currentItem(), None))
         self.target_path: str | None = None
         self.sidecar_path: str | None = None
+        self.repaired_pair: tuple[str, str] | None = None  # (target, repaired sidecar) after a proven repair
         self._groups: list[hub.FileGroup] = []
+        self._catalog_shown = False
+
+    def showEvent(self, event: object) -> None:  # noqa: N802 (Qt's name)
+        """The recommendations and the connection probe, the first time the page is seen: not at app start,
+        where a network probe would serve nobody."""
+        if not self._catalog_shown:
+            self.show_recommended()
+        super().showEvent(event)
+
+    def show_recommended(self) -> None:
+        self._catalog_shown = True
+        self.recommended.refresh()
 
     def _track(self, task: background.Task) -> background.Task:
         self._tasks.append(task)
@@ -203,7 +227,14 @@ class ModelsPage(QWidget):
         # the token lookup may wait on the system keyring: never on the GUI thread
         task = self._track(background.run(lambda q: hub.search(q, 30, None, credentials.get_token()), query))
         task.sig_done.connect(self._show_results)
-        task.sig_failed.connect(lambda msg: self._message(self.results, f"Search failed: {msg}"))
+        task.sig_failed.connect(self._search_failed)
+
+    def _search_failed(self, msg: str) -> None:
+        if msg.startswith(hub.UNREACHABLE):
+            self._message(self.results, "Offline: " + msg)
+            self.recommended.set_offline("a search just found the hub out of reach.")
+        else:
+            self._message(self.results, f"Search failed: {msg}")
 
     def _message(self, widget: QListWidget, text: str) -> None:
         widget.clear()
@@ -245,13 +276,20 @@ class ModelsPage(QWidget):
             for name in self._groups[row].files:  # every shard
                 self._start_download(self._repo, name)
 
-    def _start_download(self, repo: str, filename: str) -> DownloadRow:
+    def _start_download(self, repo: str, filename: str, on_done: Callable[[Path], None] | None = None,
+                        on_failed: Callable[[str], None] | None = None) -> DownloadRow:
         """Start a download with its row, or, if that file is already downloading, point at its row: a second
         download of one file would only be refused by the engine's lock, with an error row to show for it."""
         key = (repo, filename)
         if key in self._active_downloads:
             self.sidecar_hint.setText(f"{filename} is already downloading (see its progress below).")
-            return self._active_downloads[key]
+            running = self._active_downloads[key]
+            if running.task is not None:  # a recommended pair waits on it too
+                if on_done is not None:
+                    running.task.sig_done.connect(on_done)
+                if on_failed is not None:
+                    running.task.sig_failed.connect(on_failed)
+            return running
         row = DownloadRow(repo, filename)
         self._active_downloads[key] = row
         self.downloads.addWidget(row)
@@ -260,10 +298,54 @@ class ModelsPage(QWidget):
             lambda r, f, d, report: download(r, f, d, token=credentials.get_token(), progress=report,
                                              cancel=row.cancel_event),
             repo, filename, dest, with_report=True))
+        row.task = task
         task.sig_progress.connect(row.show_progress)
         task.sig_done.connect(lambda path: self._download_ended(key, "done, verified", refresh=True))
         task.sig_failed.connect(lambda msg: self._download_ended(key, msg))
+        if on_done is not None:
+            task.sig_done.connect(on_done)
+        if on_failed is not None:
+            task.sig_failed.connect(on_failed)
         return row
+
+    def download_recommended(self, rec: catalog.Recommendation) -> None:
+        """Look the recommendation's files up on the hub (the quantization's shards and the sidecar), then
+        download them all; when every one is verified, they become the pair below."""
+        self.recommended.set_row_status(rec, "Looking up files…")
+        task = self._track(background.run(lambda r: catalog.resolve(r, None, credentials.get_token()), rec))
+        task.sig_done.connect(lambda resolved: self._download_resolved(rec, resolved))
+        task.sig_failed.connect(lambda msg: self._recommended_failed(rec, msg))
+
+    def _recommended_failed(self, rec: catalog.Recommendation, msg: str) -> None:
+        self.recommended.set_row_status(rec, "Download model + sidecar" if rec.sidecar else "Download")
+        if msg.startswith(hub.UNREACHABLE):
+            self.recommended.set_offline(f"{rec.repo} cannot be downloaded now.")
+        else:
+            self.recommended.status.setText(msg)
+
+    def _download_resolved(self, rec: catalog.Recommendation, resolved: catalog.Resolved) -> None:
+        self.recommended.set_row_status(rec, "Downloading…", size=resolved.size)
+        done: dict[tuple[str, str], Path] = {}
+        targets = [(r, f) for r, f, _s in resolved.target]
+        sidecars = [(r, f) for r, f, _s in resolved.sidecar]
+
+        def finished(key: tuple[str, str], path: Path) -> None:
+            done[key] = Path(path)
+            if len(done) == len(resolved.files):
+                self._recommended_downloaded(rec, done[targets[0]], done[sidecars[0]] if sidecars else None)
+
+        for repo, name in resolved.files:
+            self._start_download(repo, name, on_done=lambda path, k=(repo, name): finished(k, path),
+                                 on_failed=lambda _msg: self.recommended.set_row_status(rec, "Download again"))
+
+    def _recommended_downloaded(self, rec: catalog.Recommendation, target: Path, sidecar: Path | None) -> None:
+        self.target_path, self.sidecar_path = str(target), str(sidecar) if sidecar else None
+        self._show_pair()
+        self.recommended.set_row_status(rec, "Downloaded")
+        self.recommended.status.setText(
+            f"{rec.name} is downloaded and set as the pair below. Check pair (doctor) to confirm the sidecar "
+            "fits, then Use in chat." if sidecar else
+            f"{rec.name} is downloaded and set as the target below (its MTP head is in the file): Use in chat.")
 
     def _download_ended(self, key: tuple[str, str], text: str, refresh: bool = False) -> None:
         row = self._active_downloads.pop(key)
@@ -283,23 +365,31 @@ class ModelsPage(QWidget):
                 "No keyring on this system: set HF_TOKEN in the environment instead"))
 
     # -- library ----------------------------------------------------------------
-    def refresh_library(self) -> None:
+    def refresh_library(self, select: str | None = None) -> None:
+        """Rescan the library; ``select`` (a path) becomes the selected row, else the selection is kept."""
         self._scan_generation += 1
         generation = self._scan_generation
         task = self._track(background.run(library.scan))
-        task.sig_done.connect(lambda entries: self._show_library(entries, generation))
+        task.sig_done.connect(lambda entries: self._show_library(entries, generation, select))
 
-    def _show_library(self, entries: list[library.LibraryEntry], generation: int) -> None:
+    def _show_library(self, entries: list[library.LibraryEntry], generation: int,
+                      select: str | None = None) -> None:
+        """Rebuild the list without signals: a rebuild changes the current row, and reading that row's facts
+        would overwrite what the panel shows (a repair's result, the doctor's report)."""
         if generation != self._scan_generation:
             return  # a newer scan is under way; scans may finish out of order
-        self.library.clear()
-        for e in entries:
-            label = e.path.name + (f"  ·  {e.facts.architecture}, MTP {e.facts.nextn_layers} ({e.facts.layout})"
-                                   if e.facts else "  ·  unreadable")
-            item = QListWidgetItem(label)
-            item.setData(Qt.ItemDataRole.UserRole, str(e.path))
-            item.setToolTip(str(e.path) if e.facts else e.problem or "")
-            self.library.addItem(item)
+        keep = select or self._selected_path()
+        with QSignalBlocker(self.library):
+            self.library.clear()
+            for e in entries:
+                label = e.path.name + (f"  ·  {e.facts.architecture}, MTP {e.facts.nextn_layers} ({e.layout})"
+                                       if e.facts else "  ·  unreadable")
+                item = QListWidgetItem(label)
+                item.setData(Qt.ItemDataRole.UserRole, str(e.path))
+                item.setToolTip(str(e.path) if e.facts else e.problem or "")
+                self.library.addItem(item)
+                if keep and str(e.path) == keep:  # strings: no filesystem call per row on the GUI thread
+                    self.library.setCurrentItem(item)
 
     def _selected_path(self) -> str | None:
         item = self.library.currentItem()
@@ -330,8 +420,15 @@ class ModelsPage(QWidget):
         path = self._selected_path()
         if path:
             setattr(self, f"{which}_path", path)
-            self.pair.setText(f"Target: {Path(self.target_path).name if self.target_path else '–'}   "
-                              f"Sidecar: {Path(self.sidecar_path).name if self.sidecar_path else '–'}")
+            self._show_pair()
+
+    def _show_pair(self) -> None:
+        """The pair label names the files in use: after a repair, the repaired copy, never the broken one."""
+        repaired = self.repaired_pair is not None and self.repaired_pair == (self.target_path, self.sidecar_path)
+        self.pair.setText(f"Target: {Path(self.target_path).name if self.target_path else '–'}   "
+                          f"Sidecar: {Path(self.sidecar_path).name if self.sidecar_path else '–'}"
+                          + ("  (repaired copy)" if repaired else ""))
+        self.use_repaired.setVisible(repaired)
 
     def run_doctor(self) -> None:
         if not (self.target_path and self.sidecar_path):
@@ -378,14 +475,25 @@ class ModelsPage(QWidget):
             self._proof.stop()
             self._proof.deleteLater()
         self._proof = PairProof(self)
-        self._proof.sig_proved.connect(lambda proof: self._repaired(out, proof))
+        self._proof.sig_proved.connect(lambda proof: self._repaired(target, out, proof))
         self._proof.sig_failed.connect(lambda msg: self.facts.setPlainText(f"Repair failed: {msg}"))
         self._proof.start(target, str(out))
 
-    def _repaired(self, out: Path, proof: str) -> None:
-        self.sidecar_path = str(out)
-        self.facts.setPlainText(f"Wrote {out}\n{proof}\nThe repaired copy is now the selected sidecar.")
-        self.refresh_library()
+    def _repaired(self, target: str, out: Path, proof: str) -> None:
+        """Finish the job: the repaired copy becomes the sidecar (named in the pair label and selected in the
+        library), the result stays on screen, and one click loads the repaired pair."""
+        self.target_path, self.sidecar_path = target, str(out)
+        self.repaired_pair = (target, str(out))
+        self._show_pair()
+        self.facts.setPlainText(f"Repaired: wrote {out}\n{proof}\nThe repaired copy is now the sidecar of the "
+                                "pair. Use repaired pair loads it in the chat.")
+        self.refresh_library(select=str(out))
+
+    def _use_repaired(self) -> None:
+        if self.repaired_pair:
+            self.target_path, self.sidecar_path = self.repaired_pair
+            self._show_pair()
+            self.sig_use_model.emit(*self.repaired_pair)
 
     def _use(self) -> None:
         path = self.target_path or self._selected_path()

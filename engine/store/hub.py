@@ -10,13 +10,29 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
+import threading
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
+
+from engine.errors import EngineError
 
 CATALOG = Path(__file__).resolve().parents[2] / "assets" / "catalog.json"
 _QUANT = re.compile(r"(UD-)?(I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32|MXFP4(?:_MOE)?)", re.IGNORECASE)
 _SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
+DEFAULT_ENDPOINT = "https://huggingface.co"
+PROBE_TIMEOUT_S = 3.0
+UNREACHABLE = "Hugging Face cannot be reached"  # how HubUnreachable's message begins (the GUI gets only text)
+
+
+class HubUnreachable(EngineError):
+    """The hub cannot be reached at all (no network, no DNS, nothing listening): said in plain words at once,
+    instead of huggingface_hub's five retries and a raw socket error about 23 s later."""
+
+    kind = "offline"
 
 
 @dataclass(frozen=True)
@@ -40,9 +56,64 @@ class FileGroup:
         return len(self.files)
 
 
+def unreachable_reason(endpoint: str | None = None, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why the hub cannot be reached, in plain words, or None when it answers a TCP connection.
+
+    Name lookup and connect run on a daemon thread joined with ``timeout``: ``getaddrinfo`` has no timeout
+    of its own and can hang for tens of seconds on a machine with no network, so it is abandoned instead.
+    """
+    url = urlparse(_endpoint(endpoint) or DEFAULT_ENDPOINT)
+    host = url.hostname or "huggingface.co"
+    port = url.port or (443 if url.scheme == "https" else 80)
+    where = host if url.port is None else f"{host}:{port}"
+    proxy = urllib.request.getproxies().get(url.scheme)
+    if proxy and not urllib.request.proxy_bypass(host):  # the connection goes to the proxy, so probe that
+        purl = urlparse(proxy if "://" in proxy else f"http://{proxy}")
+        host, port = purl.hostname or host, purl.port or 8080
+        where = f"the proxy {host}:{port}"
+    outcome: list[str | None] = []
+
+    def attempt() -> None:
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError:
+            outcome.append(f"{host} could not be looked up: this computer seems to be offline "
+                           "(no network or no name server)")
+            return
+        last: OSError | None = None
+        for family, kind, proto, _name, address in infos:
+            try:
+                with socket.socket(family, kind, proto) as sock:
+                    sock.settimeout(timeout)
+                    sock.connect(address)
+                outcome.append(None)
+                return
+            except OSError as exc:
+                last = exc
+        refused = isinstance(last, ConnectionRefusedError)
+        outcome.append(f"nothing answers at {where}" + (" (connection refused)" if refused else ""))
+
+    thread = threading.Thread(target=attempt, name="hub-probe", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not outcome:
+        return f"{where} did not answer within {timeout:.0f} s: this computer seems to be offline"
+    return outcome[0]
+
+
+def check_reachable(endpoint: str | None = None, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """Raises HubUnreachable, with what to do, when the hub cannot be reached."""
+    reason = unreachable_reason(endpoint, timeout)
+    if reason:
+        raise HubUnreachable(f"{UNREACHABLE}: {reason}. Searching and downloading need a "
+                             "connection: connect, then try again (HF_ENDPOINT points at another hub).")
+
+
 def search(query: str, limit: int = 20, endpoint: str | None = None, token: str | None = None) -> list[RepoSummary]:
+    """Raises HubUnreachable within about 3 s when the hub cannot be reached."""
     from huggingface_hub import HfApi
 
+    check_reachable(endpoint)
     api = HfApi(endpoint=_endpoint(endpoint), token=token)
     return [RepoSummary(m.id, int(getattr(m, "downloads", 0) or 0), int(getattr(m, "likes", 0) or 0))
             for m in api.list_models(search=query, filter="gguf", limit=limit)]
@@ -74,11 +145,13 @@ def group_files(siblings: list[tuple[str, int]]) -> list[FileGroup]:
 def repo_files(repo_id: str, endpoint: str | None = None, token: str | None = None) -> list[FileGroup]:
     from huggingface_hub import HfApi
 
+    check_reachable(endpoint)
     info = HfApi(endpoint=_endpoint(endpoint), token=token).model_info(repo_id, files_metadata=True)
     return group_files([(s.rfilename, int(s.size or 0)) for s in info.siblings or []])
 
 
 def catalog() -> list[dict[str, Any]]:
+    """The catalog's families as plain dicts (``engine.store.catalog`` reads and checks them as types)."""
     return list(json.loads(CATALOG.read_text())["families"])
 
 

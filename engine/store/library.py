@@ -22,6 +22,24 @@ class LibraryEntry:
     facts: GGUFFacts | None
     problem: str | None = None
 
+    @property
+    def layout(self) -> str:
+        """What the file is, in the words the library shows (see ``layout_label``)."""
+        return layout_label(self.facts) if self.facts else "unreadable"
+
+
+def layout_label(facts: GGUFFacts) -> str:
+    """The file's MTP layout for a list, telling a broken sidecar from a trunk-only export.
+
+    ``GGUFFacts.layout`` looks for the NextN blocks where the metadata says they are. A sidecar whose blocks
+    are numbered from 0 (or whose metadata counts only its heads) has them elsewhere, so it would read as
+    "trunk-only" (or "combined") — the opposite of what it is, and a user would never run the doctor on it.
+    """
+    has_heads = any(".nextn." in name for name in facts.tensor_names)
+    if has_heads and (facts.layout == "trunk-only" or (facts.layout == "combined" and facts.trunk_layers == 0)):
+        return "MTP sidecar, blocks misnumbered: check it with the doctor, Repair fixes it"
+    return {"mtp-only": "MTP sidecar"}.get(facts.layout, facts.layout)
+
 
 def folders_file() -> Path:
     return paths.config_dir() / "library.json"

@@ -1,0 +1,131 @@
+"""The Models page's finished flows: recommended MTP models offline with fit
+badges and a plain offline message in about 3 s, one Download for target and
+sidecar, and a repair that ends with the repaired pair selected and ready."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+
+import pytest
+from PySide6.QtCore import Qt
+
+from app.models_page import ModelsPage
+from engine.store import catalog, fit, hub
+from tests.engine.conftest import synth
+from tests.engine.test_catalog import closed_port_url
+from tests.fake_hub import FakeHub
+
+GIB = 2**30
+
+
+@pytest.fixture()
+def page(qtbot, isolated_dirs, tmp_path, monkeypatch):
+    monkeypatch.setenv("MTP_STUDIO_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("MTP_STUDIO_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    (tmp_path / "config").mkdir()
+    monkeypatch.setattr(fit, "available_memory", lambda: 16 * GIB)
+    p = ModelsPage()
+    qtbot.addWidget(p)
+    yield p
+    p.shutdown()
+
+
+def test_offline_the_catalog_is_shown_with_fit_badges_and_the_offline_message_comes_within_3_s(
+        qtbot, page, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", closed_port_url())
+    recs = catalog.load()
+    on_gui: list[str] = []  # the catalog read and the connection probe must not block the GUI thread
+    for module, name in ((catalog, "load"), (hub, "unreachable_reason")):
+        original = getattr(module, name)
+
+        def recorder(*a, _original=original, _name=name, **kw):
+            if threading.current_thread() is threading.main_thread():
+                on_gui.append(_name)
+            return _original(*a, **kw)
+
+        monkeypatch.setattr(module, name, recorder)
+    start = time.monotonic()
+    page.show_recommended()
+    view = page.recommended
+    qtbot.waitUntil(lambda: view.status.text().startswith("Offline"), timeout=3500)
+    assert time.monotonic() - start < 3.5
+    assert "built-in catalog" in view.status.text() and "Errno" not in view.status.text()
+    qtbot.waitUntil(lambda: view.table.rowCount() == len(recs), timeout=5000)
+    badges = {view.table.item(i, 0).text(): view.table.item(i, 4).text() for i in range(len(recs))}
+    assert badges["Qwen3.5 / 3.6 (hybrid, one MTP head)"] == "fits"  # ≈ 5 GiB against 16 GiB
+    assert badges["DeepSeek V3 (one MTP head)"] == "does not fit"
+    assert set(badges.values()) <= {"fits", "tight fit", "does not fit", "size unknown"}
+    assert "GiB" in view.table.item(0, 3).text()
+    sidecar_rows = [i for i, r in enumerate(recs) if r.sidecar]
+    assert sidecar_rows and view.buttons[sidecar_rows[0]].text() == "Download model + sidecar"
+
+    page.query.setText("qwen")
+    start = time.monotonic()
+    page.search_button.click()
+    qtbot.waitUntil(lambda: page.results.item(0).text().startswith("Offline"), timeout=3500)
+    assert time.monotonic() - start < 3.5
+    assert "cannot be reached" in page.results.item(0).text() and "Errno" not in page.results.item(0).text()
+    assert on_gui == []
+
+
+def test_download_both_fetches_target_and_sidecar_and_sets_the_pair(qtbot, page, tmp_path, monkeypatch):
+    model = synth("glm4moe")
+    repos = {"test/Synth-GGUF": {"Synth-Q8_0.gguf": model.path("trunk"), "Synth-Q4_K_M.gguf": model.path("trunk")},
+             "test/Synth-MTP-GGUF": {"Synth-MTP-Q8_0.gguf": model.path("sidecar")}}
+    family = {"name": "Synth (MTP sidecar)", "arch": "glm4moe", "targets": ["test/Synth-GGUF"], "mtp": "sidecar",
+              "recommended": {"repo": "test/Synth-GGUF", "quant": "Q8_0", "size": 1000,
+                              "size_basis": "a test figure"},
+              "sidecar": {"repo": "test/Synth-MTP-GGUF", "pattern": "*MTP*.gguf", "size": 100}}
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps({"version": 2, "families": [family]}))
+    monkeypatch.setattr(catalog, "CATALOG", path)
+    with FakeHub(repos) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        page.show_recommended()
+        view = page.recommended
+        qtbot.waitUntil(lambda: view.online is True and view.table.rowCount() == 1, timeout=10000)
+        assert view.buttons[0].text() == "Download model + sidecar"
+        view.buttons[0].click()
+        qtbot.waitUntil(lambda: page.sidecar_path is not None, timeout=30000)
+        assert page.target_path.endswith("Synth-Q8_0.gguf") and page.sidecar_path.endswith("Synth-MTP-Q8_0.gguf")
+        assert "Synth-Q8_0.gguf" in page.pair.text() and "Synth-MTP-Q8_0.gguf" in page.pair.text()
+        rows = [page.downloads.itemAt(i).widget() for i in range(page.downloads.count())]
+        assert sorted(r.filename for r in rows) == ["Synth-MTP-Q8_0.gguf", "Synth-Q8_0.gguf"]
+        assert all(r.speed.text().startswith("done") for r in rows)
+        assert view.buttons[0].text() == "Downloaded" and "set as the pair" in view.status.text()
+        real = model.path("trunk").stat().st_size + model.path("sidecar").stat().st_size
+        assert view.table.item(0, 3).text() == f"{real / GIB:.2f} GiB"  # the hub's size replaces the catalog's
+
+
+def test_repair_keeps_its_result_selects_the_copy_updates_the_pair_and_offers_the_repaired_pair(
+        qtbot, page, tmp_path):
+    model = synth("glm4moe")
+    folder = tmp_path / "data" / "models" / "local"
+    folder.mkdir(parents=True)
+    target = shutil.copy(model.path("trunk"), folder / "Synth-Q8_0.gguf")
+    broken = shutil.copy(model.path("sidecar-relative"), folder / "mtp-Synth-Q8_0.gguf")
+    page.refresh_library()
+    qtbot.waitUntil(lambda: page.library.count() == 2, timeout=10000)
+    labels = {page.library.item(i).text().split("  ")[0]: page.library.item(i).text()
+              for i in range(page.library.count())}
+    assert "trunk-only" not in labels["mtp-Synth-Q8_0.gguf"] and "misnumbered" in labels["mtp-Synth-Q8_0.gguf"]
+
+    page.target_path, page.sidecar_path = str(target), str(broken)
+    page.repair_button.click()
+    qtbot.waitUntil(lambda: page.facts.toPlainText().startswith("Repaired:"), timeout=120000)
+    repaired = str(folder / "mtp-Synth-Q8_0.repaired.gguf")
+    qtbot.waitUntil(lambda: page.library.count() == 3, timeout=10000)  # the rescan that used to overwrite it
+    qtbot.wait(300)
+    assert page.facts.toPlainText().startswith("Repaired:") and "loaded with MTP" in page.facts.toPlainText()
+    assert page.library.currentItem().data(Qt.ItemDataRole.UserRole) == repaired
+    assert "mtp-Synth-Q8_0.repaired.gguf" in page.pair.text() and "(repaired copy)" in page.pair.text()
+    assert "mtp-Synth-Q8_0.gguf " not in page.pair.text() + " "
+    assert not page.use_repaired.isHidden()
+    with qtbot.waitSignal(page.sig_use_model) as used:
+        page.use_repaired.click()
+    assert used.args == [str(target), repaired]
+    assert (page.target_path, page.sidecar_path) == (str(target), repaired)
