@@ -1,22 +1,50 @@
 """The conversation list: a Qt item model over the store, the sidebar that
 shows it, and the controller that acts on it (open, search, rename, delete,
 export). The store stays plain Python; the model wraps it, never the reverse.
+
+Chats that share a title are told apart by their date and model in the list.
+Deleting asks first (a conversation cannot be brought back). Export starts in
+the user's Documents folder and offers Markdown, JSON and plain text; the
+chosen filter decides the format.
 """
 
 from __future__ import annotations
 
 import json
+import time
+from collections import Counter
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QAbstractListModel, QModelIndex, QObject, QPersistentModelIndex, QPoint, Qt, Signal
-from PySide6.QtWidgets import QFileDialog, QInputDialog, QLineEdit, QListView, QMenu, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtCore import (
+    QAbstractListModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    QPoint,
+    QStandardPaths,
+    Qt,
+    Signal,
+)
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QInputDialog,
+    QLineEdit,
+    QListView,
+    QMenu,
+    QMessageBox,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.chat.controller import ChatController
 from app.chat.store import Conversation, ConversationStore
 
 Index = QModelIndex | QPersistentModelIndex
+# export formats: the save dialog's filter -> the format, which is also the file's extension
+EXPORT_FILTERS = {"Markdown (*.md)": "md", "JSON (*.json)": "json", "Text (*.txt)": "txt"}
 
 
 class ModelRole(IntEnum):
@@ -30,6 +58,7 @@ class ConversationListModel(QAbstractListModel):
         super().__init__(parent)
         self.store = store
         self._rows: list[Conversation] = []
+        self._shared_titles: set[str] = set()  # titles more than one chat has: shown with date and model
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008 (Qt's own default)
         return 0 if parent.isValid() else len(self._rows)
@@ -38,8 +67,10 @@ class ConversationListModel(QAbstractListModel):
         if not index.isValid() or not 0 <= index.row() < len(self._rows):
             return None
         conv = self._rows[index.row()]
-        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole):
-            return conv.title
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self.label(conv)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return f"{conv.title}\n{_when(conv.updated)}" + (f" · {conv.model}" if conv.model else "")
         if role == ModelRole.ID:
             return conv.id
         return None
@@ -47,7 +78,15 @@ class ConversationListModel(QAbstractListModel):
     def reload(self, search: str = "") -> None:
         self.beginResetModel()
         self._rows = self.store.list(search)
+        counts = Counter(c.title for c in self.store.list())
+        self._shared_titles = {title for title, n in counts.items() if n > 1}
         self.endResetModel()
+
+    def label(self, conv: Conversation) -> str:
+        """The title; with its date and model when another chat has the same title."""
+        if conv.title not in self._shared_titles:
+            return conv.title
+        return f"{conv.title} · {_when(conv.updated)}" + (f" · {conv.model}" if conv.model else "")
 
     def row_of(self, conversation_id: int | None) -> int | None:
         return next((i for i, c in enumerate(self._rows) if c.id == conversation_id), None)
@@ -95,6 +134,10 @@ class ConversationController(QObject):
         sidebar.list.clicked.connect(self._on_clicked)
         sidebar.list.customContextMenuRequested.connect(self._menu)
         chat.sig_reply_finished.connect(lambda _status: self.refresh())
+        self._model_name = ""  # the loaded model, remembered with each chat it replies in
+        if hasattr(chat.client, "sig_loaded"):
+            chat.client.sig_loaded.connect(self._on_loaded)
+        chat.sig_reply_started.connect(self._note_model)
 
     def open_latest(self) -> None:
         """Show the newest conversation, as the app does on start."""
@@ -131,6 +174,20 @@ class ConversationController(QObject):
             self.store.update(conv_id, title=title.strip())
             self.refresh()
 
+    def ask_delete(self, conv_id: int) -> None:
+        """Delete after the user says yes: there is no bringing a conversation back."""
+        if self.chat.busy and conv_id == self.chat.conversation_id:
+            self.sig_message.emit("Stop the reply first to delete this conversation.", 4000)
+            return
+        title = self.store.get(conv_id).title
+        answer = QMessageBox.question(
+            self.sidebar, "Delete conversation",
+            f"Delete “{title}” and all its messages? This cannot be undone.",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
+        if answer == QMessageBox.StandardButton.Yes:
+            self.delete(conv_id)
+            self.sig_message.emit(f"Deleted “{title}”.", 4000)
+
     def delete(self, conv_id: int) -> None:
         if self.chat.busy and conv_id == self.chat.conversation_id:
             return
@@ -145,13 +202,33 @@ class ConversationController(QObject):
             return
         title = self.store.get(conv_id).title
         suggested = "".join(c if c.isalnum() or c in " -_" else "_" for c in title).strip() or "conversation"
-        path, _ = QFileDialog.getSaveFileName(self.sidebar, "Export conversation", f"{suggested}.{fmt}")
+        folder = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation) or str(Path.home())
+        wanted = next((f for f, ext in EXPORT_FILTERS.items() if ext == fmt), next(iter(EXPORT_FILTERS)))
+        path, chosen = QFileDialog.getSaveFileName(self.sidebar, "Export conversation",
+                                                   str(Path(folder) / f"{suggested}.{EXPORT_FILTERS[wanted]}"),
+                                                   ";;".join(EXPORT_FILTERS), wanted)
         if not path:
             return
-        text = (self.store.export_markdown(conv_id) if fmt == "md"
-                else json.dumps(self.store.export_json(conv_id), indent=2, ensure_ascii=False))
-        Path(path).write_text(text, encoding="utf-8")
-        self.sig_message.emit(f"Exported to {path}", 5000)
+        fmt = EXPORT_FILTERS.get(chosen, fmt)
+        target = Path(path) if Path(path).suffix else Path(path).with_suffix(f".{fmt}")
+        if fmt == "json":
+            text = json.dumps(self.store.export_json(conv_id), indent=2, ensure_ascii=False)
+        else:
+            text = self.store.export_text(conv_id) if fmt == "txt" else self.store.export_markdown(conv_id)
+        try:
+            target.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            self.sig_message.emit(f"Could not export to {target}: {exc.strerror or exc}", 8000)
+            return
+        self.sig_message.emit(f"Exported to {target}", 5000)
+
+    def _on_loaded(self, event: object) -> None:
+        path = getattr(getattr(event, "model", None), "path", "") or ""
+        self._model_name = Path(path).stem if path else ""
+
+    def _note_model(self) -> None:
+        if self._model_name and self.chat.conversation_id is not None:
+            self.store.update(self.chat.conversation_id, model=self._model_name)
 
     def _select(self, conversation_id: int) -> None:
         row = self.model.row_of(conversation_id)
@@ -172,8 +249,13 @@ class ConversationController(QObject):
         conv_id = int(index.data(ModelRole.ID))
         menu = QMenu(self.sidebar)
         menu.addAction("Rename…", lambda: self.rename(conv_id))
-        menu.addAction("Export as Markdown…", lambda: self.export("md", conv_id))
-        menu.addAction("Export as JSON…", lambda: self.export("json", conv_id))
+        menu.addAction("Export…", lambda: self.export("md", conv_id))
         menu.addSeparator()
-        menu.addAction("Delete", lambda: self.delete(conv_id))
+        menu.addAction("Delete…", lambda: self.ask_delete(conv_id))
         menu.exec(self.sidebar.list.mapToGlobal(pos))
+
+
+def _when(timestamp: float) -> str:
+    """A short local date: "30 Nov 14:02" this year, "30 Nov 2025" before."""
+    t = time.localtime(timestamp)
+    return time.strftime("%d %b %H:%M" if t.tm_year == time.localtime().tm_year else "%d %b %Y", t)

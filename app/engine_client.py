@@ -27,6 +27,8 @@ class EngineClient(QObject):
     Signals:
         sig_ready(ReadyEvent): the handshake arrived (protocol version, engine build, limits).
         sig_loaded(LoadedEvent): a model is loaded; ``event.model`` describes it.
+        sig_unloaded(UnloadedEvent): the model was ejected; nothing is loaded.
+        sig_prefill(PrefillEvent): how much of a reply's prompt the engine has read.
         sig_token(TokenEvent): a text delta of a reply.
         sig_stats(StatsEvent): live statistics of a reply.
         sig_done(DoneEvent): a reply ended.
@@ -37,6 +39,8 @@ class EngineClient(QObject):
 
     sig_ready = Signal(object)
     sig_loaded = Signal(object)
+    sig_unloaded = Signal(object)
+    sig_prefill = Signal(object)
     sig_token = Signal(object)
     sig_stats = Signal(object)
     sig_done = Signal(object)
@@ -58,7 +62,8 @@ class EngineClient(QObject):
         self._handshake_timer.setSingleShot(True)
         self._handshake_timer.timeout.connect(self._on_handshake_timeout)
         self._signals = {P.LoadedEvent: self.sig_loaded, P.TokenEvent: self.sig_token,
-                         P.StatsEvent: self.sig_stats, P.DoneEvent: self.sig_done}
+                         P.StatsEvent: self.sig_stats, P.DoneEvent: self.sig_done,
+                         P.UnloadedEvent: self.sig_unloaded, P.PrefillEvent: self.sig_prefill}
 
     @property
     def engine(self) -> P.EngineBuild | None:
@@ -100,6 +105,12 @@ class EngineClient(QObject):
         self._write(P.LoadRequest(id=rid, path=path, n_ctx=n_ctx, n_threads=n_threads,
                                   n_gpu_layers=n_gpu_layers, mtp=mtp, sidecar=sidecar))
         self._set_state("loading")
+        return rid
+
+    def unload(self) -> str:
+        """Eject the model (the worker answers ``unloaded``); it frees the model's memory."""
+        rid = self._new_id()
+        self._write(P.UnloadRequest(id=rid))
         return rid
 
     def generate(self, *, messages: list[dict[str, str]] | None = None, prompt: str | None = None,

@@ -2,7 +2,10 @@
 and speed figures, and the banner that offers a restart when the worker died.
 
 The text is made from what the engine reported (handshake, state, loaded
-model, statistics), kept as data; nothing is read back from a label.
+model, statistics), kept as data; nothing is read back from a label. Which
+model is loaded is the model controller's to say (:meth:`EngineStatus.show_model`):
+a failed load keeps the previous model, so "an error answered a load" does
+not mean "nothing is loaded".
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 from app.engine_client import EngineClient
 from app.theme import Palette
 from engine.speculative import stats_text
-from engine.worker.events import ErrorEvent, LoadedEvent, ModelInfo, ReadyEvent, StatsEvent
+from engine.worker.events import ErrorEvent, ModelInfo, ReadyEvent, StatsEvent
 
 STATE_WORDS = {"starting": "starting…", "ready": "ready", "loading": "loading model…",
                "busy": "generating…", "dead": "stopped unexpectedly", "stopped": "stopped"}
@@ -73,6 +76,7 @@ class EngineStatus(QWidget):
         self.speed_label = QLabel("")
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(16)
         row.addWidget(self.state_label)
         row.addWidget(self.model_label)
         row.addWidget(self.speed_label)
@@ -81,8 +85,6 @@ class EngineStatus(QWidget):
         self._engine = ""  # "Engine: llama-cpp-python 0.3.36 (cpu)" once the handshake arrived
         client.sig_ready.connect(self._on_ready)
         client.sig_state.connect(self._on_state)
-        client.sig_loaded.connect(self._on_loaded)
-        client.sig_error.connect(self._on_error)
         client.sig_died.connect(self._on_died)
         client.sig_stats.connect(self._on_stats)
 
@@ -101,12 +103,13 @@ class EngineStatus(QWidget):
         if state == "loading":
             self.model_label.setText("Loading model…")
 
-    def _on_loaded(self, ev: LoadedEvent) -> None:
-        self.model_label.setText(model_text(ev.model))
-
-    def _on_error(self, ev: ErrorEvent) -> None:
-        if is_load_error(ev):
-            self.model_label.setText("No model loaded")
+    def show_model(self, model: ModelInfo | None) -> None:
+        """Name the model actually loaded now (None: nothing is)."""
+        self.speed_label.setText("")  # the last reply's speed was another model's
+        if model is not None:
+            self.model_label.setText(model_text(model))
+        else:
+            self.model_label.setText("No engine" if self.client.state == "dead" else "No model loaded")
 
     def _on_died(self, reason: str) -> None:
         self.banner.show_message(f"The engine stopped: {reason}. Your conversation is safe.")

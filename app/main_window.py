@@ -24,10 +24,12 @@ from app.engine_status import EngineStatus
 from app.hardware_page import HardwarePage
 from app.hardware_probe import HardwareProbe
 from app.model_controller import ModelController
+from app.model_picker import ModelPicker
 from app.models_page import ModelsPage
 from app.settings import Settings
 from app.settings_dialog import SettingsDialog
 from app.theme import apply_qt_palette, palette_for
+from app.window_extras import apply_theme, install_window_extras, save_window_state
 
 
 class MainWindow(QMainWindow):
@@ -49,6 +51,7 @@ class MainWindow(QMainWindow):
         self._build_ui()
         self._build_menus()
         self._connect()
+        install_window_extras(self)  # shortcuts, remembered size, the OS's theme followed
         self.conversation_list.open_latest()
         if store.recovered:
             self._message(f"{store.recovered} reply(ies) were interrupted last time; they are kept and marked.",
@@ -60,8 +63,9 @@ class MainWindow(QMainWindow):
         self.sidebar = ConversationSidebar(model)
         self.conversations = self.sidebar.list
         self.conversation_list = ConversationController(self.store, self.chat, self.sidebar, model)
-        self.chat_pane = ChatPane(self.chat, self.transcript, lambda: self.client.state == "ready", self.palette_,
-                                  above=[self.banner])
+        self.model_picker = ModelPicker(self.settings.recent_models)
+        self.chat_pane = ChatPane(self.chat, self.transcript, self.models.send_blocked_reason, self.palette_,
+                                  above=[self.model_picker, self.banner])
         self.composer = self.chat_pane.composer
         self.send_button = self.chat_pane.send_button
         self.stop_button = self.chat_pane.stop_button
@@ -74,7 +78,7 @@ class MainWindow(QMainWindow):
         rcol.addWidget(self.stats_panel, 1)
         rcol.addWidget(self.highlight_box)
 
-        splitter = QSplitter()
+        self.splitter = splitter = QSplitter()
         for widget in (self.sidebar, self.chat_pane, right):
             splitter.addWidget(widget)
         splitter.setSizes([230, 720, 300])
@@ -93,14 +97,16 @@ class MainWindow(QMainWindow):
         file_menu = self.menuBar().addMenu("&File")
         self._action(file_menu, "New chat", self.conversation_list.new_chat, QKeySequence.StandardKey.New)
         self._action(file_menu, "This chat's settings…", self.open_chat_settings)
-        self._action(file_menu, "Export as Markdown…", lambda: self.conversation_list.export("md"))
-        self._action(file_menu, "Export as JSON…", lambda: self.conversation_list.export("json"))
+        self._action(file_menu, "Export…", lambda: self.conversation_list.export("md"))  # Markdown, JSON or text
         file_menu.addSeparator()
         self._action(file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit)
         model_menu = self.menuBar().addMenu("&Model")
         self._action(model_menu, "Open GGUF model…", self.models.choose_model, QKeySequence.StandardKey.Open)
         self._action(model_menu, "Choose MTP sidecar…", self.models.choose_sidecar)
         self._action(model_menu, "Use the built-in default model", self.models.use_default_model)
+        self._action(model_menu, "Load settings (context, threads, memory)…",
+                     lambda: self.models.open_sheet(self.settings.model_path))
+        self._action(model_menu, "Eject model", self.models.eject)
         model_menu.addSeparator()
         self._action(model_menu, "Restart engine", self.engine_status.restart)
         tools_menu = self.menuBar().addMenu("&Tools")
@@ -124,6 +130,14 @@ class MainWindow(QMainWindow):
         self.chat_pane.sig_sent.connect(self.conversation_list.refresh)
         self.chat.sig_notice.connect(lambda text: self._message(text, 10000))
         self.models.sig_notice.connect(self.chat_pane.show_notice)
+        self.models.sig_model.connect(self.engine_status.show_model)
+        self.models.sig_model.connect(self.model_picker.show_model)
+        self.models.sig_loading.connect(lambda: self.model_picker.show_model(None, loading=True))
+        self.models.sig_blocked.connect(self.chat_pane.set_blocked)
+        self.chat_pane.set_blocked(self.models.send_blocked_reason())
+        self.model_picker.sig_pick.connect(self.models.open_sheet)
+        self.model_picker.sig_open.connect(self.models.choose_model)
+        self.model_picker.sig_eject.connect(self.models.eject)
         self.transcript.sig_copied.connect(lambda _code: self._message("Code copied", 2000))
         self.highlight_box.toggled.connect(self._set_highlight)
         self._set_highlight(self.settings.highlight_drafts)
@@ -157,7 +171,8 @@ class MainWindow(QMainWindow):
         from app.chat.chat_settings import ChatSettingsDialog
 
         conv = self.store.get(self.conversation_list.ensure_conversation())
-        dialog = ChatSettingsDialog(asdict(self.chat.chat_values()), conv.system_prompt, self.client.max_draft, self)
+        dialog = ChatSettingsDialog(asdict(self.chat.chat_values()), conv.system_prompt, self.client.max_draft, self,
+                                    auto=self.chat.profile_speculative, auto_speedup=self.chat.profile_speedup)
         if dialog.exec():
             self.store.update(conv.id, settings=dialog.values(), system_prompt=dialog.system_prompt.toPlainText())
 
@@ -168,9 +183,11 @@ class MainWindow(QMainWindow):
             self.models.load()
 
     def open_settings(self) -> None:
-        dialog = SettingsDialog(self.settings, self.client.max_draft, self)
+        dialog = SettingsDialog(self.settings, self.client.max_draft, self, auto=self.chat.profile_speculative,
+                                auto_speedup=self.chat.profile_speedup)
         if dialog.exec():
             reload_needed = dialog.apply()
+            apply_theme(self)  # a new theme shows now, not after a restart
             self.settings.save()
             if reload_needed:
                 self.models.load()
@@ -179,5 +196,6 @@ class MainWindow(QMainWindow):
         if self.chat.busy:
             self.chat.stop()
         self.models_page.shutdown()
+        save_window_state(self)
         self.settings.save()
         event.accept()

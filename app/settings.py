@@ -3,6 +3,11 @@
 Writes are atomic (temporary file + rename), so a crash never leaves a
 half-written settings file; an unreadable file falls back to defaults and is
 kept aside rather than overwritten silently.
+
+Files from older versions keep loading: a field they lack takes its default,
+and a file written before sampling presets existed whose sampling values are
+the old defaults (greedy, which made small models loop) moves to the default
+preset, since those values were never a choice.
 """
 
 from __future__ import annotations
@@ -16,6 +21,12 @@ from typing import Any
 
 from engine import paths
 from engine.hardware import default_threads
+from engine.sampling import DEFAULT_PRESET, PRESETS
+
+_DEFAULT = PRESETS[DEFAULT_PRESET]
+# The sampling values every settings file had before presets existed: untouched, not chosen.
+_OLD_DEFAULTS = {"temperature": 0.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
+RANDOM = -1  # the app's seed for "a new one each reply"
 
 FILE_NAME = "settings.json"
 
@@ -24,20 +35,28 @@ FILE_NAME = "settings.json"
 class Settings:
     model_path: str | None = None  # None: the embedded default model
     sidecar_path: str | None = None
+    recent_models: list[str] = field(default_factory=list)  # loaded successfully, newest first (the picker)
     n_threads: int = field(default_factory=default_threads)
     n_ctx: int = 4096
     n_gpu_layers: int = 0
     theme: str = "system"  # system | light | dark
     max_tokens: int = 512
-    temperature: float = 0.0
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
+    sampling_preset: str = DEFAULT_PRESET  # precise | balanced | creative | custom (engine.sampling.PRESETS)
+    temperature: float = _DEFAULT.temperature
+    top_k: int = _DEFAULT.top_k
+    top_p: float = _DEFAULT.top_p
+    min_p: float = _DEFAULT.min_p
+    repeat_penalty: float = _DEFAULT.repeat_penalty
+    repeat_last_n: int = _DEFAULT.repeat_last_n
+    presence_penalty: float = _DEFAULT.presence_penalty
+    frequency_penalty: float = _DEFAULT.frequency_penalty
+    seed: int = RANDOM  # -1: random; else the same seed and settings give the same reply
     speculative: str = "auto"  # auto (the autotune profile, else MTP n_max 3) | off | mtp
     n_max: int = 3
     p_min: float = 0.0
     highlight_drafts: bool = False
     system_prompt: str = ""
+    window_state: dict[str, str] = field(default_factory=dict)  # geometry, splitter (app/window_extras.py)
 
     @classmethod
     def path(cls) -> Path:
@@ -57,9 +76,16 @@ class Settings:
         defaults = cls()
         values: dict[str, Any] = {}
         for key, value in data.items():
-            if key in known and (value is None or isinstance(value, type(getattr(defaults, key)))
-                                 or getattr(defaults, key) is None):
+            default = getattr(defaults, key, None)
+            if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)  # JSON written by hand: 1 for 1.0
+            if key in known and (value is None or isinstance(value, type(default)) or default is None):
                 values[key] = value
+        if "sampling_preset" not in data and all(values.get(k, v) == v for k, v in _OLD_DEFAULTS.items()):
+            for key in _OLD_DEFAULTS:
+                values.pop(key, None)
+        elif "sampling_preset" not in data:
+            values["sampling_preset"] = "custom"
         return cls(**values)
 
     def save(self) -> None:

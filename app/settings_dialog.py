@@ -15,10 +15,14 @@ from PySide6.QtWidgets import (
 
 from app.reply_fields import KEYS, ReplyFields
 from app.settings import Settings
+from engine.speculative.settings import SpeculativeSettings
 
 
 class SettingsDialog(QDialog):
-    def __init__(self, settings: Settings, max_draft: int, parent: QWidget | None = None) -> None:
+    def __init__(self, settings: Settings, max_draft: int, parent: QWidget | None = None,
+                 auto: SpeculativeSettings | None = None, auto_speedup: float | None = None) -> None:
+        """``auto``: the autotune profile's settings in use for the loaded model (and its
+        measured ``auto_speedup``), shown in the draft rows while speculation is "auto"."""
         super().__init__(parent)
         self.setWindowTitle("Preferences")
         self.settings = settings
@@ -36,7 +40,7 @@ class SettingsDialog(QDialog):
         form.addRow("Context size (tokens)", self.ctx)
         form.addRow("GPU layers", self.gpu_layers)
         form.addRow("Theme", self.theme)
-        self.reply = ReplyFields(form, {k: getattr(settings, k) for k in KEYS}, max_draft)
+        self.reply = ReplyFields(form, {k: getattr(settings, k) for k in KEYS}, max_draft, auto, auto_speedup)
         form.addRow("System prompt for new chats", self.system_prompt)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)

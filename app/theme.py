@@ -1,4 +1,12 @@
-"""Colours for light and dark themes; "system" follows the OS colour scheme."""
+"""Colours for light and dark themes; "system" follows the OS colour scheme.
+
+:func:`apply_qt_palette` can be called again at any time (live theme
+switching): it replaces the application palette and style sheet, and every
+widget repaints. Two things the palette alone got wrong: a ``QPalette`` built
+by setting roles for all colour groups makes disabled buttons look enabled,
+so the Disabled group is set on its own; and a dark palette leaves input
+boxes without a visible frame, so inputs get a border from the style sheet.
+"""
 
 from __future__ import annotations
 
@@ -20,19 +28,19 @@ class Palette:
     panel_bg: str
     good: str
     bad: str
+    border: str = "#c7cbd3"  # frames of input boxes
+    disabled: str = "#9ca3af"  # text of disabled controls
 
     def code_palette(self) -> dict[str, str]:
-        if self.dark:
-            return {"code_bg": self.code_bg, "muted": self.muted, "comment": "#7f8c98",
-                    "string": "#a5d6a7", "keyword": "#82aaff", "number": "#f78c6c"}
-        return {"code_bg": self.code_bg, "muted": self.muted, "comment": "#6a737d",
-                "string": "#22863a", "keyword": "#005cc5", "number": "#b35900"}
+        """What the Markdown renderer needs: the code block's colours and the Pygments style."""
+        return {"code_bg": self.code_bg, "muted": self.muted,
+                "pygments_style": "github-dark" if self.dark else "default"}
 
 
 LIGHT = Palette(False, "#1d1f23", "#6b7280", "#2563eb", "#7c3aed", "#f3f4f6", "#fde68a", "#ffffff",
-                "#16a34a", "#dc2626")
+                "#16a34a", "#dc2626", border="#c7cbd3", disabled="#a3a8b3")
 DARK = Palette(True, "#e5e7eb", "#9ca3af", "#60a5fa", "#c4b5fd", "#1f2430", "#6b5a1e", "#181b22",
-               "#4ade80", "#f87171")
+               "#4ade80", "#f87171", border="#454b59", disabled="#5c6270")
 
 
 def system_is_dark() -> bool:
@@ -71,4 +79,25 @@ def apply_qt_palette(p: Palette) -> None:
     pal.setColor(QPalette.ColorRole.PlaceholderText, QColor(p.muted))
     pal.setColor(QPalette.ColorRole.ToolTipBase, base)
     pal.setColor(QPalette.ColorRole.ToolTipText, text)
+    # frames and bevels (Fusion draws input and button borders from these)
+    border = QColor(p.border)
+    for role, color in ((QPalette.ColorRole.Light, border.lighter(130)), (QPalette.ColorRole.Midlight, border),
+                        (QPalette.ColorRole.Mid, border), (QPalette.ColorRole.Dark, border.darker(130)),
+                        (QPalette.ColorRole.Shadow, border.darker(160))):
+        pal.setColor(role, color)
+    disabled = QPalette.ColorGroup.Disabled
+    for role in (QPalette.ColorRole.ButtonText, QPalette.ColorRole.Text, QPalette.ColorRole.WindowText):
+        pal.setColor(disabled, role, QColor(p.disabled))
+    pal.setColor(disabled, QPalette.ColorRole.Button, window)
+    pal.setColor(disabled, QPalette.ColorRole.Base, window)
+    pal.setColor(disabled, QPalette.ColorRole.Highlight, QColor(p.border))
     QGuiApplication.setPalette(pal)
+    if hasattr(app, "setStyleSheet"):  # a QApplication (widgets), not a bare QGuiApplication
+        app.setStyleSheet(style_sheet(p))
+
+
+def style_sheet(p: Palette) -> str:
+    """What the palette cannot say: visible frames on input boxes in both themes."""
+    return (f"QLineEdit, QPlainTextEdit {{ border:1px solid {p.border}; border-radius:4px; padding:3px; }}"
+            f" QLineEdit:focus, QPlainTextEdit:focus {{ border-color:{p.accent}; }}"
+            f" QLineEdit:disabled, QPlainTextEdit:disabled {{ color:{p.disabled}; }}")

@@ -7,7 +7,8 @@ Run under a real (virtual) screen:
 It uses a throw-away data folder, sends one prompt to the embedded default
 model and one to a synthetic MTP model, and saves the window mid-stream and
 after each reply: OUT_DIR/chat-default.png, chat-mtp-streaming.png, chat-mtp.png,
-then the hardware and models pages: hardware.png, models.png.
+the load sheet and a failed load that kept the model (load-sheet.png,
+failed-load.png), then the hardware and models pages: hardware.png, models.png.
 """
 
 from __future__ import annotations
@@ -73,6 +74,16 @@ def main() -> int:
     wait_for(win.chat.sig_reply_finished, 60000)
     pause(300)
     win.grab().save(str(out / "chat-mtp.png"))
+    sheet = win.models.open_sheet(services.settings.model_path)  # the load sheet for the loaded MTP model
+    pause(1500)
+    sheet.grab().save(str(out / "load-sheet.png"))
+    sheet.close()
+    win.models.use(str(Path(tmp) / "moved-away.gguf"), None)  # a failed load keeps the MTP model
+    wait_for(services.client.sig_error, 30000)
+    pause(500)
+    _app.primaryScreen().grabWindow(0).save(str(out / "failed-load.png"))  # the window and its dialog
+    if win.models.failure_box is not None:
+        win.models.failure_box.close()
     win.tabs.setCurrentWidget(win.hardware_page)
     for _ in range(100):
         if win.hardware_page.report is not None:

@@ -40,6 +40,8 @@ def main() -> int:
     services.settings.model_path = str(model.path())
     services.settings.max_tokens = args.tokens
     services.settings.speculative = "mtp" if args.mtp else "off"
+    # greedy and no penalty, as before presets existed: the same reply every run, so runs compare
+    services.settings.temperature, services.settings.repeat_penalty = 0.0, 1.0
     win = services.window
     win.resize(1280, 800)
 

@@ -1,5 +1,10 @@
 """The middle of the chat page: the transcript, the input box and the reply
-buttons, wired to the chat controller."""
+buttons, wired to the chat controller.
+
+Send and Regenerate are disabled, with the reason beside them, while no model
+can answer (the engine starting or loading, nothing loaded): a request then
+would only store an empty "failed" reply.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
 from app.chat.controller import ChatController
+from app.chat.editing import EditBar
 from app.chat.transcript import TranscriptView
 from app.theme import Palette
 
@@ -43,11 +49,15 @@ class ChatPane(QWidget):
     sig_message = Signal(str, int)
     sig_sent = Signal()
 
-    def __init__(self, chat: ChatController, transcript: TranscriptView, engine_ready: Callable[[], bool],
+    def __init__(self, chat: ChatController, transcript: TranscriptView, blocked_reason: Callable[[], str],
                  palette: Palette, above: list[QWidget], parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.chat = chat
-        self.engine_ready = engine_ready
+        self.blocked_reason = blocked_reason  # why no reply can be asked for now ("" when one can)
+        self._replying = False
+        self.blocked_label = QLabel()
+        self.blocked_label.setStyleSheet(f"color:{palette.muted};")
+        self.blocked_label.hide()
         self.model_notice = QLabel()
         self.model_notice.setWordWrap(True)
         self.model_notice.setStyleSheet(f"color:{palette.muted}; padding:2px 4px;")
@@ -70,6 +80,7 @@ class ChatPane(QWidget):
         buttons.addWidget(self.regen_button)
         buttons.addWidget(self.edit_button)
         buttons.addStretch(1)
+        buttons.addWidget(self.blocked_label)
         buttons.addWidget(self.stop_button)
         buttons.addWidget(self.send_button)
         col = QVBoxLayout(self)
@@ -79,6 +90,8 @@ class ChatPane(QWidget):
         col.addWidget(self.model_notice)
         col.addWidget(transcript, 1)
         col.addWidget(self.context_notice)
+        self.edit_bar = EditBar(palette)
+        col.addWidget(self.edit_bar)
         col.addWidget(self.composer)
         col.addLayout(buttons)
 
@@ -87,23 +100,39 @@ class ChatPane(QWidget):
         self.stop_button.clicked.connect(chat.stop)
         self.regen_button.clicked.connect(chat.regenerate)
         self.edit_button.clicked.connect(self.edit_last)
+        self.edit_bar.sig_cancel.connect(self.cancel_edit)
         chat.sig_context_notice.connect(self.show_context_notice)
         chat.sig_reply_started.connect(lambda: self._set_replying(True))
         chat.sig_reply_finished.connect(lambda _status: self._set_replying(False))
 
     def send(self) -> None:
-        if not self.engine_ready():
-            self.sig_message.emit("The engine is not ready yet.", 3000)
+        reason = self.blocked_reason()
+        if reason:  # Enter in the composer reaches here with Send disabled
+            self.sig_message.emit(reason, 4000)
             return
-        if self.chat.send(self.composer.toPlainText()):
+        text = self.composer.toPlainText()
+        sent = (self.chat.send_edited(self.edit_bar.message_id, text) if self.edit_bar.message_id is not None
+                else self.chat.send(text))
+        if sent:
+            self.edit_bar.end()
             self.composer.clear()
             self.sig_sent.emit()
 
     def edit_last(self) -> None:
-        text = self.chat.edit_last_user_message()
-        if text:
-            self.composer.setPlainText(text)
-            self.composer.setFocus()
+        """Put the last message in the composer to edit; nothing changes until it is sent."""
+        message = self.chat.last_user_message()
+        if message is None:
+            return
+        self.edit_bar.begin(message.id, self.edit_bar.draft if self.edit_bar.editing else self.composer.toPlainText())
+        self.composer.setPlainText(message.content)
+        self.composer.setFocus()
+
+    def cancel_edit(self) -> bool:
+        """Give up editing, the draft from before back in the composer; False when nothing was being edited."""
+        if not self.edit_bar.editing:
+            return False
+        self.composer.setPlainText(self.edit_bar.end())
+        return True
 
     def show_notice(self, text: str) -> None:
         self.model_notice.setText(text)
@@ -113,7 +142,20 @@ class ChatPane(QWidget):
         self.context_notice.setText(text)
         self.context_notice.setVisible(bool(text))
 
+    def set_blocked(self, reason: str) -> None:
+        """No reply can be asked for now, for ``reason`` ("" lifts it): shown beside Send and as its tooltip."""
+        self.blocked_label.setText(reason)
+        self.blocked_label.setVisible(bool(reason))
+        self._update_buttons()
+
     def _set_replying(self, replying: bool) -> None:
-        self.stop_button.setEnabled(replying)
-        for button in (self.send_button, self.regen_button, self.edit_button):
-            button.setEnabled(not replying)
+        self._replying = replying
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        reason = self.blocked_label.text()
+        self.stop_button.setEnabled(self._replying)
+        self.edit_button.setEnabled(not self._replying)
+        for button in (self.send_button, self.regen_button):
+            button.setEnabled(not self._replying and not reason)
+            button.setToolTip(reason)

@@ -9,6 +9,12 @@ error, then ``done``), and the controller asks again without the oldest
 turn, until it fits or only the new message is left. Where the open
 conversation's last reply was cut is remembered, so the next one starts there
 (a few tries at most per reply, not one per message of a long chat).
+
+While the worker reads a long prompt it reports progress (``prefill``
+events); the statistics panel shows "Processing prompt (N tokens)…" with a
+bar until the first token. The panel states MTP's speedup only where it was
+measured: the autotune profile's, when the reply uses the profile's settings.
+A model change clears the figures of the previous model.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from app.engine_client import EngineClient
 from app.settings import Settings
 from engine.speculative.settings import MTP, SPECULATION_OFF, SpeculativeSettings
 from engine.speculative.stats import StatsSnapshot
-from engine.worker.events import DoneEvent, ErrorEvent, StatsEvent, TokenEvent, stats_from_json
+from engine.worker.events import DoneEvent, ErrorEvent, PrefillEvent, StatsEvent, TokenEvent, stats_from_json
 
 SAVE_INTERVAL_S = 0.5  # a killed app loses at most this much of a streaming reply
 CONTEXT_SETTING = "Settings → Preferences → Context size"
@@ -100,7 +106,8 @@ class ChatController(QObject):
         self._reply_text = ""
         self._last_save = 0.0
         self.last_stats: StatsSnapshot | None = None
-        self.profile_speculative: SpeculativeSettings | None = None  # from autotune, when there is one
+        self._profile: SpeculativeSettings | None = None  # from autotune, when there is one
+        self.profile_speedup: float | None = None  # what autotune measured for it against plain decoding
         self.model_has_mtp = True  # "auto" asks for MTP only when the loaded model can draft
         self.context_size = 0  # tokens; the loaded model's n_ctx (0 before a model is loaded)
         self.turn: Turn | None = None  # the reply being asked for
@@ -108,23 +115,40 @@ class ChatController(QObject):
         self._stopping = False
         client.sig_token.connect(self._on_token)
         client.sig_stats.connect(self._on_stats)
+        client.sig_prefill.connect(self._on_prefill)
         client.sig_done.connect(self._on_done)
         client.sig_error.connect(self._on_error)
         client.sig_died.connect(self._on_died)
+        transcript.sig_version.connect(self.show_version)
+
+    @property
+    def profile_speculative(self) -> SpeculativeSettings | None:
+        """The autotune profile's settings for the loaded model ("auto" uses them)."""
+        return self._profile
+
+    @profile_speculative.setter
+    def profile_speculative(self, setting: SpeculativeSettings | None) -> None:
+        # another profile (or none): its measured speedup is set after it, never kept from the last one
+        self._profile = setting
+        self.profile_speedup = None
 
     # -- conversations ------------------------------------------------------
     def model_loaded(self, n_ctx: int) -> None:
         """A model was loaded with ``n_ctx`` tokens of context: another size or
-        tokenizer may fit what was left out before, so the next reply tries it all."""
+        tokenizer may fit what was left out before, so the next reply tries it all.
+        The statistics shown were the previous model's: they are cleared."""
         self.context_size = n_ctx
         self._cut = None
+        self.last_stats = None
+        if not self.busy:
+            self.stats_panel.reset()
 
     def open(self, conversation_id: int) -> None:
         self.conversation_id = conversation_id
         self._cut = None
         self.sig_context_notice.emit("")
-        shown = [ShownMessage(m.role, m.content, m.status, stats_from_json(m.stats))
-                 for m in self.store.messages(conversation_id)]
+        shown = [ShownMessage(m.role, m.content, m.status, stats_from_json(m.stats), id=m.id, version=m.version,
+                              version_count=m.version_count) for m in self.store.messages(conversation_id)]
         self.transcript.set_messages(shown)
         last = next((m.stats for m in reversed(shown) if m.stats), None)
         self.stats_panel.reset()
@@ -165,27 +189,42 @@ class ChatController(QObject):
         return True
 
     def regenerate(self) -> None:
-        """Drop the last reply and ask again."""
+        """Ask again for the last reply; the earlier one is kept as a version (‹1/2›)."""
         if self.busy or self.conversation_id is None:
             return
         msgs = self.store.messages(self.conversation_id)
         if msgs and msgs[-1].role == "assistant":
-            self.store.delete_from(self.conversation_id, msgs[-1].id)
             self.transcript.messages.pop()
-        if self.store.messages(self.conversation_id):
+            self._request_reply(again=msgs[-1].id)
+        elif msgs:
             self._request_reply()
 
-    def edit_last_user_message(self) -> str:
-        """Remove the last user message (and its reply) and return its text for editing."""
+    def last_user_message(self) -> Message | None:
+        """The message "Edit last" edits; nothing changes until the edit is sent."""
         if self.busy or self.conversation_id is None:
-            return ""
-        msgs = self.store.messages(self.conversation_id)
-        last_user = next((m for m in reversed(msgs) if m.role == "user"), None)
-        if last_user is None:
-            return ""
-        self.store.delete_from(self.conversation_id, last_user.id)
+            return None
+        return next((m for m in reversed(self.store.messages(self.conversation_id)) if m.role == "user"), None)
+
+    def send_edited(self, message_id: int, text: str) -> bool:
+        """Replace the edited message (and what followed it) by ``text``, and ask for a reply."""
+        if not text.strip() or self.busy or self.conversation_id is None:
+            return False
+        last = self.last_user_message()
+        if last is None or last.id != message_id:  # another chat was opened meanwhile: a new message
+            return self.send(text)
+        self.store.delete_from(self.conversation_id, message_id)
         self.open(self.conversation_id)
-        return last_user.content
+        return self.send(text)
+
+    def show_version(self, index: int, step: int) -> None:
+        """Show the previous (``step`` -1) or next (+1) version of the reply at transcript position ``index``."""
+        shown = self.transcript.messages[index] if 0 <= index < len(self.transcript.messages) else None
+        if self.busy or shown is None or shown.id is None:
+            return
+        m = self.store.select_version(shown.id, shown.version + step)
+        shown.content, shown.status, shown.stats = m.content, m.status, stats_from_json(m.stats)
+        shown.version, shown.version_count, shown.segments = m.version, m.version_count, []
+        self.transcript.rerender()
 
     def stop(self) -> None:
         if self.request_id is not None:
@@ -214,28 +253,33 @@ class ChatController(QObject):
             self.sig_notice.emit(f"The speculative settings are not valid ({exc}); this reply decodes plainly.")
             return SPECULATION_OFF
 
-    def _request_reply(self) -> None:
+    def _request_reply(self, again: int | None = None) -> None:
+        """Ask for a reply to the conversation; ``again``: a new version of that reply (Regenerate)."""
         assert self.conversation_id is not None
         conv = self.store.get(self.conversation_id)
-        self.turn = Turn(conv.system_prompt, [m for m in self.store.messages(self.conversation_id) if m.content])
+        history = [m for m in self.store.messages(self.conversation_id) if m.content and m.id != again]
+        self.turn = Turn(conv.system_prompt, history)
         if self._cut is not None:
             self.turn.start_at(self._cut)
         self._stopping = False
+        self.stats_panel.reset()
         self._ask()
-        self.reply = self.store.add_message(self.conversation_id, "assistant", "", status="streaming")
+        self.reply = (self.store.new_version(again) if again is not None
+                      else self.store.add_message(self.conversation_id, "assistant", "", status="streaming"))
         self._reply_text = ""
         self._last_save = time.monotonic()
-        self.stats_panel.reset()
-        self.transcript.begin_reply()
+        self.transcript.begin_reply(self.reply.id, self.reply.version, self.reply.version_count)
         self.sig_reply_started.emit()
 
     def _ask(self) -> None:
         """Send the turn, as far as it is kept, to the engine."""
         assert self.turn is not None
-        s, v = self.settings, self.chat_values()
+        v = self.chat_values()
+        speculative = self.speculative_settings(v)
+        measured = speculative == self._profile and speculative.enabled and self.profile_speedup
+        self.stats_panel.set_speedup(self.profile_speedup if measured else None, "autotuned")
         self.request_id = self.client.generate(
-            messages=self.turn.request_messages(), max_tokens=v.max_tokens, temperature=v.temperature,
-            top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, speculative=self.speculative_settings(v),
+            messages=self.turn.request_messages(), max_tokens=v.max_tokens, speculative=speculative, **v.sampling(),
         )
 
     def _retry_shorter(self) -> bool:
@@ -277,6 +321,10 @@ class ChatController(QObject):
         if now - self._last_save >= SAVE_INTERVAL_S:
             self.store.update_message(self.reply.id, content=self._reply_text)
             self._last_save = now
+
+    def _on_prefill(self, ev: PrefillEvent) -> None:
+        if ev.id == self.request_id:
+            self.stats_panel.show_prefill(ev.done, ev.total)
 
     def _on_stats(self, ev: StatsEvent) -> None:
         if ev.id == self.request_id:

@@ -1,15 +1,18 @@
-"""Live speculative statistics beside the chat: tok/s over time, acceptance,
-acceptance per draft position, mean accepted length, and where the time goes.
+"""Live speculative statistics beside the chat: first what MTP gains (the
+speedup where it was measured), then tok/s over time, acceptance, acceptance
+per draft position, mean accepted length, and where the time goes. While
+the prompt is read, "Processing prompt (N tokens)…" with a bar.
 
 Painted by hand (QPainter) so it needs nothing beyond PySide6-Essentials and
-costs little per update.
+costs little per update. Every MTP term drawn has a tooltip in plain words
+(``stats_text.GLOSSARY``): the painter notes where it drew each term.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QPainter, QPen
-from PySide6.QtWidgets import QWidget
+from PySide6.QtCore import QEvent, QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QFont, QHelpEvent, QPainter, QPen
+from PySide6.QtWidgets import QToolTip, QWidget
 
 from app.theme import Palette
 from engine.speculative import stats_text
@@ -26,25 +29,64 @@ class StatsPanel(QWidget):
         self.stats: StatsSnapshot | None = None
         self.history: list[float] = []  # decode tok/s at each update
         self.final = False
+        self.speedup: float | None = None  # measured MTP speedup for this reply's settings
+        self.speedup_source = ""
+        self.prefill: tuple[int, int] | None = None  # prompt tokens read, of how many
+        self.tips: list[tuple[QRectF, str]] = []  # where each explained term was drawn
         self.setMinimumWidth(250)
 
     def sizeHint(self) -> QSize:
         return QSize(280, 520)
 
     def reset(self) -> None:
+        """Show nothing: a new reply starts, another chat opens, or another model loaded."""
         self.stats = None
         self.history = []
         self.final = False
+        self.speedup = None
+        self.prefill = None
         self.update()
+
+    def set_speedup(self, speedup: float | None, source: str = "autotuned") -> None:
+        """The measured speedup of the settings this reply uses (None: not measured)."""
+        self.speedup, self.speedup_source = speedup, source
+        self.update()
+
+    def show_prefill(self, done: int, total: int) -> None:
+        self.prefill = (done, total)
+        self.update()
+
+    def headline(self) -> str:
+        """The first line: what MTP gains, or prompt progress before there are figures."""
+        if self.stats is None:
+            return stats_text.prefill_progress(*self.prefill) if self.prefill else ""
+        return stats_text.headline(self.stats, self.speedup, self.speedup_source)
 
     def update_stats(self, stats: StatsSnapshot, final: bool = False) -> None:
         self.stats = stats
         self.final = final
+        self.prefill = None
         tps = stats.decode_tps
         if tps and not final:
             self.history.append(float(tps))
             self.history = self.history[-120:]
         self.update()
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
+            tip = next((text for rect, text in self.tips if rect.contains(event.position())), "")
+            if tip:
+                QToolTip.showText(event.globalPos(), tip, self)
+            else:
+                QToolTip.hideText()
+                event.ignore()
+            return True
+        return super().event(event)
+
+    def _tip(self, x: float, y: float, w: float, h: float, term: str) -> None:
+        text = stats_text.GLOSSARY.get(term)
+        if text:
+            self.tips.append((QRectF(x, y, w, h), f"<b>{term}</b>: {text}"))
 
     # -- painting ---------------------------------------------------------------
     def paintEvent(self, _event: object) -> None:
@@ -61,12 +103,24 @@ class StatsPanel(QWidget):
         qp.setPen(QColor(p.text))
         qp.drawText(x, y + 4, "Live statistics" if not self.final else "Last reply")
         y += 22
+        self.tips = []
         if s is None:
             qp.setFont(self.font())
+            if self.prefill is not None:
+                self._prefill_bar(qp, x, y, w)
+                return
             qp.setPen(QColor(p.muted))
             qp.drawText(QRectF(x, y, w, 60), Qt.TextFlag.TextWordWrap,
                         "Statistics appear here while a reply streams.")
             return
+        qp.setFont(title)
+        qp.setPen(QColor(p.accent if s.speculative else p.muted))
+        line = self.headline()
+        rect = qp.boundingRect(QRectF(x, y, w, 200), Qt.TextFlag.TextWordWrap, line)  # a narrow panel wraps it
+        qp.drawText(rect, Qt.TextFlag.TextWordWrap, line)
+        self._tip(x, y, w, rect.height(), "speedup" if self.speedup else "mean accepted length" if s.rounds
+                  else "draft depth")
+        y += int(rect.height()) + 6
         big = QFont(self.font())
         big.setPointSizeF(self.font().pointSizeF() * 2.2)
         big.setBold(True)
@@ -86,7 +140,7 @@ class StatsPanel(QWidget):
 
         y += 10
         y = self._section(qp, x, y, "Speculative decoding")
-        y = self._lines(qp, x, y, stats_text.panel_lines(s))
+        y = self._lines(qp, x, y, stats_text.panel_items(s), w)
         if s.rounds:
             y = self._position_bars(qp, x, y, w, s)
 
@@ -103,12 +157,28 @@ class StatsPanel(QWidget):
         qp.setFont(self.font())
         return y + 20
 
-    def _lines(self, qp: QPainter, x: int, y: int, lines: list[str]) -> int:
+    def _lines(self, qp: QPainter, x: int, y: int, items: list[tuple[str, str]], w: int) -> int:
         qp.setPen(QColor(self.palette_.muted))
-        for line in lines:
+        for line, term in items:
             qp.drawText(x, y + 12, line)
+            self._tip(x, y, w, 18, term)
+            if term == "rollback":  # the line names the draft depth first
+                self._tip(x, y, qp.fontMetrics().horizontalAdvance(line.split(",")[0]), 18, "draft depth")
+                self.tips.insert(0, self.tips.pop())  # the narrower rect is found first
             y += 18
         return y
+
+    def _prefill_bar(self, qp: QPainter, x: int, y: int, w: int) -> None:
+        """Prompt progress: the words, then a bar of the tokens read so far."""
+        p = self.palette_
+        done, total = self.prefill or (0, 0)
+        qp.setPen(QColor(p.text))
+        qp.drawText(QRectF(x, y, w, 20), Qt.TextFlag.TextSingleLine, stats_text.prefill_progress(done, total))
+        self._tip(x, y, w, 20, "prefill")
+        bar = QRectF(x, y + 26, w, 10)
+        qp.fillRect(bar, QColor(p.code_bg))
+        qp.fillRect(QRectF(bar.x(), bar.y(), bar.width() * (done / total if total else 0), bar.height()),
+                    QColor(p.accent))
 
     def _sparkline(self, qp: QPainter, x: int, y: int, w: int, h: int) -> int:
         p = self.palette_
@@ -126,6 +196,7 @@ class StatsPanel(QWidget):
 
     def _position_bars(self, qp: QPainter, x: int, y: int, w: int, s: StatsSnapshot) -> int:
         p = self.palette_
+        self._tip(x, y, w, 18 * len(s.acceptance_per_pos), "acceptance per position")
         for i, frac in enumerate(s.acceptance_per_pos):
             qp.setPen(QColor(p.muted))
             qp.drawText(x, y + 12, f"pos {i + 1}")
@@ -150,6 +221,7 @@ class StatsPanel(QWidget):
             if secs <= 0:
                 continue
             label = stats_text.phase_label(s, name)
+            self._tip(x, y, w, 18, label)
             qp.fillRect(QRectF(x, y + 2, 10, 10), QColor(PHASE_COLORS.get(name, "#888")))
             qp.setPen(QColor(self.palette_.muted))
             qp.drawText(x + 16, y + 12, f"{label}  {1000 * secs:.0f} ms "

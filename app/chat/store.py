@@ -5,6 +5,13 @@ or worker loses at most the last fraction of a second; on the next start,
 or when the worker dies, such a reply is marked ``interrupted`` and kept.
 No Qt here: the store is plain Python and tested as such.
 
+Regenerate does not overwrite a reply: the earlier versions are kept with it
+(``‹1/2›`` in the transcript). The message row always holds the version on
+show, so history, search and export read one row per message as before; the
+others live in its ``versions`` column (JSON), and the row is copied back
+there before another version is shown. Older databases gain the new columns
+when opened (:meth:`ConversationStore._migrate`); nothing is rewritten.
+
 Text goes in through :func:`storable`: a Python ``str`` may hold lone UTF-16
 surrogates (a paste, a ``\\udXXX`` escape in JSON) that SQLite's UTF-8 cannot
 hold, and a message must never be lost for one odd character.
@@ -26,7 +33,8 @@ CREATE TABLE IF NOT EXISTS conversations (
     system_prompt TEXT NOT NULL DEFAULT '',
     settings TEXT NOT NULL DEFAULT '{}',
     created REAL NOT NULL,
-    updated REAL NOT NULL
+    updated REAL NOT NULL,
+    model TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
@@ -35,12 +43,21 @@ CREATE TABLE IF NOT EXISTS messages (
     content TEXT NOT NULL,
     status TEXT NOT NULL DEFAULT 'complete',
     stats TEXT,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    versions TEXT NOT NULL DEFAULT '[]',
+    version INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 """
 
 STATUSES = ("complete", "streaming", "interrupted", "error", "cancelled")
+SCHEMA_VERSION = 2  # 1: no reply versions, no model per conversation
+# columns added since version 1: (table, column, definition); ALTER TABLE keeps every row
+ADDED_COLUMNS = (
+    ("conversations", "model", "TEXT NOT NULL DEFAULT ''"),
+    ("messages", "versions", "TEXT NOT NULL DEFAULT '[]'"),
+    ("messages", "version", "INTEGER NOT NULL DEFAULT 0"),
+)
 
 
 def storable(text: str) -> str:
@@ -61,6 +78,7 @@ class Conversation:
     settings: dict[str, Any]
     created: float
     updated: float
+    model: str = ""  # the model of its last reply ("" before the first)
 
 
 @dataclass(frozen=True)
@@ -72,6 +90,8 @@ class Message:
     status: str
     stats: dict[str, Any] | None
     created: float
+    version: int = 0  # which of the reply's versions is shown (0-based)
+    version_count: int = 1
 
 
 class ConversationStore:
@@ -84,10 +104,27 @@ class ConversationStore:
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.execute("PRAGMA foreign_keys=ON")
         self.db.executescript(SCHEMA)
+        self._migrate()
         self.recovered = self.mark_streaming_interrupted()
 
     def close(self) -> None:
         self.db.close()
+
+    def _migrate(self) -> None:
+        """Bring a database written by an older version up to :data:`SCHEMA_VERSION`, in place."""
+        if self.db.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+            return
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            for table, column, definition in ADDED_COLUMNS:
+                have = {r["name"] for r in self.db.execute(f"PRAGMA table_info({table})")}
+                if column not in have:
+                    self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+            self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
 
     # -- conversations ------------------------------------------------------
     def create(self, title: str = "New chat", system_prompt: str = "",
@@ -103,8 +140,7 @@ class ConversationStore:
         row = self.db.execute("SELECT * FROM conversations WHERE id=?", (conversation_id,)).fetchone()
         if row is None:
             raise KeyError(conversation_id)
-        return Conversation(row["id"], row["title"], row["system_prompt"], json.loads(row["settings"]),
-                            row["created"], row["updated"])
+        return _conversation(row)
 
     def list(self, search: str = "") -> list[Conversation]:
         """Newest first; ``search`` matches titles and message text."""
@@ -115,12 +151,14 @@ class ConversationStore:
                 "WHERE c.title LIKE ? OR m.content LIKE ? ORDER BY c.updated DESC", (like, like)).fetchall()
         else:
             rows = self.db.execute("SELECT * FROM conversations ORDER BY updated DESC").fetchall()
-        return [Conversation(r["id"], r["title"], r["system_prompt"], json.loads(r["settings"]),
-                             r["created"], r["updated"]) for r in rows]
+        return [_conversation(r) for r in rows]
 
     def update(self, conversation_id: int, *, title: str | None = None, system_prompt: str | None = None,
-               settings: dict[str, Any] | None = None) -> None:
+               settings: dict[str, Any] | None = None, model: str | None = None) -> None:
         fields, values = ["updated=?"], [time.time()]
+        if model is not None:
+            fields.append("model=?")
+            values.append(storable(model))
         if title is not None:
             fields.append("title=?")
             values.append(storable(title))
@@ -171,6 +209,41 @@ class ConversationStore:
         """Delete ``message_id`` and everything after it (regenerate, edit and resend)."""
         self.db.execute("DELETE FROM messages WHERE conversation_id=? AND id>=?", (conversation_id, message_id))
 
+    def message(self, message_id: int) -> Message:
+        row = self.db.execute("SELECT * FROM messages WHERE id=?", (message_id,)).fetchone()
+        if row is None:
+            raise KeyError(message_id)
+        return _message(row)
+
+    def new_version(self, message_id: int) -> Message:
+        """Start another version of a reply (Regenerate): the shown one is kept (unless it is
+        empty), an empty ``streaming`` one is shown, and the reply streams into this same message."""
+        row = self.db.execute("SELECT * FROM messages WHERE id=?", (message_id,)).fetchone()
+        if row is None:
+            raise KeyError(message_id)
+        now = time.time()
+        versions = _versions(row)
+        if not row["content"]:  # nothing came (an error, an empty stop): nothing worth keeping
+            versions.pop(min(row["version"], len(versions) - 1))
+        versions.append({"content": "", "status": "streaming", "stats": None, "created": now})
+        self.db.execute("UPDATE messages SET content='', status='streaming', stats=NULL, created=?, versions=?, "
+                        "version=? WHERE id=?", (now, json.dumps(versions), len(versions) - 1, message_id))
+        return self.message(message_id)
+
+    def select_version(self, message_id: int, index: int) -> Message:
+        """Show version ``index`` of a reply (clamped to the versions there are)."""
+        row = self.db.execute("SELECT * FROM messages WHERE id=?", (message_id,)).fetchone()
+        if row is None:
+            raise KeyError(message_id)
+        versions = _versions(row)
+        index = max(0, min(index, len(versions) - 1))
+        chosen = versions[index]
+        stats = json.dumps(chosen["stats"]) if chosen.get("stats") is not None else None
+        self.db.execute("UPDATE messages SET content=?, status=?, stats=?, created=?, versions=?, version=? "
+                        "WHERE id=?", (chosen["content"], chosen["status"], stats, chosen["created"],
+                                       json.dumps(versions) if len(versions) > 1 else "[]", index, message_id))
+        return self.message(message_id)
+
     def mark_streaming_interrupted(self) -> int:
         cur = self.db.execute("UPDATE messages SET status='interrupted' WHERE status='streaming'")
         return cur.rowcount
@@ -191,11 +264,46 @@ class ConversationStore:
         return {
             "title": conv.title, "system_prompt": conv.system_prompt, "settings": conv.settings,
             "created": conv.created,
-            "messages": [{"role": m.role, "content": m.content, "status": m.status, "stats": m.stats,
-                          "created": m.created} for m in self.messages(conversation_id)],
+            "model": conv.model,
+            "messages": [self._exported(m) for m in self.messages(conversation_id)],
         }
+
+    def _exported(self, m: Message) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": m.role, "content": m.content, "status": m.status, "stats": m.stats,
+                               "created": m.created}
+        if m.version_count > 1:  # every version, the shown one marked
+            row = self.db.execute("SELECT * FROM messages WHERE id=?", (m.id,)).fetchone()
+            out["versions"], out["version"] = _versions(row), m.version
+        return out
+
+    def export_text(self, conversation_id: int) -> str:
+        """Plain text: who said what, for pasting anywhere."""
+        conv = self.get(conversation_id)
+        lines = [conv.title, "=" * len(conv.title), ""]
+        if conv.system_prompt:
+            lines += [f"System: {conv.system_prompt}", ""]
+        names = {"user": "You", "assistant": "Assistant", "system": "System"}
+        for m in self.messages(conversation_id):
+            note = "" if m.status == "complete" else f" ({m.status})"
+            lines += [f"{names.get(m.role, m.role)}{note}:", m.content, ""]
+        return "\n".join(lines)
+
+
+def _conversation(r: sqlite3.Row) -> Conversation:
+    return Conversation(r["id"], r["title"], r["system_prompt"], json.loads(r["settings"]), r["created"],
+                        r["updated"], r["model"])
 
 
 def _message(r: sqlite3.Row) -> Message:
+    count = len(json.loads(r["versions"])) or 1
     return Message(r["id"], r["conversation_id"], r["role"], r["content"], r["status"],
-                   json.loads(r["stats"]) if r["stats"] else None, r["created"])
+                   json.loads(r["stats"]) if r["stats"] else None, r["created"], r["version"], count)
+
+
+def _versions(r: sqlite3.Row) -> list[dict[str, Any]]:
+    """Every version of a reply, the shown one as the row holds it now (it may have streamed on since)."""
+    shown = {"content": r["content"], "status": r["status"], "stats": json.loads(r["stats"]) if r["stats"] else None,
+             "created": r["created"]}
+    versions = json.loads(r["versions"]) or [shown]
+    versions[min(r["version"], len(versions) - 1)] = shown
+    return versions

@@ -6,6 +6,10 @@ proportion to what arrived, not to the reply: new text is appended as plain
 text; when a paragraph is complete (a blank line outside any code fence) that
 plain text is replaced by its Markdown rendering, once. When the reply ends
 it is rendered once more, whole, with its footer.
+
+A regenerated reply keeps its earlier versions: its footer shows ``‹ 2/3 ›``,
+and the arrows are links the chat controller answers (``sig_version``). Web
+links in replies open in the browser; nothing else is followed.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import html
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import QTimer, QUrl, Signal
-from PySide6.QtGui import QGuiApplication, QTextBlockFormat, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QDesktopServices, QGuiApplication, QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from app.chat import markdown
@@ -32,6 +36,9 @@ class ShownMessage:
     status: str = "complete"
     stats: StatsSnapshot | None = None
     segments: list[tuple[str, bool]] = field(default_factory=list)  # (text, from accepted drafts)
+    id: int | None = None  # the stored message
+    version: int = 0  # which of a regenerated reply's versions this is (0-based)
+    version_count: int = 1
 
 
 class TranscriptView(QTextBrowser):
@@ -39,9 +46,11 @@ class TranscriptView(QTextBrowser):
 
     Signals:
         sig_copied(str): a code block was copied to the clipboard.
+        sig_version(int, int): the message at this position wants its previous (-1) or next (+1) version.
     """
 
     sig_copied = Signal(str)
+    sig_version = Signal(int, int)
 
     def __init__(self, palette: Palette, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -61,6 +70,15 @@ class TranscriptView(QTextBrowser):
         self._timer.setInterval(FLUSH_MS)
         self._timer.timeout.connect(self._flush)
         self.flushes = 0
+        self._to_warm = list(markdown.COMMON_LANGUAGES)
+        QTimer.singleShot(200, self, self._warm_up)  # the view as context: no call after it is gone
+
+    def _warm_up(self) -> None:
+        """One language per idle moment (markdown.warm_up), never a long stall."""
+        if self._to_warm and self._stream_start < 0:
+            markdown.warm_up(self._to_warm.pop(0), self.palette_.code_palette())
+        if self._to_warm:
+            QTimer.singleShot(50, self, self._warm_up)
 
     # -- whole transcript ---------------------------------------------------
     def set_messages(self, messages: list[ShownMessage]) -> None:
@@ -99,8 +117,9 @@ class TranscriptView(QTextBrowser):
         self._flush()
 
     # -- streaming ------------------------------------------------------------
-    def begin_reply(self) -> None:
-        self.messages.append(ShownMessage(role="assistant", content="", status="streaming"))
+    def begin_reply(self, message_id: int | None = None, version: int = 0, version_count: int = 1) -> None:
+        self.messages.append(ShownMessage(role="assistant", content="", status="streaming", id=message_id,
+                                          version=version, version_count=version_count))
         self._stream_start = 0
         self.rerender()
         self._timer.start()
@@ -148,7 +167,7 @@ class TranscriptView(QTextBrowser):
             cursor.insertBlock()
             cursor.insertHtml(markdown.render(chunk, self.palette_.code_palette(), f"copy:{index}:",
                                               first_block=self._settled_blocks))
-            self._settled_blocks += len(markdown.FENCE.findall(chunk)) // 2
+            self._settled_blocks += len(markdown.code_blocks(chunk))
             self._settled, self._tail_start, self._tail_shown = boundary, cursor.position(), 0
         new = msg.content[self._settled + self._tail_shown:]
         if not new:
@@ -191,7 +210,11 @@ class TranscriptView(QTextBrowser):
         else:
             body = markdown.render(m.content, p.code_palette(), copy_prefix=f"copy:{index}:")
         foot = stats_text.footer(m.stats, m.status) if m.role == "assistant" and m.status != "streaming" else ""
-        footer = f'<p style="color:{p.muted};font-size:small;margin-top:0">{html.escape(foot)}</p>' if foot else ""
+        foot = html.escape(foot)
+        if m.version_count > 1 and m.status != "streaming":
+            foot = (f'<a href="version:{index}:-1">‹</a> {m.version + 1}/{m.version_count} '
+                    f'<a href="version:{index}:1">›</a>' + (f" &nbsp;·&nbsp; {foot}" if foot else ""))
+        footer = f'<p style="color:{p.muted};font-size:small;margin-top:0">{foot}</p>' if foot else ""
         return head + body + footer
 
     def _scroll_to_end(self) -> None:
@@ -200,7 +223,12 @@ class TranscriptView(QTextBrowser):
 
     def _on_anchor(self, url: QUrl) -> None:
         text = url.toString()
-        if text.startswith("copy:"):
+        if url.scheme() in ("http", "https", "mailto"):
+            QDesktopServices.openUrl(url)
+        elif text.startswith("version:"):
+            _, msg_index, step = text.split(":")
+            self.sig_version.emit(int(msg_index), int(step))
+        elif text.startswith("copy:"):
             _, msg_index, block_index = text.split(":")
             blocks = markdown.code_blocks(self.messages[int(msg_index)].content)
             code = blocks[int(block_index)]

@@ -14,6 +14,18 @@ Plain decoding is the case where the draft is always empty. Each step:
 
 Cancellation is checked between decodes, and while a chat template renders.
 
+The sampler chain is stateful (its penalties remember what it accepted), and
+``Sampler.sample`` accepts the token it returns. The loop therefore samples
+verify rows in order and stops at the first rejected draft: the chain's
+history is exactly the prompt (``accept_prompt``, as llama.cpp does) followed
+by the emitted tokens, the same as in plain decoding, so with any sampler —
+penalties and seeded randomness included — speculation keeps the target's
+distribution. The random generator draws once per sample, so a seeded reply
+draws the same numbers with and without MTP.
+
+Prefill reports its progress (``on_prefill(done, total)``: before the first
+chunk and after each), so a long prompt is not minutes of silence.
+
 Acceptance follows llama.cpp's ``common_sampler_sample_and_accept_n``: a
 draft that equals an end-of-generation sample is accepted only when it is the
 last draft of the round (earlier, the drafts after it would enter the context
@@ -84,6 +96,8 @@ class GenerateResult:
 # from accepted draft tokens
 TextCallback = Callable[[str, bool], None]
 StatsCallback = Callable[[GenerationStats], None]
+# on_prefill(done, total): prompt tokens decoded so far, of how many
+PrefillCallback = Callable[[int, int], None]
 
 
 def max_prompt_chars(n_ctx: int) -> int:
@@ -201,6 +215,7 @@ def generate(
     on_text: TextCallback | None = None,
     on_stats: StatsCallback | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    on_prefill: PrefillCallback | None = None,
 ) -> GenerateResult:
     """Run one generation to its end; see the module docstring for the steps.
 
@@ -245,7 +260,8 @@ def generate(
     if request.max_tokens <= 0:  # nothing to generate: not even the first sampled token
         return _ended_early(stats, "length", prompt_mode, on_stats)
     out = _Output(session, request, on_text)
-    sampler = Sampler(request.sampling)
+    sampler = Sampler(request.sampling, session.model.n_vocab, target.n_ctx)
+    sampler.accept_prompt(tokens)
     batch = Batch(max(target.n_batch, MAX_DRAFT + 1))
     accepted_per_round: list[int] = []
     drafted_per_round: list[int] = []
@@ -259,6 +275,8 @@ def generate(
             drafter.begin(spec)
         held = request.hold_last_prompt_token and len(tokens) > 1
         prefill = tokens[:-1] if held else tokens
+        if on_prefill is not None:
+            on_prefill(0, len(prefill))
         for start in range(0, len(prefill), target.n_batch):
             chunk = prefill[start:start + target.n_batch]
             batch.clear()
@@ -267,6 +285,8 @@ def generate(
             target.decode(batch)
             if drafter is not None:
                 drafter.process(chunk, start)
+            if on_prefill is not None:
+                on_prefill(start + len(chunk), len(prefill))
             if should_stop():
                 out.finish = "cancelled"
                 break

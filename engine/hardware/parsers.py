@@ -126,11 +126,6 @@ def parse_system_profiler_displays(text: str) -> list[GPU]:
     return gpus
 
 
-def parse_meminfo_total_mib(text: str) -> int | None:
-    m = re.search(r"MemTotal:\s+(\d+)\s+kB", text)
-    return int(m.group(1)) // 1024 if m else None
-
-
 def parse_cpuinfo(text: str) -> tuple[str, list[str]]:
     """CPU model name and feature flags from ``/proc/cpuinfo`` (x86 or ARM)."""
     model, flags = "", []  # type: str, list[str]

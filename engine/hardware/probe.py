@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.hardware import parsers
+from engine.hardware import memory, nvidia, parsers
 from engine.hardware.parsers import GPU
 
 PROBE_TIMEOUT_S = 30.0
@@ -79,10 +79,7 @@ def _read(path: str) -> str:
 
 
 def _gpus(notes: list[str]) -> list[GPU]:
-    gpus: list[GPU] = []
-    out = _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits"])
-    if out:
-        gpus += parsers.parse_nvidia_smi_csv(out)
+    gpus: list[GPU] = _nvidia_gpus()
     kfd = Path("/sys/class/kfd/kfd/topology/nodes")
     if kfd.is_dir():
         nodes = {p.name: _read(str(p / "properties")) for p in kfd.iterdir()}
@@ -98,8 +95,17 @@ def _gpus(notes: list[str]) -> list[GPU]:
         known = {g.name for g in gpus}
         gpus += [g for g in parsers.parse_vulkaninfo_summary(out) if g.name not in known]
     if not gpus:
-        notes.append("No GPU found (nvidia-smi, ROCm topology, vulkaninfo).")
+        notes.append("No GPU found (NVML, nvidia-smi, ROCm topology, vulkaninfo).")
     return gpus
+
+
+def _nvidia_gpus() -> list[GPU]:
+    """NVML first (typed, no process); ``nvidia-smi`` where NVML cannot be loaded."""
+    gpus = nvidia.nvml_gpus()
+    if gpus is not None:
+        return gpus
+    out = _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits"])
+    return parsers.parse_nvidia_smi_csv(out) if out else []
 
 
 def _engine_devices() -> tuple[list[dict[str, Any]], bool]:
@@ -156,12 +162,7 @@ def collect() -> HardwareReport:
     model, flags = parsers.parse_cpuinfo(_read("/proc/cpuinfo"))
     if not model and sys.platform == "darwin":
         model = (_run(["sysctl", "-n", "machdep.cpu.brand_string"]) or "").strip()
-    ram = parsers.parse_meminfo_total_mib(_read("/proc/meminfo"))
-    if ram is None and hasattr(os, "sysconf"):
-        try:
-            ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
-        except (ValueError, OSError):
-            ram = None
+    ram = memory.total_ram_mib()
     report = HardwareReport(
         os=f"{platform.system()} {platform.release()}", machine=platform.machine(),
         cpu_model=model or platform.processor(), cpu_flags=[f for f in flags if f in IMPORTANT_CPU_FLAGS],

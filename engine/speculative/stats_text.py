@@ -8,6 +8,30 @@ from engine.speculative.stats import StatsSnapshot
 
 PHASE_NAMES = {"catch_up": "catch-up"}
 
+# Every MTP term the app shows, in plain words (the panel's tooltips; docs/statistics.md defines them exactly).
+GLOSSARY = {
+    "speedup": "How much faster replies are with MTP than plain decoding of the same model on this machine. "
+               "Stated only where it was measured: autotune timed both on this model.",
+    "draft depth": "n_max: the most tokens MTP drafts per step. Deeper drafts pay off only when most are accepted.",
+    "gate": "p_min: drafting stops at a token the MTP head is less sure of than this.",
+    "rollback": "How rejected draft tokens are removed from the model's memory: kv drops them from the "
+                "attention cache; rs_seq and checkpoint rewind the recurrent state of hybrid models.",
+    "acceptance": "The share of drafted tokens the full model agreed with (it checks every one).",
+    "acceptance per position": "For each draft position: how often a draft reaching it was accepted. "
+                               "Later positions are accepted less often.",
+    "mean accepted length": "Tokens gained per full-model step: 1 + accepted drafts per step. 1.0 means no "
+                            "draft was accepted; MTP pays off well above 1.",
+    "rounds": "Full-model steps that checked at least one drafted token.",
+    "prefill": "Reading the prompt: the full model processes it in chunks before the first reply token.",
+    "draft": "The MTP head proposing the next tokens.",
+    "verify": "The full model checking the drafted tokens in one batch (in plain decoding: one token per step).",
+    "decode": "The full model producing one token per step.",
+    "catch-up": "Feeding the full model's state to the MTP head after each check, so it drafts from the right "
+                "place.",
+    "sampling": "Choosing each token from the model's probabilities (temperature, penalties …).",
+    "other": "Everything else: the loop itself, turning tokens into text, stop strings, events.",
+}
+
 
 def _num(value: float | None, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
@@ -34,6 +58,34 @@ def phase_label(s: StatsSnapshot, phase: str) -> str:
     return PHASE_NAMES.get(phase, phase)
 
 
+def draft_depth(s: StatsSnapshot) -> int | None:
+    """The ``n_max`` a speculative generation used (from its mode, ``mtp(n_max=3)``)."""
+    if not s.speculative or "n_max=" not in s.mode:
+        return None
+    digits = s.mode.split("n_max=", 1)[1].rstrip(")")
+    return int(digits) if digits.isdigit() else None
+
+
+def headline(s: StatsSnapshot, speedup: float | None = None, source: str = "autotuned") -> str:
+    """The first line about MTP: the speedup where one was measured (``source`` says
+    how), else what was measured in this reply; never a guess."""
+    if not s.speculative:
+        return "MTP off: plain decoding"
+    if speedup:
+        if speedup >= 1.05:
+            return f"MTP: {speedup:.1f}× faster than without ({source})"
+        return f"MTP: about as fast as without ({source})"
+    if s.rounds:
+        return f"MTP: {s.mean_accepted_length or 1:.2f} tokens per step (speedup not measured)"
+    return "MTP: no drafts yet"
+
+
+def prefill_progress(done: int, total: int) -> str:
+    """While the prompt is read: ``Processing prompt (1,234 tokens)… 40%``."""
+    percent = f" {100 * done // total}%" if total and done else ""
+    return f"Processing prompt ({total:,} tokens)…{percent}"
+
+
 def status_line(s: StatsSnapshot) -> str:
     """The status bar while a reply streams: speed, and acceptance under MTP."""
     return " · ".join(part for part in (speed(s), acceptance(s)) if part)
@@ -52,16 +104,23 @@ def footer(s: StatsSnapshot | None, status: str) -> str:
     return " · ".join(parts)
 
 
-def panel_lines(s: StatsSnapshot) -> list[str]:
-    """The live panel's "Speculative decoding" section."""
+def panel_items(s: StatsSnapshot) -> list[tuple[str, str]]:
+    """The live panel's "Speculative decoding" section: each line and the
+    :data:`GLOSSARY` term that explains it."""
     if not s.rounds:
-        return ["no drafts yet" if s.speculative else "off for this reply"]
+        return [("no drafts yet" if s.speculative else "off for this reply", "draft depth")]
+    depth = draft_depth(s)
     return [
-        f"{s.mode}, rollback: {s.rollback}",
-        f"acceptance {100 * (s.acceptance_rate or 0):.1f}%  ({s.accepted}/{s.drafted})",
-        f"mean accepted length {s.mean_accepted_length or 0:.2f}",
-        f"rounds {s.rounds}",
+        (f"draft depth {depth if depth is not None else s.mode}, rollback: {s.rollback}", "rollback"),
+        (f"acceptance {100 * (s.acceptance_rate or 0):.1f}%  ({s.accepted}/{s.drafted})", "acceptance"),
+        (f"mean accepted length {s.mean_accepted_length or 0:.2f}", "mean accepted length"),
+        (f"rounds {s.rounds}", "rounds"),
     ]
+
+
+def panel_lines(s: StatsSnapshot) -> list[str]:
+    """The live panel's "Speculative decoding" section, as text."""
+    return [text for text, _term in panel_items(s)]
 
 
 def report(s: StatsSnapshot, finish: str) -> str:

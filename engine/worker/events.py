@@ -84,6 +84,18 @@ class LoadedEvent:
 
 
 @dataclass(frozen=True)
+class PrefillEvent:
+    """Prompt processing in progress: ``done`` of ``total`` prompt tokens are
+    decoded. Sent before the first chunk (``done`` 0) and after each chunk of
+    ``n_batch`` tokens, so a long prompt shows progress instead of silence."""
+
+    id: str | None
+    done: int
+    total: int
+    type: str = "prefill"
+
+
+@dataclass(frozen=True)
 class TokenEvent:
     id: str | None
     text: str  # a UTF-8-complete delta
@@ -140,12 +152,13 @@ class ByeEvent:
     type: str = "bye"
 
 
-Event = (ReadyEvent | LoadedEvent | TokenEvent | StatsEvent | DoneEvent | ErrorEvent | AckEvent | UnloadedEvent
-         | ByeEvent)
+Event = (ReadyEvent | LoadedEvent | PrefillEvent | TokenEvent | StatsEvent | DoneEvent | ErrorEvent | AckEvent
+         | UnloadedEvent | ByeEvent)
 
 EVENTS: dict[str, type] = {
     "ready": ReadyEvent,
     "loaded": LoadedEvent,
+    "prefill": PrefillEvent,
     "token": TokenEvent,
     "stats": StatsEvent,
     "done": DoneEvent,

@@ -7,8 +7,8 @@ naming the field; nothing is guessed at.
 
 Version 2:
   requests  load, generate, cancel, unload, shutdown
-  events    ready (the handshake), loaded, token, stats, done, error,
-            ack (ends a cancel), unloaded, bye
+  events    ready (the handshake), loaded, prefill (prompt progress), token,
+            stats, done, error, ack (ends a cancel), unloaded, bye
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import ProtocolError
+from engine.sampling import RANDOM_SEED, SamplingParams
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 from engine.worker.events import (  # noqa: F401  (re-exported: the protocol is requests and events)
     EVENTS,
@@ -30,6 +31,7 @@ from engine.worker.events import (  # noqa: F401  (re-exported: the protocol is 
     Event,
     LoadedEvent,
     ModelInfo,
+    PrefillEvent,
     ReadyEvent,
     StatsEvent,
     TokenEvent,
@@ -58,6 +60,10 @@ class LoadRequest:
 
 @dataclass(frozen=True)
 class GenerateRequestMsg:
+    """A reply to generate. The sampling fields are flat, named as in
+    llama.cpp's server API, and checked by :class:`SamplingParams` when the
+    message is made: a value out of range is a ``protocol`` error naming it."""
+
     id: str
     prompt: str | None = None
     messages: list[dict[str, str]] | None = None
@@ -65,11 +71,25 @@ class GenerateRequestMsg:
     top_k: int = 40
     top_p: float = 0.95
     min_p: float = 0.05
-    seed: int = 0xFFFFFFFF
+    seed: int = RANDOM_SEED
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
     max_tokens: int = 256
     stop: list[str] = field(default_factory=list)
     speculative: SpeculativeSettings = SPECULATION_OFF
     type: str = "generate"
+
+    def __post_init__(self) -> None:
+        self.sampling()  # a bad value never travels
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(
+            temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p, seed=self.seed,
+            repeat_penalty=self.repeat_penalty, repeat_last_n=self.repeat_last_n,
+            presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
+        )
 
 
 @dataclass(frozen=True)

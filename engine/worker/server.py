@@ -27,6 +27,7 @@ from engine.worker.events import (
     Event,
     LoadedEvent,
     ModelInfo,
+    PrefillEvent,
     ReadyEvent,
     StatsEvent,
     TokenEvent,
@@ -262,7 +263,6 @@ class Worker:
     def _generate(self, request: GenerateRequestMsg) -> None:
         from engine.errors import NoModelLoaded
         from engine.generation.generator import GenerateRequest, generate
-        from engine.runtime import SamplingParams
 
         if self.session is None:
             raise NoModelLoaded("No model is loaded; send a load request first.")
@@ -273,8 +273,7 @@ class Worker:
         gen = GenerateRequest(
             prompt=request.prompt,
             messages=tuple(request.messages) if request.messages is not None else None,
-            sampling=SamplingParams(request.temperature, request.top_k, request.top_p, request.min_p,
-                                    request.seed),
+            sampling=request.sampling(),
             max_tokens=request.max_tokens,
             stop=tuple(request.stop),
             speculative=request.speculative,
@@ -286,6 +285,7 @@ class Worker:
                 on_text=lambda text, draft: self.out.send(TokenEvent(request.id, text, draft)),
                 on_stats=lambda stats: self.out.send(StatsEvent(request.id, stats.snapshot())),
                 should_stop=lambda: self._stopping(request.id),
+                on_prefill=lambda done, total: self.out.send(PrefillEvent(request.id, done, total)),
             )
         finally:
             self.current = None

@@ -15,6 +15,10 @@ def services(qtbot, isolated_dirs, tmp_path, monkeypatch) -> Iterator[object]:
     from app.application import Services
 
     s = Services()
+    # Replies as the engine's defaults make them (greedy, no penalty): deterministic,
+    # and as long as a test asks. The app's own default (Balanced: random, with a
+    # repetition penalty) is tested where it is the point (tests/app/test_sampling_ui.py).
+    s.settings.temperature, s.settings.repeat_penalty, s.settings.sampling_preset = 0.0, 1.0, "custom"
     qtbot.addWidget(s.window)
     yield s
     s.client.stop()

@@ -23,10 +23,10 @@ LONG = ("The river runs past the old mill and the bridge, under the willows, thr
 
 @pytest.fixture()
 def warnings(monkeypatch) -> list[tuple[str, str]]:
-    """Modal warnings the model controller shows, recorded instead (a modal blocks an offscreen test)."""
+    """The failed-load dialogs the model controller opens (title, text), recorded instead of shown."""
     shown: list[tuple[str, str]] = []
-    monkeypatch.setattr("app.model_controller.QMessageBox.warning",
-                        lambda _parent, title, text: shown.append((title, text)))
+    monkeypatch.setattr("app.model_controller.QMessageBox.open",
+                        lambda box: shown.append((box.windowTitle(), box.text())))
     return shown
 
 

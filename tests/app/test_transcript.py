@@ -47,3 +47,36 @@ def test_streaming_in_random_pieces_ends_like_a_whole_render(qtbot):
                         ShownMessage("assistant", REPLY, "complete", StatsSnapshot(generated_tokens=42, elapsed=1.0))])
     assert streamed == whole.toPlainText()
     assert "42 tokens" in streamed and "def count(path):" in streamed and "**" not in streamed
+
+
+def test_markdown_renders_tables_links_nested_lists_and_code_blocks(qtbot):
+    from app.chat import markdown
+
+    text = ("| Metal | Use |\n|---|---|\n| copper | wires |\n| tin | cans |\n\n"
+            "See [the docs](https://example.org/a?b=1) and <b>raw html</b>.\n\n"
+            "- fruit\n  - apple\n  - pear\n- veg\n\n"
+            "```rust\nfn main() { let x = 1; }\n```\n\n"
+            "~~~\nplain tilde block\n~~~\n")
+    out = markdown.render(text, LIGHT.code_palette(), copy_prefix="copy:0:")
+    assert "<table" in out and "<td>copper</td>" in out and "<th>Metal</th>" in out
+    assert '<a href="https://example.org/a?b=1">the docs</a>' in out
+    assert "&lt;b&gt;raw html&lt;/b&gt;" in out  # the model's output is never HTML
+    assert out.count("<ul>") == 2  # the nested list is a list inside a list
+    assert 'href="copy:0:0"' in out and 'href="copy:0:1"' in out
+    assert "<span" in out and "fn" in out  # Pygments coloured the Rust
+    assert markdown.code_blocks(text) == ["fn main() { let x = 1; }", "plain tilde block"]
+    view = TranscriptView(LIGHT)
+    qtbot.addWidget(view)
+    view.set_messages([ShownMessage("assistant", text)])
+    shown = view.toPlainText()
+    assert "copper" in shown and "apple" in shown and "[the docs]" not in shown and "|---|" not in shown
+
+
+def test_markdown_knows_many_languages_and_keeps_unknown_ones_plain():
+    from app.chat import markdown
+
+    haskell = markdown.highlight_code("main = putStrLn \"hi\" -- greet", LIGHT.code_palette(), "haskell")
+    assert "<span" in haskell and "-- greet" in haskell
+    assert markdown.highlight_code("a < b", LIGHT.code_palette(), "no-such-language") == "a &lt; b"
+    # a javascript: link is not made clickable
+    assert 'href="javascript' not in markdown.render("[x](javascript:alert(1))", LIGHT.code_palette())

@@ -129,3 +129,60 @@ def test_the_real_probe_sees_the_cpu_backend_and_its_fingerprint_is_stable():
     assert a.ram_mib and a.cores >= 1
     assert any(d["type"] == "cpu" for d in a.engine_devices)
     assert a.fingerprint() == b.fingerprint()
+
+
+def test_ram_comes_from_psutil(monkeypatch):
+    import psutil
+
+    from engine.hardware import memory
+
+    class VM:
+        total, available = 64 * 2**30, 40 * 2**30
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: VM())
+    assert memory.total_ram_mib() == 65536
+    assert memory.available_ram_bytes() == 40 * 2**30
+    monkeypatch.setattr(memory.psutil, "virtual_memory", lambda: (_ for _ in ()).throw(OSError("no")))
+    assert memory.total_ram_mib() is None
+
+
+def fake_nvml(names: list[str], *, fail_init: bool = False):
+    """A stand-in for nvidia-ml-py's ``pynvml`` (this machine has no NVIDIA driver)."""
+    import types
+
+    class NVMLError(Exception):
+        pass
+
+    def init():
+        if fail_init:
+            raise NVMLError("NVML Shared Library Not Found")
+
+    mod = types.ModuleType("pynvml")
+    mod.nvmlInit = init
+    mod.nvmlShutdown = lambda: None
+    mod.nvmlSystemGetDriverVersion = lambda: b"560.94"  # old bindings answer bytes
+    mod.nvmlDeviceGetCount = lambda: len(names)
+    mod.nvmlDeviceGetHandleByIndex = lambda i: i
+    mod.nvmlDeviceGetName = lambda h: names[h]
+    mod.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(total=49140 * 2**20, free=1, used=0)
+    return mod
+
+
+def test_nvidia_gpus_come_from_nvml_with_nvidia_smi_as_fallback(monkeypatch):
+    import sys
+
+    from engine.hardware import probe as probe_mod
+
+    smi_calls: list[list[str]] = []
+
+    def fake_run(cmd):
+        smi_calls.append(cmd)
+        return sample("nvidia-smi.csv") if cmd[0] == "nvidia-smi" else None
+
+    monkeypatch.setattr(probe_mod, "_run", fake_run)
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(["NVIDIA H200"]))
+    assert probe_mod._nvidia_gpus() == [GPU("nvidia", "NVIDIA H200", 49140, "560.94", "cuda")]
+    assert not smi_calls  # NVML answered: no process started
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml([], fail_init=True))
+    assert probe_mod._nvidia_gpus() == [GPU("nvidia", "NVIDIA RTX A6000", 49140, "560.94", "cuda")] * 2
+    assert smi_calls and smi_calls[0][0] == "nvidia-smi"

@@ -6,6 +6,18 @@ from engine.speculative.stats import StatsSnapshot
 from engine.worker import protocol as P
 
 
+def test_sampling_fields_round_trip_and_are_llama_cpps_names():
+    msg = P.GenerateRequestMsg(id="g2", prompt="x", temperature=0.7, top_k=0, top_p=0.9, min_p=0.1, seed=7,
+                               repeat_penalty=1.1, repeat_last_n=-1, presence_penalty=0.5, frequency_penalty=-0.5)
+    assert P.decode_request(P.encode(msg)) == msg
+    sampling = msg.sampling()
+    assert (sampling.repeat_penalty, sampling.repeat_last_n, sampling.seed) == (1.1, -1, 7)
+    assert sampling.history_length(4096) == 4096  # -1: the whole context, as in llama.cpp
+    # a request written before the penalties existed still reads, with them off
+    old = P.decode_request('{"type": "generate", "id": "a", "prompt": "x", "temperature": 0.5, "seed": 3}')
+    assert not old.sampling().penalised
+
+
 def test_generate_request_round_trips_through_json():
     msg = P.GenerateRequestMsg(id="g1", messages=[{"role": "user", "content": "hi"}], max_tokens=5,
                                stop=["\n"], speculative=SpeculativeSettings("mtp", 2, 0, 0.5))
@@ -27,6 +39,14 @@ def test_generate_request_round_trips_through_json():
         ('{"type": "generate", "id": "a", "speculative": {"mode": "none"}}', "speculative: mode must be one of"),
         ('{"type": "generate", "id": "a", "speculative": {"mode": "mtp", "n_max": 99}}', "n_max must be"),
         ('{"type": "generate", "id": "a", "speculative": {"p_min": -0.5}}', "p_min must be"),
+        ('{"type": "generate", "id": "a", "top_p": 1.5}', "generate: top_p must be a number from 0 to 1"),
+        ('{"type": "generate", "id": "a", "top_k": -5}', "top_k must be an integer"),
+        ('{"type": "generate", "id": "a", "repeat_penalty": 0}', "repeat_penalty must be"),
+        ('{"type": "generate", "id": "a", "repeat_last_n": -2}', "repeat_last_n must be"),
+        ('{"type": "generate", "id": "a", "presence_penalty": 3}', "presence_penalty must be"),
+        ('{"type": "generate", "id": "a", "frequency_penalty": "lots"}', "frequency_penalty: expected a number"),
+        ('{"type": "generate", "id": "a", "seed": -1}', "seed must be an integer from 0"),
+        ('{"type": "generate", "id": "a", "temperature": 1e400}', "temperature must be"),
     ],
 )
 def test_malformed_requests_are_refused_with_the_reason(line, fragment):
@@ -57,6 +77,7 @@ def test_off_is_spelled_one_way_and_the_deepest_draft_is_decided_once():
     P.ReadyEvent(2, 99, P.EngineBuild("0.3.36", "cpu", cmake_args=["-DX=1"]), max_draft=8),
     P.LoadedEvent("r1", P.ModelInfo(path="/m.gguf", architecture="gemma3", mtp="single", max_draft=8)),
     P.TokenEvent("r2", "héllo", draft=True),
+    P.PrefillEvent("r2", 512, 1300),
     P.StatsEvent("r2", StatsSnapshot(mode="mtp(n_max=3)", rounds=2, drafted_per_pos=[2, 1],
                                      phase_seconds={"draft": 0.5})),
     P.DoneEvent("r2", "length", StatsSnapshot(generated_tokens=4), "template", 4),

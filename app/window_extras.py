@@ -1,0 +1,112 @@
+"""The main window's keyboard shortcuts, remembered size and live theme.
+
+Kept apart from ``main_window.py``, which only builds and wires: these act on
+the finished window and read what they need from it (its chat, chat pane,
+sidebar, splitter and settings).
+
+- Shortcuts: Esc stops a reply (or cancels an edit), Ctrl+R regenerates,
+  Ctrl+E edits the last message, Ctrl+F searches the conversations, and
+  Preferences gets Ctrl+, where the platform has no standard key for it
+  (Linux, Windows).
+- The window's geometry and the splitter between sidebar, chat and
+  statistics are saved in the settings when the window closes and restored
+  when it opens (Qt's own ``saveGeometry``/``saveState``, base64 in JSON).
+- The theme switches without a restart: the Qt palette and style sheet are
+  replaced and every widget that draws with our :class:`Palette` gets the new
+  one; "system" follows the OS when its colour scheme changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QByteArray, Qt
+from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
+from PySide6.QtWidgets import QMainWindow, QWidget
+
+from app.theme import Palette, apply_qt_palette, palette_for
+
+PREFERENCES_FALLBACK = "Ctrl+,"
+
+
+def install_window_extras(window: Any) -> None:
+    """Add the shortcuts, restore the saved size and follow the OS theme (for "system")."""
+    _add_chat_menu(window)
+    prefs = next((a for a in window.findChildren(QAction) if a.text() == "Preferences…"), None)
+    if prefs is not None:
+        prefs.setShortcuts([*QKeySequence.keyBindings(QKeySequence.StandardKey.Preferences),
+                            QKeySequence(PREFERENCES_FALLBACK)])
+    restore_window_state(window)
+    hints = QGuiApplication.styleHints()
+    if hasattr(hints, "colorSchemeChanged"):
+        hints.colorSchemeChanged.connect(lambda _scheme: window.settings.theme == "system" and apply_theme(window))
+
+
+def _add_chat_menu(window: Any) -> None:
+    menu = window.menuBar().addMenu("&Chat")
+    before = next((a for a in window.menuBar().actions() if a.text() == "&Tools"), None)
+    if before is not None:  # between Model and Tools, not after Settings
+        window.menuBar().insertMenu(before, menu)
+    entries = (
+        ("Stop reply", lambda: escape(window), QKeySequence(Qt.Key.Key_Escape)),
+        # through the buttons: a click on a disabled one (no model loaded, a reply running) does nothing
+        ("Regenerate", window.chat_pane.regen_button.click, QKeySequence("Ctrl+R")),
+        ("Edit last message", window.chat_pane.edit_button.click, QKeySequence("Ctrl+E")),
+        ("Search conversations", lambda: _focus_search(window), QKeySequence(QKeySequence.StandardKey.Find)),
+    )
+    for text, slot, keys in entries:
+        action = QAction(text, window)
+        action.setShortcut(keys)
+        action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        action.triggered.connect(slot)
+        menu.addAction(action)
+
+
+def escape(window: Any) -> None:
+    """Esc: stop the reply; else give up an edit in progress."""
+    if window.chat.busy:
+        window.chat.stop()
+    else:
+        window.chat_pane.cancel_edit()
+
+
+def _focus_search(window: Any) -> None:
+    window.tabs.setCurrentIndex(0)
+    window.sidebar.search.setFocus()
+    window.sidebar.search.selectAll()
+
+
+# -- remembered size ------------------------------------------------------------
+def save_window_state(window: QMainWindow) -> None:
+    state = {"geometry": bytes(window.saveGeometry().toBase64()).decode()}
+    splitter = getattr(window, "splitter", None)
+    if splitter is not None:
+        state["splitter"] = bytes(splitter.saveState().toBase64()).decode()
+    window.settings.window_state = state  # type: ignore[attr-defined]
+
+
+def restore_window_state(window: QMainWindow) -> None:
+    """Restore what :func:`save_window_state` kept; a missing or damaged entry keeps the defaults."""
+    state = getattr(window.settings, "window_state", None) or {}  # type: ignore[attr-defined]
+    if not isinstance(state, dict):
+        return
+    if isinstance(state.get("geometry"), str):
+        window.restoreGeometry(QByteArray.fromBase64(state["geometry"].encode()))
+    splitter = getattr(window, "splitter", None)
+    if splitter is not None and isinstance(state.get("splitter"), str):
+        splitter.restoreState(QByteArray.fromBase64(state["splitter"].encode()))
+
+
+# -- live theme -------------------------------------------------------------------
+def apply_theme(window: Any) -> Palette:
+    """Switch every part of the window to the theme in the settings, now."""
+    palette = palette_for(window.settings.theme)
+    apply_qt_palette(palette)
+    window.palette_ = palette
+    for widget in [window, *window.findChildren(QWidget)]:
+        if isinstance(getattr(widget, "palette_", None), Palette) and widget is not window:
+            widget.palette_ = palette
+            if hasattr(widget, "rerender"):
+                widget.rerender()  # the transcript: its HTML carries the colours
+            widget.update()
+    return palette

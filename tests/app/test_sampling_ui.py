@@ -1,0 +1,131 @@
+"""Sampling presets and plain-word settings, prompt progress, and the
+statistics panel stating what MTP gains (only where it was measured)."""
+
+from __future__ import annotations
+
+import json
+
+from PySide6.QtWidgets import QFormLayout, QLabel, QWidget
+
+from app.reply_fields import KEYS, ReplyFields
+from app.settings import Settings
+from app.settings_dialog import SettingsDialog
+from engine.sampling import BALANCED, PRECISE, RANDOM_SEED
+from engine.speculative.settings import mtp
+from tests.app.conftest import start_and_load
+from tests.engine.conftest import synth
+
+
+def fields(qtbot, values: dict | None = None, **kw) -> ReplyFields:
+    host = QWidget()
+    qtbot.addWidget(host)
+    f = ReplyFields(QFormLayout(host), values or {k: getattr(Settings(), k) for k in KEYS}, 8, **kw)
+    f.host = host  # the widgets live as long as the fields
+    return f
+
+
+def test_presets_fill_the_fields_and_an_edit_makes_them_custom(qtbot):
+    f = fields(qtbot)
+    assert f.preset.currentData() == "balanced" and f.temperature.value() == BALANCED.temperature
+    assert f.repeat_penalty.value() == BALANCED.repeat_penalty
+    f.preset.setCurrentIndex(f.preset.findData("precise"))
+    assert f.temperature.value() == 0.0 and f.repeat_penalty.value() == PRECISE.repeat_penalty
+    f.top_p.setValue(0.5)
+    assert f.preset.currentData() == "custom"
+    values = f.values()
+    assert values["sampling_preset"] == "custom" and values["top_p"] == 0.5 and values["seed"] == -1
+    assert f.seed.text() == "random"
+
+
+def test_labels_are_plain_words_and_tooltips_name_llama_cpp(qtbot):
+    f = fields(qtbot)
+    form = f.host.layout()
+    items = [form.itemAt(i, QFormLayout.ItemRole.LabelRole) for i in range(form.rowCount())]
+    words = [item.widget().text() for item in items if item is not None and isinstance(item.widget(), QLabel)]
+    assert "Randomness" in words and "Draft depth" in words
+    assert not any(name in text for text in words for name in ("n_max", "p_min", "top_k", "temperature"))
+    for box, flag in ((f.temperature, "--temp"), (f.top_k, "--top-k"), (f.top_p, "--top-p"), (f.min_p, "--min-p"),
+                      (f.repeat_penalty, "--repeat-penalty"), (f.presence_penalty, "--presence-penalty"),
+                      (f.frequency_penalty, "--frequency-penalty"), (f.seed, "--seed"),
+                      (f.n_max, "--spec-draft-n-max"), (f.p_min, "--spec-draft-p-min")):
+        assert flag in box.toolTip()
+
+
+def test_preferences_show_the_depth_autotune_applied(qtbot):
+    settings = Settings(speculative="auto", n_max=3, p_min=0.0)
+    dialog = SettingsDialog(settings, 8, auto=mtp(2, p_min=0.3), auto_speedup=1.4)
+    qtbot.addWidget(dialog)
+    r = dialog.reply
+    assert (r.n_max.value(), r.p_min.value(), r.n_max.isEnabled()) == (2, 0.3, False)
+    assert "Autotune chose draft depth 2" in r.auto_note.text() and "1.4× faster" in r.auto_note.text()
+    assert r.values()["n_max"] == 3  # the user's own choice is kept, not overwritten by autotune's
+    r.speculative.setCurrentText("mtp")
+    assert (r.n_max.value(), r.n_max.isEnabled(), r.auto_note.text()) == (3, True, "")
+
+
+def test_old_settings_files_load_and_their_untouched_greedy_default_becomes_balanced(tmp_path, monkeypatch):
+    monkeypatch.setenv("MTP_STUDIO_CONFIG_DIR", str(tmp_path))
+    old = {"temperature": 0.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "n_max": 2, "max_tokens": 100}
+    (tmp_path / "settings.json").write_text(json.dumps(old))
+    s = Settings.load()
+    assert (s.temperature, s.repeat_penalty, s.sampling_preset, s.n_max, s.max_tokens) == (0.6, 1.1, "balanced", 2,
+                                                                                          100)
+    (tmp_path / "settings.json").write_text(json.dumps({**old, "temperature": 1}))  # chosen, and an int
+    s = Settings.load()
+    assert (s.temperature, s.sampling_preset) == (1.0, "custom")
+
+
+def test_a_reply_asks_for_the_chosen_sampling_and_shows_prompt_progress(qtbot, services):
+    services.settings.n_threads = 1
+    services.settings.max_tokens = 2
+    # the app's default preset (the fixture pins greedy for other tests), with a fixed seed
+    services.settings.temperature, services.settings.repeat_penalty = BALANCED.temperature, BALANCED.repeat_penalty
+    services.settings.seed = 5
+    start_and_load(qtbot, services)
+    window = services.window
+    sent: list[dict] = []
+    generate = services.client.generate
+    services.client.generate = lambda **kw: sent.append(kw) or generate(**kw)
+    headlines: list[str] = []
+    services.client.sig_prefill.connect(lambda _ev: headlines.append(window.stats_panel.headline()))
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
+        window.composer.setPlainText("copper " * 700)  # more than one chunk of 512 tokens
+        window.send()
+    assert {k: sent[0][k] for k in ("temperature", "repeat_penalty", "repeat_last_n", "seed")} == {
+        "temperature": BALANCED.temperature, "repeat_penalty": 1.1, "repeat_last_n": 64, "seed": 5}
+    assert headlines[0].startswith("Processing prompt (") and headlines[0].endswith("tokens)…")
+    assert any(h.endswith("%") for h in headlines[1:])
+    services.settings.seed = -1
+    assert window.chat.chat_values().sampling()["seed"] == RANDOM_SEED  # -1: a new seed each reply
+
+
+def test_the_panel_states_the_measured_speedup_first_and_clears_on_a_model_change(qtbot, services):
+    services.settings.model_path = str(synth("glm4moe", "oracle", agree=0.7).path())
+    services.settings.n_threads = 1
+    services.settings.max_tokens = 24
+    services.settings.speculative = "auto"
+    start_and_load(qtbot, services)
+    window, panel = services.window, services.window.stats_panel
+    window.chat.profile_speculative = mtp(3)
+    window.chat.profile_speedup = 1.4  # as autotune measured it
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
+        window.composer.setPlainText(" the river model")
+        window.send()
+    assert panel.stats.rounds > 0
+    assert panel.headline() == "MTP: 1.4× faster than without (autotuned)"
+    panel.grab()  # paints: every MTP term drawn gets its tooltip
+    tips = " ".join(text for _rect, text in panel.tips)
+    for term in ("speedup", "rollback", "draft depth", "acceptance per position", "mean accepted length", "catch-up",
+                 "verify"):
+        assert f"<b>{term}</b>" in tips, term
+    # Without a measured baseline nothing is claimed.
+    window.chat.profile_speculative = None
+    services.settings.speculative = "mtp"
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
+        window.composer.setPlainText(" the river")
+        window.send()
+    assert panel.headline().endswith("tokens per step (speedup not measured)")
+    # Another model: the old figures go.
+    with qtbot.waitSignal(services.client.sig_loaded, timeout=60000):
+        window.models.load()
+    assert panel.stats is None and panel.headline() == "" and window.chat.last_stats is None
