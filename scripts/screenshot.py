@@ -4,11 +4,14 @@ Run under a real (virtual) screen:
 
     xvfb-run -a -s "-screen 0 1400x900x24" .venv/bin/python scripts/screenshot.py [OUT_DIR]
 
-It uses a throw-away data folder, sends one prompt to the embedded default
-model and one to a synthetic MTP model, and saves the window mid-stream and
-after each reply: OUT_DIR/chat-default.png, chat-mtp-streaming.png, chat-mtp.png,
-the load sheet and a failed load that kept the model (load-sheet.png,
-failed-load.png), then the hardware and models pages: hardware.png, models.png.
+It uses a throw-away data folder and an unreachable hub (offline), sends the
+copper question to the embedded default model with the default settings
+(chat-default.png), regenerates it (chat-versions.png: the reply's versions),
+sends a long prompt to a synthetic MTP model (chat-prefill.png: prompt
+progress), then a short one (chat-mtp-streaming.png mid-stream, chat-mtp.png),
+and saves the load sheet and a failed load that kept the model (load-sheet.png,
+failed-load.png), then the hardware page and the models page offline with the
+recommended MTP models and their fit badges: hardware.png, models.png.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 tmp = tempfile.mkdtemp(prefix="mtp-studio-shot-")
 os.environ["MTP_STUDIO_DATA_DIR"] = str(Path(tmp) / "data")
 os.environ["MTP_STUDIO_CONFIG_DIR"] = str(Path(tmp) / "config")
+os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens there: the app is offline
 
 from PySide6.QtCore import QEventLoop, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
@@ -51,11 +55,15 @@ def main() -> int:
     win.resize(1360, 860)
     services.start()
     wait_for(services.client.sig_loaded, 60000)
-    win.composer.setPlainText("The three most useful things to know about the Rhine river are")
+    win.composer.setPlainText("What are three uses of copper?")
     win.send()
     wait_for(win.chat.sig_reply_finished, 60000)
     pause(300)
     win.grab().save(str(out / "chat-default.png"))
+    win.chat_pane.regen_button.click()  # a second version; the first is kept
+    wait_for(win.chat.sig_reply_finished, 60000)
+    pause(300)
+    win.grab().save(str(out / "chat-versions.png"))
 
     # bench size: slow enough on a CPU (~100 tok/s) to catch the reply mid-stream
     model = SynthModel(SynthSpec(arch="glm4moe", size="bench", dense=True, weights="oracle",
@@ -66,6 +74,12 @@ def main() -> int:
     services.settings.n_max = 4
     win.models.load()
     wait_for(services.client.sig_loaded, 60000)
+    win.conversation_list.new_chat()
+    win.composer.setPlainText(" the river model" * 180)  # ~2,700 tokens: prefill takes a few seconds
+    win.send()
+    pause(1200)
+    win.grab().save(str(out / "chat-prefill.png"))
+    wait_for(win.chat.sig_reply_finished, 120000)
     win.conversation_list.new_chat()
     win.composer.setPlainText(" the river model")
     win.send()
@@ -91,7 +105,7 @@ def main() -> int:
         pause(200)
     win.grab().save(str(out / "hardware.png"))
     win.tabs.setCurrentWidget(win.models_page)
-    pause(1500)
+    pause(4000)  # the offline check answers within ~3 s
     page = win.models_page
     for i in range(page.library.count()):
         if "combined" in page.library.item(i).text():

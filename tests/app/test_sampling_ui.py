@@ -92,7 +92,7 @@ def test_a_reply_asks_for_the_chosen_sampling_and_shows_prompt_progress(qtbot, s
         window.composer.setPlainText("copper " * 700)  # more than one chunk of 512 tokens
         window.send()
     assert {k: sent[0][k] for k in ("temperature", "repeat_penalty", "repeat_last_n", "seed")} == {
-        "temperature": BALANCED.temperature, "repeat_penalty": 1.1, "repeat_last_n": 64, "seed": 5}
+        "temperature": BALANCED.temperature, "repeat_penalty": 1.1, "repeat_last_n": BALANCED.repeat_last_n, "seed": 5}
     assert headlines[0].startswith("Processing prompt (") and headlines[0].endswith("tokens)…")
     assert any(h.endswith("%") for h in headlines[1:])
     services.settings.seed = -1
