@@ -282,4 +282,11 @@ def render(
         raise
     except Exception as exc:  # jinja2 raises many types; all mean the same to the user
         raise TemplateError(f"The model's chat template failed to render: {exc}") from exc
+    try:  # a template can print a lone surrogate, which no tokenizer can take
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise TemplateError(
+            f"The model's chat template produced text that is not valid Unicode (at character {exc.start}). "
+            "The model file's template is broken: use another export, or a plain completion prompt."
+        ) from exc
     return RenderedPrompt(text=text, mode=TEMPLATE, has_bos=bool(bos_token) and text.startswith(bos_token))

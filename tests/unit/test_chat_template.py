@@ -103,3 +103,12 @@ def test_ordinary_templates_still_work_within_the_limits():
     msgs = [{"role": "user", "content": " hi "}, {"role": "assistant", "content": "yo"}]
     out = chat_template.render(msgs, tmpl, max_chars=1000)
     assert out.text == "USER: hi\nASSISTANT: yo\n2 ===007    x 2 [0, 1, 2]user,assistantcbp-q"
+
+
+def test_a_template_that_prints_a_lone_surrogate_is_a_template_error():
+    # found by scripts/chaos.py (gguf-043): it reached the tokenizer as an internal error
+    from engine.errors import TemplateError
+    from engine.generation.chat_template import render
+
+    with pytest.raises(TemplateError, match="not valid Unicode"):
+        render([{"role": "user", "content": "hi"}], "{{ '\\udcff' }}")
