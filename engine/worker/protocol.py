@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import ProtocolError
-from engine.sampling import RANDOM_SEED, SamplingParams
+from engine.sampling import SamplingParams
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 from engine.worker.events import (  # noqa: F401  (re-exported: the protocol is requests and events)
     EVENTS,
@@ -46,6 +46,8 @@ HANDSHAKE_TIMEOUT_S = 60.0  # the first import of llama_cpp can be slow on a col
 
 
 # -- requests --------------------------------------------------------------
+_SAMPLING = SamplingParams()  # engine defaults: greedy, penalties off
+
 @dataclass(frozen=True)
 class LoadRequest:
     id: str
@@ -67,15 +69,16 @@ class GenerateRequestMsg:
     id: str
     prompt: str | None = None
     messages: list[dict[str, str]] | None = None
-    temperature: float = 0.0
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    seed: int = RANDOM_SEED
-    repeat_penalty: float = 1.0
-    repeat_last_n: int = 64
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
+    # flat, as llama.cpp's server takes them; the defaults are SamplingParams' own
+    temperature: float = _SAMPLING.temperature
+    top_k: int = _SAMPLING.top_k
+    top_p: float = _SAMPLING.top_p
+    min_p: float = _SAMPLING.min_p
+    seed: int = _SAMPLING.seed
+    repeat_penalty: float = _SAMPLING.repeat_penalty
+    repeat_last_n: int = _SAMPLING.repeat_last_n
+    presence_penalty: float = _SAMPLING.presence_penalty
+    frequency_penalty: float = _SAMPLING.frequency_penalty
     max_tokens: int = 256
     stop: list[str] = field(default_factory=list)
     speculative: SpeculativeSettings = SPECULATION_OFF
