@@ -13,7 +13,7 @@ there before another version is shown. Older databases gain the new columns
 when opened (:meth:`ConversationStore._migrate`); nothing is rewritten.
 
 Text goes in through :func:`storable`: a Python ``str`` may hold lone UTF-16
-surrogates (a paste, a ``\\udXXX`` escape in JSON) that SQLite's UTF-8 cannot
+surrogates (a paste, a ``\\udc80``-style escape in JSON) that SQLite's UTF-8 cannot
 hold, and a message must never be lost for one odd character.
 """
 
