@@ -85,14 +85,20 @@ class ModelsPage(QWidget):
 
     sig_use_model = Signal(str, str)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, n_ctx: int = 8192) -> None:
         super().__init__(parent)
+        self._n_ctx = n_ctx if n_ctx > 0 else 8192  # 0 in the settings: "the model's own"; no header read yet
         self._tasks: list[background.Task] = []
         self._scan_generation = 0
         self._facts_generation = 0
         self._proof: PairProof | None = None
         self._active_downloads: dict[tuple[str, str], DownloadRow] = {}  # (repo, file) -> its running row
         self._build()
+
+    def follow_chat_context(self, n_ctx: int) -> None:
+        """Estimate memory at the context the chat actually uses (called when the chat's context changes)."""
+        if n_ctx > 0 and n_ctx != self.ctx.value():
+            self.ctx.setValue(n_ctx)
 
     # -- layout ---------------------------------------------------------------
     def _build(self) -> None:
@@ -150,7 +156,9 @@ class ModelsPage(QWidget):
         self.probe_check.setToolTip("Also draft a few short replies with the pair (in a separate process) and "
                                     "report how many drafts the model accepts. Takes as long as loading the model.")
         self.repair_button = QPushButton("Repair sidecar")
-        self.ctx = QSpinBox(minimum=256, maximum=1_048_576, singleStep=4096, value=8192)
+        self.ctx = QSpinBox(minimum=256, maximum=1_048_576, singleStep=4096, value=self._n_ctx)
+        self.ctx.setToolTip("The context the memory estimate assumes. It starts at the chat's context (the load "
+                            "sheet's setting) and follows it; change it here to see what another size would need.")
         self.pair = QLabel("Target: –   Sidecar: –")
         self.pair.setWordWrap(True)
         self.use_repaired = QPushButton("Use repaired pair")

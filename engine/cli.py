@@ -31,12 +31,55 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--p-min", type=float, default=0.0, help="stop drafting below this probability")
 
 
+# flag -> SamplingParams field; a flag left out keeps the preset's value
+_SAMPLING_FLAGS = {
+    "temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p", "seed": "seed",
+    "repeat_penalty": "repeat_penalty", "repeat_last_n": "repeat_last_n",
+    "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
+}
+
+
+def _add_sampling_args(p: argparse.ArgumentParser) -> None:
+    from engine.sampling import PRESETS
+
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                   help="start from the app's preset (default: plain greedy, every penalty off)")
+    p.add_argument("--temperature", type=float, help="0 = greedy (default 0)")
+    p.add_argument("--top-k", type=int, help="keep the k most likely tokens (0: all)")
+    p.add_argument("--top-p", type=float, help="keep tokens whose probabilities add up to p")
+    p.add_argument("--min-p", type=float, help="drop tokens less likely than min-p x the top one")
+    p.add_argument("--repeat-penalty", type=float, help="divide a seen token's logit by this (1: off)")
+    p.add_argument("--repeat-last-n", type=int, help="how many recent tokens the penalties look at (-1: all)")
+    p.add_argument("--presence-penalty", type=float, help="subtract from a seen token's logit once (0: off)")
+    p.add_argument("--frequency-penalty", type=float, help="subtract this x times seen (0: off)")
+    p.add_argument("--seed", type=int, help="random seed for sampling (default: a new one each run)")
+
+
+def sampling_from_args(args: argparse.Namespace) -> dict[str, float | int]:
+    """The generate request's sampling fields: the preset (or plain greedy), then each flag given.
+
+    Raises ValueError (naming the field) for a value out of range.
+    """
+    from dataclasses import asdict, replace
+
+    from engine.sampling import PRESETS, SamplingParams
+
+    base = PRESETS[args.preset] if args.preset else SamplingParams()
+    given = {field: getattr(args, flag) for flag, field in _SAMPLING_FLAGS.items() if getattr(args, flag) is not None}
+    return asdict(replace(base, **given))
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     from engine.speculative import stats_text
     from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
     from engine.worker import protocol as P
     from engine.worker.client import WorkerClient
 
+    try:
+        sampling = sampling_from_args(args)  # a bad value is said before minutes of loading, not after
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     stderr = sys.stderr if args.verbose else None
     with WorkerClient(stderr=stderr) as client:
         loaded = client.call(
@@ -57,8 +100,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         request = P.GenerateRequestMsg(
-            id=client.new_id(), **content, max_tokens=args.max_tokens, temperature=args.temperature,
-            seed=args.seed, stop=args.stop or [], speculative=speculative,
+            id=client.new_id(), **content, max_tokens=args.max_tokens, **sampling,
+            stop=args.stop or [], speculative=speculative,
         )
         client.send(request)
         final: P.DoneEvent | None = None
@@ -135,8 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_load_args(chat)
     _add_spec_args(chat)
     chat.add_argument("--max-tokens", type=int, default=256)
-    chat.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    chat.add_argument("--seed", type=int, default=0xFFFFFFFF)
+    _add_sampling_args(chat)
     chat.add_argument("--stop", action="append", help="stop string (repeatable)")
     chat.add_argument("--raw", action="store_true", help="send the text as a raw prompt, no chat template")
     chat.add_argument("--json", action="store_true", help="also print the full statistics as JSON")

@@ -81,19 +81,12 @@ def _recurrent_layers(arch: str, meta: dict[str, Any], n_trunk: int) -> list[boo
 
 
 def available_memory() -> int | None:
-    """MemAvailable (Linux) or total physical memory, in bytes."""
-    try:
-        text = Path("/proc/meminfo").read_text()
-        m = re.search(r"MemAvailable:\s+(\d+) kB", text)
-        if m:
-            return int(m.group(1)) * 1024
-    except OSError:
-        pass
-    try:
-        import os
+    """Memory a new model can take without swapping, in bytes (psutil: Linux, macOS and Windows alike)."""
+    import psutil
 
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
+    try:
+        return int(psutil.virtual_memory().available)
+    except (OSError, RuntimeError):
         return None
 
 

@@ -1,0 +1,30 @@
+"""`mtp-studio chat`'s sampling flags: a preset, then each flag given on top of it."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.cli import build_parser, sampling_from_args
+from engine.sampling import BALANCED, SamplingParams
+from engine.worker import protocol as P
+
+
+def parse(*argv: str):
+    return build_parser().parse_args(["chat", "hello", *argv])
+
+
+def test_without_flags_the_terminal_chat_is_plain_greedy():
+    assert sampling_from_args(parse()) == {**SamplingParams().__dict__}
+
+
+def test_a_preset_is_the_base_and_each_flag_overrides_one_field():
+    fields = sampling_from_args(parse("--preset", "balanced", "--seed", "7", "--presence-penalty", "0.5"))
+    assert fields["temperature"] == BALANCED.temperature and fields["repeat_penalty"] == BALANCED.repeat_penalty
+    assert (fields["seed"], fields["presence_penalty"]) == (7, 0.5)
+    request = P.GenerateRequestMsg(id="1", prompt="x", **fields)  # every field is one the request takes
+    assert request.sampling() == SamplingParams(**fields)
+
+
+def test_a_value_out_of_range_names_the_field():
+    with pytest.raises(ValueError, match="top_p"):
+        sampling_from_args(parse("--top-p", "3"))
