@@ -220,6 +220,7 @@ def _layout(names: set[str], block_count: int, nextn: int) -> str:
     """Which blocks the file holds: plain (no MTP), combined, trunk-only or mtp-only."""
     if nextn <= 0:
         return "plain"
-    has_trunk = "blk.0.attn_norm.weight" in names
+    # qwen4exp has no attn_norm: hyper-connection mixers stand in for every layer norm
+    has_trunk = "blk.0.attn_norm.weight" in names or "blk.0.hc_attn_norm.weight" in names
     has_mtp = f"blk.{block_count - nextn}.nextn.eh_proj.weight" in names
     return {(True, True): "combined", (True, False): "trunk-only"}.get((has_trunk, has_mtp), "mtp-only")

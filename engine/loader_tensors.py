@@ -9,7 +9,9 @@ architectures, so the truth is read from the llama.cpp vendored in
 llama-cpp-python: ``LLM_TENSOR_NAMES`` (src/llama-arch.cpp), each
 architecture's ``load_arch_tensors`` (src/models/*.cpp), the shared helpers
 and the generic ``.scale`` pass (src/llama-model.cpp). The result is
-``engine/loader_tensors_table.py``; regenerate it after an engine bump:
+``engine/loader_tensors_table.py``; regenerate it after an engine bump or a
+change to our patch series (``packaging/patches/``, applied to a copy of the
+vendored tree first, since the patches add tensors: qwen4exp's MTP head):
 
     python -m engine.loader_tensors /path/to/llama_cpp_python-X/vendor/llama.cpp
 """
@@ -17,7 +19,10 @@ and the generic ``.scale`` pass (src/llama-model.cpp). The result is
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 from functools import cache
 from pathlib import Path
 
@@ -160,6 +165,21 @@ def render(tensors: dict[str, list[str]], required: dict[str, list[str]], tied: 
     return "\n".join(out)
 
 
+PATCH_DIR = Path(__file__).resolve().parents[1] / "packaging" / "patches"
+
+
+def patched_copy(vendor: Path, into: Path, patches: list[Path]) -> Path:
+    """A copy of ``vendor`` with ``patches`` applied in order (``patch -p1``, as the wheel build does)."""
+    tree = into / "llama.cpp"
+    shutil.copytree(vendor, tree, ignore=shutil.ignore_patterns(".git", "build*"), symlinks=True)
+    for p in patches:
+        proc = subprocess.run(["patch", "-p1", "--batch", "--forward", "-i", str(p)], cwd=tree,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{p.name} does not apply to {vendor}:\n{proc.stdout}{proc.stderr}")
+    return tree
+
+
 def main(argv: list[str] | None = None) -> int:
     from engine.sidecar import MTP_ARCHITECTURES
 
@@ -169,7 +189,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     vendor = Path(args[0])
     archs = tuple(sorted(MTP_ARCHITECTURES))
-    text = render(*generate(vendor, archs), origin=vendor.parent.parent.name or str(vendor))
+    patches = sorted(PATCH_DIR.glob("*.patch"))
+    origin = vendor.parent.parent.name or str(vendor)
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = patched_copy(vendor, Path(tmp), patches) if patches else vendor
+        if patches:
+            origin += f" + packaging/patches/ ({len(patches)} patches)"
+        text = render(*generate(tree, archs), origin=origin)
     target = Path(__file__).with_name("loader_tensors_table.py")
     target.write_text(text)
     print(f"wrote {target} ({len(archs)} architectures)")

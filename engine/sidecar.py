@@ -22,10 +22,14 @@ from engine.gguf_info import GGUFFacts
 # Architectures whose llama.cpp graph runs an MTP head (DECODER_MTP).
 MTP_ARCHITECTURES = frozenset(
     {"qwen35", "qwen35moe", "qwen3next", "step35", "mimo2", "hy_v3", "glm4moe", "deepseek2",
-     "deepseek32", "glm-dsa", "cohere2moe", "bailingmoe3", "nemotron_h_moe", "deepseek4"}
+     "deepseek32", "glm-dsa", "cohere2moe", "bailingmoe3", "nemotron_h_moe", "deepseek4",
+     "qwen4exp"}  # qwen4exp: our engine patch (packaging/patches/0003-qwen4exp-mtp-head.patch)
 )
 
 NEXTN_REQUIRED = ("eh_proj", "enorm", "hnorm")  # every NextN block needs these three
+# qwen4exp's head feeds [e | h_s] to eh_proj without norms (its hyper-connection mixers normalise)
+NEXTN_REQUIRED_BY_ARCH = {"qwen4exp": ("eh_proj",)}
+HC_HEAD_PARTS = ("norm", "down", "up")  # qwen4exp's head mixer: blk.N.nextn.hc_head_* or output_hc_*
 _BLK = re.compile(r"^blk\.(\d+)\.")
 _SHOWN = 3  # findings of one kind listed one by one before the rest are counted
 
@@ -60,6 +64,13 @@ def _graph_requirement(arch: str, present: set[str], mtp_blocks: Iterable[int]) 
             return (f"its MTP block blk.{split[0]} stores attention as separate q/k/v tensors, but llama.cpp's "
                     "mimo2 MTP graph needs them fused (attn_qkv) and aborts at the first draft. "
                     "Use an export with fused MTP attention.")
+    if arch == "qwen4exp":
+        for il in mtp_blocks:
+            own = all(f"blk.{il}.nextn.hc_head_{p}.weight" in present for p in HC_HEAD_PARTS)
+            if not own and not all(f"output_hc_{p}.weight" in present for p in HC_HEAD_PARTS):
+                return (f"its MTP block blk.{il} has no head mixer (neither blk.{il}.nextn.hc_head_norm/down/up "
+                        "nor output_hc_norm/down/up), which the qwen4exp MTP head collapses its streams with. "
+                        "Use a complete MTP export.")
     return None
 
 
@@ -237,7 +248,8 @@ def _check_tensors(a: Assessment) -> None:
     heads = sorted({int(m.group(1)) for t in present if (m := _BLK.match(t)) and ".nextn." in t})
     heads = heads[-side.nextn_layers:] if heads else []
     incomplete = "the export is incomplete. Download it again or use another export."
-    missing = [f"blk.{il}.nextn.{part}.weight" for il in heads for part in NEXTN_REQUIRED
+    required = NEXTN_REQUIRED_BY_ARCH.get(arch, NEXTN_REQUIRED)
+    missing = [f"blk.{il}.nextn.{part}.weight" for il in heads for part in required
                if f"blk.{il}.nextn.{part}.weight" not in present]
     if missing:
         a.add("error", f"{name} is missing tensor {_few(missing)}; {incomplete}")
@@ -247,6 +259,8 @@ def _check_tensors(a: Assessment) -> None:
     _check_globals(a, present, heads)
     if heads and (problem := _graph_requirement(arch, present, heads)):
         a.add("error", f"{name}: {problem}")
+    if arch == "qwen4exp":
+        _check_head_mixer(a, present, heads)
     _check_shapes(a)
     if len(a.errors) == errors_before:
         a.add("ok", f"{side.tensor_count} tensors, every tensor the loader needs present, nothing it would refuse.")
@@ -273,6 +287,21 @@ def _check_globals(a: Assessment, present: set[str], heads: list[int]) -> None:
         a.add("error", f"{name} has neither blk.{headless[0]}.nextn.shared_head_head.weight nor output.weight: the "
                        "MTP head has no LM head to turn its output into token scores (llama.cpp aborts)"
                        + (f"; nor do {len(headless) - 1} more head(s). " if len(headless) > 1 else ". ") + export)
+
+
+def _check_head_mixer(a: Assessment, present: set[str], heads: list[int]) -> None:
+    """qwen4exp sidecars in the wild store the head's mixer twice, as blk.N.nextn.hc_head_* and
+    again as output_hc_* (seed 002). This engine's loader consumes both and uses the first;
+    other llama.cpp builds reject the copies ("wrong number of tensors; expected 35, got 30")."""
+    own = [il for il in heads if all(f"blk.{il}.nextn.hc_head_{p}.weight" in present for p in HC_HEAD_PARTS)]
+    again = tuple(f"output_hc_{p}.weight" for p in HC_HEAD_PARTS if f"output_hc_{p}.weight" in present)
+    blocks = {int(m.group(1)) for t in present if (m := _BLK.match(t))}
+    if own and again and blocks <= set(heads):  # an MTP-only file: in a full model output_hc_* is the trunk's
+        a.plan = _with(a.plan, drop=tuple(dict.fromkeys(a.plan.drop + again)))
+        a.add("warning", f"{a.sidecar.path.name} stores the MTP head's mixer twice: as blk.{own[0]}.nextn.hc_head_* "
+                         f"and again as {', '.join(again)} (duplicate mixer). This engine uses blk.{own[0]}.nextn."
+                         "hc_head_* and loads the file; other llama.cpp builds reject the copies ('wrong number of "
+                         "tensors'). Repair writes a copy without them.", fixable=True)
 
 
 def _check_shapes(a: Assessment) -> None:

@@ -5,6 +5,10 @@
 #   packaging/bootstrap.sh          the app
 #   packaging/bootstrap.sh --test   the app, the test tools, and llama.cpp's own MTP driver
 #                                   (llama-speculative-simple, which the tests compare our loop with)
+#                                   and ggml's RPC server (the multi-machine tests run two of them)
+# Without --test the RPC server is not built here: only a machine that lends its
+# devices needs it, and `mtp-studio rpc-server` builds it on first use (same
+# script, several minutes cold, with progress) instead of every install paying.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

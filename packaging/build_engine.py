@@ -92,8 +92,14 @@ def cpu_isa_args() -> list[str]:
     return args
 
 
+# Every build carries ggml's RPC backend, so a model can be split across
+# machines (docs/multi-machine.md); it costs one small library and nothing
+# at run time unless remote servers are named.
+_COMMON_ARGS = ["-DGGML_RPC=ON"]
+
+
 def cmake_args(backend: str) -> list[str]:
-    return _BACKEND_ARGS[backend] + cpu_isa_args()
+    return _BACKEND_ARGS[backend] + _COMMON_ARGS + cpu_isa_args()
 
 
 def patch_series() -> list[Path]:
@@ -129,14 +135,28 @@ def _run(cmd: list[str], **kwargs: object) -> None:
     subprocess.run(cmd, check=True, **kwargs)  # type: ignore[call-overload]
 
 
+def cached_sdist() -> Path:
+    """Where the pinned sdist is kept once downloaded: beside the wheels, so the
+    patch test (tests/unit/test_patches.py) and later builds need no network."""
+    return cache_root() / "sdist" / f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"
+
+
 def _fetch_sdist(workdir: Path) -> Path:
+    kept = cached_sdist()
+    if kept.is_file():
+        return kept
     _run(
         [
             sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
             f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", "-d", str(workdir),
         ]
     )
-    return next(workdir.glob("llama_cpp_python-*.tar.gz"))
+    got = next(workdir.glob("llama_cpp_python-*.tar.gz"))
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    partial = kept.with_name(kept.name + ".partial")
+    shutil.copy2(got, partial)
+    partial.replace(kept)  # only a complete download carries the final name
+    return kept
 
 
 class PatchError(SystemExit):

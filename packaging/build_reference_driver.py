@@ -2,17 +2,22 @@
 """Build llama.cpp's own speculative driver (``llama-speculative-simple``)
 from the same pinned llama-cpp-python sdist the engine is built from, so the
 benchmark can compare our Python MTP loop with the C++ one on equal terms.
+The same CMake tree also builds ggml's RPC server (``ggml-rpc-server``),
+which ``mtp-studio rpc-server`` runs on a machine that lends its devices:
+it must speak the RPC protocol of the engine's own ggml, so it comes from
+the same source and patches.
 
-The binary is cached next to the engine wheels, keyed like them; a cold
-machine builds it (about 7 minutes on two cores). Prints the binary's path.
+The binaries are cached next to the engine wheels, keyed like them; a cold
+machine builds them (about 7 minutes on two cores). Prints the driver's path
+(``--print rpc-server``: the RPC server's).
 
-``bootstrap.sh --test`` runs this with ``--record``: the binary's path and
+``bootstrap.sh --test`` runs this with ``--record``: the binaries' paths and
 key are written into the virtual environment, so the tests know the set-up
 was done and fail (instead of skipping) when the driver is missing or was
 built for another engine.
 
 Usage:
-    python packaging/build_reference_driver.py [--backend cpu] [--record]
+    python packaging/build_reference_driver.py [--backend cpu] [--record] [--print driver|rpc-server]
 """
 
 from __future__ import annotations
@@ -31,11 +36,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import build_engine  # noqa: E402
 
 TARGET = "llama-speculative-simple"
+RPC_SERVER_TARGET = "ggml-rpc-server"
+TARGETS = (TARGET, RPC_SERVER_TARGET)  # built together: one configure, one cache folder
 RECORD_NAME = "mtp-studio-reference-driver.json"  # in the virtual environment, beside the engine's record
 
 
+def tool_path(backend: str, target: str) -> Path:
+    return build_engine.cache_root() / build_engine.cache_key(backend) / "bin" / target
+
+
 def driver_path(backend: str) -> Path:
-    return build_engine.cache_root() / build_engine.cache_key(backend) / "bin" / TARGET
+    return tool_path(backend, TARGET)
+
+
+def rpc_server_path(backend: str) -> Path:
+    return tool_path(backend, RPC_SERVER_TARGET)
 
 
 def cmake_binary() -> str:
@@ -55,7 +70,7 @@ def cmake_binary() -> str:
 
 def build(backend: str) -> Path:
     out = driver_path(backend)
-    if out.exists():
+    if all(tool_path(backend, target).exists() for target in TARGETS):
         return out
     with tempfile.TemporaryDirectory(prefix="mtp-refdriver-") as tmp:
         work = Path(tmp)
@@ -73,19 +88,22 @@ def build(backend: str) -> Path:
         print("+", " ".join(cmake), flush=True)
         subprocess.run(cmake, check=True)
         jobs = str(os.cpu_count() or 2)
-        subprocess.run([cmake[0], "--build", str(build_dir), "--target", TARGET, "-j", jobs], check=True)
-        built = next(build_dir.rglob(TARGET))
-        out.parent.mkdir(parents=True, exist_ok=True)
-        partial = out.with_suffix(".partial")
-        shutil.copy2(built, partial)
-        partial.replace(out)
+        subprocess.run([cmake[0], "--build", str(build_dir), "--target", *TARGETS, "-j", jobs], check=True)
+        for target in TARGETS:
+            built = next(p for p in build_dir.rglob(target) if p.is_file())
+            dest = tool_path(backend, target)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            partial = dest.with_suffix(".partial")
+            shutil.copy2(built, partial)
+            partial.replace(dest)
     return out
 
 
 def write_record(backend: str, binary: Path) -> Path:
     """Say, in this environment, which driver goes with which engine build."""
     path = Path(sys.prefix) / RECORD_NAME
-    record = {"path": str(binary), "backend": backend, "cache_key": build_engine.cache_key(backend)}
+    record = {"path": str(binary), "rpc_server": str(rpc_server_path(backend)), "backend": backend,
+              "cache_key": build_engine.cache_key(backend)}
     path.write_text(json.dumps(record, indent=2) + "\n")
     return path
 
@@ -94,15 +112,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=build_engine.BACKENDS, default="cpu")
     parser.add_argument("--record", action="store_true", help=f"write {RECORD_NAME} into this environment")
+    parser.add_argument("--print", dest="show", choices=("driver", "rpc-server"), default="driver",
+                        help="which binary's path to print")
     args = parser.parse_args()
-    cached = driver_path(args.backend).exists()
+    cached = all(tool_path(args.backend, target).exists() for target in TARGETS)
     if not cached:
-        print(f"reference driver: building {TARGET} for {build_engine.cache_key(args.backend)} "
+        print(f"reference driver: building {', '.join(TARGETS)} for {build_engine.cache_key(args.backend)} "
               "(several minutes)", flush=True)
     binary = build(args.backend)
     if args.record:
         write_record(args.backend, binary)
-    print(binary)
+    print(rpc_server_path(args.backend) if args.show == "rpc-server" else binary)
     return 0
 
 

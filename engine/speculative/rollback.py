@@ -5,7 +5,8 @@ Three strategies, picked automatically from what the target is:
 - ``kv``: attention-only targets; ``seq_rm`` drops the rejected cells.
 - ``rs_seq``: hybrid (recurrent) targets whose architecture keeps per-token
   state snapshots (``n_rs_seq``); ``seq_rm`` rewinds to a snapshot.
-- ``checkpoint``: hybrid targets without snapshot support (qwen3next): save
+- ``checkpoint``: hybrid targets without snapshot support (qwen3next on an
+  llama.cpp without our packaging/patches/0004): save
   the sequence's recurrent state before verifying; after a partial accept,
   restore it and re-decode the accepted tokens.
 

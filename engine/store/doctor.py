@@ -41,7 +41,11 @@ class Diagnosis:
 
     @property
     def repairable(self) -> bool:
-        return bool(self.errors) and all(f.fixable for f in self.errors)
+        """Every error is fixable, or (no errors) a warning is: a file this engine loads but
+        other llama.cpp builds refuse (qwen4exp's duplicate head mixer)."""
+        if self.errors:
+            return all(f.fixable for f in self.errors)
+        return any(f.fixable for f in self.warnings)
 
     def verdict(self) -> str:
         side, tgt = self.sidecar.path.name, self.target.path.name
@@ -58,6 +62,8 @@ class Diagnosis:
         lines = [self.verdict(), ""]
         lines += [f"  [{mark[f.severity]}] {f.text}" + ("  (Repair fixes this)" if f.fixable and f.severity == "error"
                                                         else "") for f in self.findings]
+        if self.ok and self.repairable:
+            lines.append("  Repair writes a copy without the warned-about tensors.")
         return "\n".join(lines)
 
 

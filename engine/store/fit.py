@@ -150,12 +150,15 @@ def _estimate(path: str | Path, *, n_ctx: int, sidecar: str | Path | None, mtp: 
     else:
         ff_active = n_ff
     mask_bytes = n_ctx * N_UBATCH * 2
-    compute = masks * mask_bytes + N_UBATCH * 4 * (4 * n_embd + 3 * ff_active)
+    # hyper-connection models (deepseek4, qwen4exp) carry n_embd_out = hc·n_embd wide residuals
+    wide = facts.n_embd_out
+    compute = masks * mask_bytes + N_UBATCH * 4 * (4 * wide + 3 * ff_active)
 
     mtp_ctx = 0
     if use_mtp:
         heads = side_facts.nextn_layers if side_facts else facts.nextn_layers
-        mtp_ctx = heads * kv_per_layer * kv_heads[-1] + mask_bytes + N_UBATCH * 4 * (9 * n_embd // 2)
+        # its input and exported hidden rows are n_embd_out wide (hc·n_embd with hyper-connections)
+        mtp_ctx = heads * kv_per_layer * kv_heads[-1] + mask_bytes + N_UBATCH * 4 * (9 * wide // 2)
     return MemoryEstimate(weights, kv_cache, rec, mtp_ctx, compute,
                           available if available is not None else available_memory())
 

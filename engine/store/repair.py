@@ -51,7 +51,7 @@ def repair(target: str | Path, sidecar: str | Path, out: str | Path | None = Non
         RepairError: the sidecar has problems Repair cannot fix, or nothing to fix.
     """
     d = diagnose(target, sidecar)
-    if d.ok:
+    if d.ok and not d.repairable:
         raise RepairError(f"{Path(sidecar).name} already fits {Path(target).name}; nothing to repair.")
     if not d.repairable:
         problems = "; ".join(f.text for f in d.errors if not f.fixable)

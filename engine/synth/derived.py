@@ -117,6 +117,15 @@ def metadata(spec: SynthSpec, with_mtp: bool = True) -> dict[str, Any]:
         keys.update(_moe(spec, leading_dense=0))
         keys.update({"attention.layer_norm_epsilon": 1e-5, "ssm.conv_kernel": 4, "ssm.inner_size": 2 * d.n_embd,
                      "ssm.state_size": 16, "ssm.time_step_rank": 8, "ssm.group_count": 2})
+    elif arch == "qwen4exp":
+        # qwen35's delta-net keys plus hyper-connections, the QSA indexer (kept dense: every
+        # compress ratio 0) and MoE with a shared expert; no PLE. Per-layer arrays span
+        # block_count, the MTP block included (the loader reads them with n_layer_all).
+        keys.update(archs.metadata(spec.with_(arch="qwen35"), with_mtp))
+        keys.update(_moe(spec, leading_dense=0))
+        keys.update({"hyper_connection.count": 4, "hyper_connection.low_rank": 8,
+                     "attention.compress_ratios": [0] * n_blocks})
+        keys.update(_indexer())
     elif arch == "deepseek4":
         keys.update(_moe(spec, leading_dense=0))
         head = 64  # the KV cache's Hadamard rotation is at least 64 wide
@@ -229,6 +238,14 @@ def role(name: str) -> str:
 NEXTN_NOT_PROBED = frozenset({"deepseek4"})
 
 
+# Architectures whose MTP block only our patched llama.cpp loads (packaging/patches/):
+# the unpatched loader reads no tensors past the trunk, so its probe lists none.
+MTP_NEEDS_PATCH = {
+    "qwen4exp": "its MTP head comes from packaging/patches/0003-qwen4exp-mtp-head.patch; "
+                "build the engine with the patch series (packaging/build_engine.py).",
+}
+
+
 def _nextn_tensors(spec: SynthSpec, il: int) -> list[ProbedTensor]:
     """deepseek4's NextN tensors for block ``il``, as its loader creates them."""
     e, v = spec.dims.n_embd, spec.dims.n_vocab
@@ -249,6 +266,8 @@ def probe_spec(spec: SynthSpec) -> ProbeResult:
                  for t in _nextn_tensors(spec, il)]
         return ProbeResult(result.tensors + tuple(extra), result.n_layer - spec.n_heads, spec.n_heads,
                            result.n_embd_out)
+    if spec.arch in MTP_NEEDS_PATCH and f"blk.{spec.dims.n_trunk}.nextn.eh_proj.weight" not in result.names():
+        raise RuntimeError(f"{spec.arch}: this llama.cpp build loads no MTP block; {MTP_NEEDS_PATCH[spec.arch]}")
     if result.n_layer_nextn != spec.n_heads:
         raise RuntimeError(f"{spec.arch}: llama.cpp sees {result.n_layer_nextn} NextN layers, expected {spec.n_heads}")
     return result

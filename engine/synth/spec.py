@@ -18,7 +18,7 @@ ARCHITECTURES = ("glm4moe", "step35", "qwen35", "qwen3next")
 # Tensor lists asked of llama.cpp's loader (engine.synth.derived): random and
 # mixed weights only.
 DERIVED_ARCHITECTURES = ("qwen35moe", "mimo2", "hy_v3", "deepseek2", "deepseek32", "glm-dsa", "cohere2moe",
-                         "bailingmoe3", "nemotron_h_moe", "deepseek4")
+                         "bailingmoe3", "nemotron_h_moe", "deepseek4", "qwen4exp")
 ALL_ARCHITECTURES = ARCHITECTURES + DERIVED_ARCHITECTURES
 # Architectures whose MTP graph selects one of several NextN blocks
 # (llama_set_nextn_layer_offset): the engine chains them; the rest take one.
@@ -55,7 +55,7 @@ class Size:
     n_expert: int = 4
     n_expert_used: int = 2
     n_ff_exp: int = 64
-    dtype: str = "f32"  # f32 | f16
+    dtype: str = "f32"  # f32 | f16 | q8_0 | q4_0 (engine/synth/quant.py)
 
 
 SIZES = {
@@ -65,6 +65,11 @@ SIZES = {
     "bench": Size(n_embd=1024, n_head=8, n_head_kv=4, head_dim=128, n_ff=2816, n_trunk=8, n_vocab=4096,
                   n_expert=8, n_expert_used=2, n_ff_exp=512, dtype="f16"),
 }
+
+# Quantized sizes, as users run models (engine/synth/quant.py): tiny ones for tests.
+for _quant in ("q8_0", "q4_0"):
+    SIZES[f"bench-{_quant}"] = replace(SIZES["bench"], dtype=_quant)
+    SIZES[f"tiny-{_quant}"] = replace(SIZES["tiny"], dtype=_quant)
 
 # Sizes of "another model", for sidecars made for the wrong target.
 for _base, _size in list(SIZES.items()):

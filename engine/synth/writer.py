@@ -8,6 +8,7 @@ Layouts:
   sharded               the combined file split in two (``-0000N-of-00002``)
   sidecar-relative      broken: MTP blocks numbered from 0 instead of n_trunk
   sidecar-duplicates    broken: head tensors also stored under legacy names
+                        (qwen4exp: the head's mixer also stored as output_hc_*)
   sidecar-missing       broken: a required NextN tensor left out
   sidecar-other-embd    broken: made for a model with another hidden size
   sidecar-other-vocab   broken: made for a model with another vocabulary
@@ -34,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from engine import paths
-from engine.synth import archs, derived
+from engine.synth import archs, derived, quant
 from engine.synth.archs import TensorSpec
 from engine.synth.kv import add_arch_keys, add_vocabulary
 from engine.synth.oracle import OracleMaps, build_maps
@@ -64,11 +65,11 @@ def _write(path: Path, spec: SynthSpec, vocab: Vocabulary, tensors: Iterable[tup
     writer.add_name(name)
     add_arch_keys(writer, spec.arch, keys)
     add_vocabulary(writer, vocab)
-    dtype = np.float16 if spec.dims.dtype == "f16" else np.float32
     for tname, arr in tensors:
         # norms and biases stay f32, as converters write them
         wide = arr.ndim > 1 and tname not in keep_f32
-        writer.add_tensor(tname, arr.astype(dtype) if wide else arr.astype(np.float32))
+        data, raw = quant.encode(arr, spec.dims.dtype) if wide else (arr.astype(np.float32), None)
+        writer.add_tensor(tname, data, raw_dtype=raw)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -146,14 +147,15 @@ class SynthModel:
             self._arrays = {t.name: filler.array(t) for t in self._tensor_specs()}
             if self.spec.weights == "oracle":
                 assert maps is not None
-                dtype = np.float16 if self.spec.dims.dtype == "f16" else np.float32
-                embd = self._arrays["token_embd.weight"].astype(dtype)
+                dtype = self.spec.dims.dtype
+                embd = quant.stored(self._arrays["token_embd.weight"], dtype)
                 heads = [
-                    effective_map(self._arrays[f"blk.{self.spec.dims.n_trunk + i}.nextn.shared_head_head.weight"]
-                                  .astype(dtype), embd, maps.n_normal)
+                    effective_map(quant.stored(
+                        self._arrays[f"blk.{self.spec.dims.n_trunk + i}.nextn.shared_head_head.weight"], dtype),
+                        embd, maps.n_normal)
                     for i in range(self.spec.n_heads)
                 ]
-                f = effective_map(self._arrays["output.weight"].astype(dtype), embd, maps.n_normal)
+                f = effective_map(quant.stored(self._arrays["output.weight"], dtype), embd, maps.n_normal)
                 self._maps = OracleMaps(f=f, heads=heads, reads=maps.reads, n_normal=maps.n_normal)
         return self._arrays
 
@@ -206,8 +208,9 @@ class SynthModel:
 
         def is_global(name: str) -> bool:
             # token_embd / output_norm / output, and whatever else the MTP graph
-            # reads outside the blocks (deepseek4's output_hc_*)
-            return not name.startswith("blk.")
+            # reads outside the blocks (deepseek4's output_hc_*); qwen4exp's output_hc_*
+            # is the trunk's own mixer (its head has blk.N.nextn.hc_head_*)
+            return not name.startswith("blk.") and not (spec.arch == "qwen4exp" and name.startswith("output_hc_"))
 
         if layout == "combined":
             write(arrays.items(), label)
@@ -221,13 +224,20 @@ class SynthModel:
         elif layout == "sidecar-relative":
             renamed = [(_renumber(n, -d.n_trunk), a) for n, a in items(lambda n: is_global(n) or is_mtp(n))]
             write(renamed, label + " MTP (relative indices)")
+        elif layout == "sidecar-duplicates" and spec.arch == "qwen4exp":
+            # as shipped in the wild (seed 002): the head's mixer stored again as output_hc_*
+            base = items(lambda n: is_global(n) or is_mtp(n))
+            again = [(f"output_hc_{part}.weight", arrays[f"blk.{d.n_trunk}.nextn.hc_head_{part}.weight"])
+                     for part in ("norm", "down", "up")]
+            write(base + again, label + " MTP (head mixer stored twice)")
         elif layout == "sidecar-duplicates":
             base = items(lambda n: is_global(n) or is_mtp(n))
             legacy = [(n.replace(".nextn.shared_head_", ".shared_head."), a)
                       for n, a in base if ".nextn.shared_head_" in n]
             write(base + legacy, label + " MTP (duplicate names)")
         elif layout == "sidecar-missing":
-            base = items(lambda n: (is_global(n) or is_mtp(n)) and not n.endswith(".nextn.hnorm.weight"))
+            gone = ".nextn.eh_proj.weight" if spec.arch == "qwen4exp" else ".nextn.hnorm.weight"  # qwen4exp: no hnorm
+            base = items(lambda n: (is_global(n) or is_mtp(n)) and not n.endswith(gone))
             write(base, label + " MTP (incomplete)")
         elif layout in ("sidecar-exact-duplicates", "sidecar-renumbered", "sidecar-offset"):
             _broken_sidecar(layout, out, write, items(lambda n: is_global(n) or is_mtp(n)), keys, d.n_trunk,
@@ -251,6 +261,8 @@ def _broken_sidecar(layout: str, out: Path, write: Any, side: list[tuple[str, np
     if layout == "sidecar-exact-duplicates":
         # GGUFWriter refuses a name twice: write the copy under a same-length stand-in, then rename it
         twice = f"blk.{n_trunk}.nextn.enorm.weight"
+        if twice not in dict(side):  # qwen4exp's head has no enorm
+            twice = f"blk.{n_trunk}.nextn.eh_proj.weight"
         stand_in = twice[:-1] + "X"
         write(side + [(stand_in, dict(side)[twice])], label + " (a tensor stored twice)")
         _rename_tensor(out, stand_in, twice)

@@ -142,7 +142,8 @@ def test_wrong_rollback_is_detected_on_a_hybrid_model(monkeypatch):
 
 
 def test_rollback_path_is_chosen_per_architecture():
-    expect = {"glm4moe": "kv", "step35": "kv", "qwen35": "rs_seq", "qwen3next": "checkpoint"}
+    # qwen3next keeps snapshots in the patched engine (packaging/patches/0004-qwen3next-rs-rollback)
+    expect = {"glm4moe": "kv", "step35": "kv", "qwen35": "rs_seq", "qwen3next": "rs_seq"}
     for arch, strategy in expect.items():
         session = open_session(synth(arch))
         try:
@@ -194,10 +195,11 @@ def test_folded_catch_up_changes_no_token_and_no_acceptance(arch):
 
 
 def test_folding_is_on_only_where_the_mtp_graph_crops_to_the_output_rows():
-    # glm4moe and qwen35 export the MTP hidden state before cropping to the
-    # output rows (vendored src/models/*.cpp graph_mtp); the probe must find
-    # that on the real graph, and step35 folds nothing because it chains heads.
-    expect = {"glm4moe": (False, False), "qwen35": (False, False), "qwen3next": (True, True),
+    # The patched engine's glm4moe and qwen35 graphs crop to the output rows
+    # before exporting the MTP hidden state (packaging/patches/0001), as
+    # qwen3next's always did; the probe must find that on the real graph, and
+    # step35 folds nothing because it chains heads.
+    expect = {"glm4moe": (True, True), "qwen35": (True, True), "qwen3next": (True, True),
               "step35": (True, False)}
     for arch, (crops, fold) in expect.items():
         for weights in ("oracle", "random"):

@@ -74,11 +74,14 @@ def _vendored_llama_cpp() -> Path | None:
 
 @pytest.mark.skipif(_vendored_llama_cpp() is None,
                     reason="the vendored llama.cpp source is not here (set MTP_LLAMA_CPP_SRC)")
-def test_the_loader_table_is_what_the_vendored_loaders_create():
+def test_the_loader_table_is_what_the_vendored_loaders_create(tmp_path: Path):
     from engine import loader_tensors, loader_tensors_table
     from engine.sidecar import MTP_ARCHITECTURES
 
-    tensors, required, tied = loader_tensors.generate(_vendored_llama_cpp(), tuple(sorted(MTP_ARCHITECTURES)))
+    # the engine is built with packaging/patches/ applied (qwen4exp's MTP head adds tensors)
+    vendor, patches = _vendored_llama_cpp(), sorted(loader_tensors.PATCH_DIR.glob("*.patch"))
+    tree = loader_tensors.patched_copy(vendor, tmp_path, patches) if patches else vendor
+    tensors, required, tied = loader_tensors.generate(tree, tuple(sorted(MTP_ARCHITECTURES)))
     assert {a: tuple(v) for a, v in tensors.items()} == loader_tensors_table.ARCH_TENSORS
     assert {a: tuple(v) for a, v in required.items()} == loader_tensors_table.REQUIRED_GLOBALS
     assert frozenset(tied) == loader_tensors_table.OUTPUT_TIED
@@ -302,7 +305,9 @@ def test_every_architecture_sidecar_fits_and_its_broken_variants_are_judged_alik
         d = diagnose(trunk, model.path(layout))
         assert d.ok == _loads(target, read_facts(model.path(layout))), (layout, d.report())
         assert d.ok == (layout in fits), (layout, d.report())
-        assert d.repairable == (layout in set(REPAIRABLE) - fits), (layout, d.report())
+        # qwen4exp's duplicate head mixer loads here but not in other llama.cpp builds: Repair offers the fix
+        warned = arch == "qwen4exp" and layout == "sidecar-duplicates"
+        assert d.repairable == (layout in set(REPAIRABLE) - fits or warned), (layout, d.report())
 
 
 @pytest.mark.parametrize("arch", ALL_MTP_ARCHS)
