@@ -215,6 +215,7 @@ class RunPage(QWizardPage):
         layout.addWidget(self.status)
         layout.addWidget(self.chart, 1)
         self.result: messages.ResultMessage | None = None
+        self.thread_notes: list[str] = []  # what the thread timing chose, in words
         self.error = ""
         self.proc = JsonProcess("autotune", self)
         self.proc.sig_message.connect(self._on_message)
@@ -231,6 +232,7 @@ class RunPage(QWizardPage):
         if wizard.n_max:
             args += ["--n-max", str(wizard.n_max)]
         self.result = None
+        self.thread_notes = []
         self.chart.ratios.clear()
         self.progress.setRange(0, 0)
         self.proc.start(args)
@@ -254,6 +256,9 @@ class RunPage(QWizardPage):
             self.status.setText(f"{msg.setting}: {msg.tps:.1f} tok/s"
                                 + (f", acceptance {100 * acc:.0f}%" if acc is not None else ""))
             self.chart.set_ratio(msg.setting, msg.ratio)
+        elif isinstance(msg, messages.ThreadsMessage):
+            self.thread_notes.append(msg.reason)
+            self.status.setText(msg.reason)
         elif isinstance(msg, messages.ResultMessage):
             self.result = msg
             for row in msg.rows:
@@ -289,7 +294,8 @@ class ResultsPage(QWizardPage):
         assert isinstance(wizard, AutotuneWizard)
         result = wizard.run_page.result
         label, reason = (result.label, result.reason) if result else ("off", "")
-        self.decision.setText(f"<b>Use: {label}</b><br>{reason}<br>"
+        threads = "".join(f"<br>{note}" for note in wizard.run_page.thread_notes)
+        self.decision.setText(f"<b>Use: {label}</b><br>{reason}{threads}<br>"
                               "Apply makes it the default for this model on this machine.")
         rows = sorted(result.rows if result else [], key=lambda r: -r.ratio)
         self.table.setRowCount(len(rows))
@@ -331,6 +337,10 @@ class AutotuneWizard(QWizard):
             self.settings.model_path = self.model_page.path.text().strip() or None
             self.settings.sidecar_path = self.model_page.sidecar.text().strip() or None
             self.settings.speculative = "auto"
+            result = self.run_page.result
+            if result is not None and result.threads:  # measured here: the next load uses them
+                self.settings.n_threads = result.threads
+                self.settings.n_threads_draft = result.threads_draft
             self.settings.save()
         super().accept()
 

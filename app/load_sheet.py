@@ -180,7 +180,9 @@ class LoadSheet(QDialog):
         self.threads.setRange(1, MAX_THREADS)
         self.threads.setValue(max(1, min(MAX_THREADS, choice.n_threads)))
         self.threads.setToolTip(f"n_threads: CPU threads for decoding. This machine has {os.cpu_count() or 1} "
-                                "logical cores; its physical core count is usually fastest.")
+                                "logical cores. On a quiet machine the physical core count is usually fastest; "
+                                "when another program keeps a core busy, every thread waits for the one sharing "
+                                "it, so the default leaves one core free. Autotune measures both.")
         self.gpu_layers = QSpinBox()
         self.gpu_layers.setRange(0, 999)
         self.gpu_layers.setValue(max(0, choice.n_gpu_layers))

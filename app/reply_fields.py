@@ -59,7 +59,10 @@ ROWS: dict[str, tuple[str, str]] = {
                                              "tokens."),
     "speculative": ("Speculative decoding", "MTP: the model's own prediction heads draft the next few tokens and the "
                                             "full model checks them together; the reply is the same, only faster. "
-                                            "auto: the autotune profile for this model and machine, else MTP."),
+                                            "auto: the autotune profile for this model and machine, else MTP. "
+                                            "ngram: copy what followed the same words earlier in the conversation "
+                                            "(any model, no MTP head needed; fast on text that repeats). "
+                                            "mtp+ngram: both, n-gram where it has been right recently."),
     "n_max": ("Draft depth", "n_max (llama.cpp --spec-draft-n-max): the most tokens drafted per step."),
     "p_min": ("Draft confidence gate", "p_min (llama.cpp --spec-draft-p-min): stop drafting at a token the head "
                                        "is less sure of than this (0 drafts to the full depth)."),
@@ -99,7 +102,7 @@ class ReplyFields:
         self.seed.setSpecialValueText("random")
         self.max_tokens = QSpinBox(minimum=1, maximum=32768, value=values["max_tokens"])
         self.speculative = QComboBox()
-        self.speculative.addItems(["auto", "mtp", "off"])
+        self.speculative.addItems(["auto", "mtp", "ngram", "mtp+ngram", "off"])
         self.speculative.setCurrentText(values["speculative"])
         self.n_max = QSpinBox(minimum=1, maximum=max(1, max_draft), value=values["n_max"])
         self.p_min = _double(0.0, 1.0, 0.05, values["p_min"])
@@ -164,13 +167,16 @@ class ReplyFields:
         if self.speculative.currentText() != "auto":
             return ""
         if self.auto is None:
-            return "<small>No autotune profile for this model on this machine: MTP with the depth above. " \
+            return "<small>No autotune profile for this model on this machine: MTP with adaptive depth, " \
+                   "at most the depth above. " \
                    "Tools → Autotune measures the fastest.</small>"
         if not self.auto.enabled:
             return "<small>Autotune found speculation slower here: replies decode plainly.</small>"
         speed = f", {self.auto_speedup:.2g}× faster than without" if self.auto_speedup else ""
         gate = f" and gate {self.auto.p_min:g}" if self.auto.p_min else ""
-        return f"<small>Autotune chose draft depth {self.auto.n_max}{gate} for this model{speed}.</small>"
+        depth = f"adaptive draft depth (up to {self.auto.n_max})" if self.auto.adaptive \
+            else f"draft depth {self.auto.n_max}"
+        return f"<small>Autotune chose {depth}{gate} for this model{speed}.</small>"
 
     def values(self) -> dict[str, Any]:
         own = self._own if not self.n_max.isEnabled() and self.speculative.currentText() == "auto" \

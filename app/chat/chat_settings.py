@@ -30,7 +30,7 @@ class ReplyValues:
     frequency_penalty: float
     seed: int  # -1: random
     max_tokens: int
-    speculative: str  # auto | mtp | off
+    speculative: str  # auto | mtp | ngram | mtp+ngram | off
     n_max: int
     p_min: float
 

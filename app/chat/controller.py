@@ -30,7 +30,7 @@ from app.chat.store import ConversationStore, Message
 from app.chat.transcript import ShownMessage, TranscriptView
 from app.engine_client import EngineClient
 from app.settings import Settings
-from engine.speculative.settings import MTP, SPECULATION_OFF, SpeculativeSettings
+from engine.speculative.settings import ADAPTIVE, MODES, MTP, SPECULATION_OFF, SpeculativeSettings
 from engine.speculative.stats import StatsSnapshot
 from engine.worker.events import DoneEvent, ErrorEvent, PrefillEvent, StatsEvent, TokenEvent, stats_from_json
 
@@ -237,18 +237,21 @@ class ChatController(QObject):
         return effective(self.settings, chat)
 
     def speculative_settings(self, values: ReplyValues | None = None) -> SpeculativeSettings:
-        """What this reply asks of the engine: the choice (auto | mtp | off) made into settings.
+        """What this reply asks of the engine: the choice (auto | mtp | ngram | mtp+ngram | off) made into settings.
 
-        "auto" is the autotune profile when there is one, else MTP when the
-        loaded model can draft, else off.
+        "auto" is the autotune profile when there is one, else MTP with
+        adaptive depth up to the chosen n_max when the loaded model can draft
+        (it falls back to plain steps where drafts do not pay), else off.
         """
         v = values or self.chat_values()
         if v.speculative == "off" or (v.speculative == "auto" and not self.model_has_mtp):
             return SPECULATION_OFF
         if v.speculative == "auto" and self.profile_speculative is not None:
             return self.profile_speculative
+        if v.speculative == "auto":
+            return SpeculativeSettings(MTP, v.n_max, 0, v.p_min, depth=ADAPTIVE)
         try:
-            return SpeculativeSettings(MTP, v.n_max, 0, v.p_min)
+            return SpeculativeSettings(v.speculative if v.speculative in MODES else MTP, v.n_max, 0, v.p_min)
         except ValueError as exc:  # a hand-edited settings file: say so, and reply anyway
             self.sig_notice.emit(f"The speculative settings are not valid ({exc}); this reply decodes plainly.")
             return SPECULATION_OFF

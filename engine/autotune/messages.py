@@ -58,17 +58,39 @@ class ResultRow:
 
 
 @dataclass(frozen=True)
+class ThreadRow:
+    threads: int
+    tps: float
+    ratio: float  # vs the baseline count
+    lower: float
+
+
+@dataclass(frozen=True)
+class ThreadsMessage:
+    """Thread counts timed for the target (``what="decode"``) or the draft context (``"draft"``)."""
+
+    what: str
+    threads: int  # the chosen count
+    baseline: int
+    reason: str
+    rows: list[ThreadRow]
+    type: str = "threads"
+
+
+@dataclass(frozen=True)
 class ResultMessage:
     best: SpeculativeSettings
     label: str
     reason: str
     rows: list[ResultRow]
+    threads: int = 0  # decode threads chosen (0: not measured)
+    threads_draft: int = 0  # draft context threads chosen (0: the same as threads)
     type: str = "result"
 
 
-Message = HardwareMessage | ModelMessage | ProgressMessage | ResultMessage
+Message = HardwareMessage | ModelMessage | ProgressMessage | ThreadsMessage | ResultMessage
 MESSAGES: dict[str, type] = {"hardware": HardwareMessage, "model": ModelMessage, "progress": ProgressMessage,
-                             "result": ResultMessage}
+                             "threads": ThreadsMessage, "result": ResultMessage}
 
 
 def encode(message: Message) -> str:

@@ -2,6 +2,16 @@
 
 A profile applies only while all three are unchanged; when one changes, the
 old profile is *stale* and the app offers to tune again.
+
+Profiles carry the version of the search that made them
+(:data:`PROFILE_VERSION`). An older profile stays valid — its setting is
+still a measured, never-slower choice — but it was chosen among fewer
+policies, so it is *outdated*: the app and CLI say what it did not try and
+offer to tune again.
+
+Versions: 1 (no field): off and fixed MTP depths. 2: also adaptive depth,
+n-gram drafting, MTP + n-gram, and the thread counts (``threads``,
+``threads_draft``; 0 = not measured, keep the load settings).
 """
 
 from __future__ import annotations
@@ -10,7 +20,7 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +28,9 @@ from engine import paths
 from engine.speculative.settings import SpeculativeSettings
 
 HASH_SPAN = 8 << 20  # bytes read from each end of the file
+PROFILE_VERSION = 2
+OUTDATED_TEXT = ("made by an older autotune that tried only fixed MTP depths (not adaptive depth, n-gram drafting "
+                 "or thread counts); it still applies — tune again to try the rest")
 
 
 def model_identity(path: str | Path) -> str:
@@ -44,6 +57,14 @@ class Profile:
     speedup: float
     reason: str
     created: float
+    threads: int = 0  # decode/verify threads autotune chose; 0: not measured
+    threads_draft: int = 0  # MTP draft context threads; 0: the same as threads
+    version: int = 1  # the search that made it (PROFILE_VERSION); files without the field are 1
+
+    @property
+    def outdated(self) -> bool:
+        """Made by an older search: still valid, but chosen among fewer policies."""
+        return self.version < PROFILE_VERSION
 
     @property
     def key(self) -> str:
@@ -55,7 +76,8 @@ class Profile:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Profile:
         """A stored profile; files written before the settings had one type still read."""
-        return replace(cls(**{**data, "setting": SpeculativeSettings()}),
+        known = {f.name for f in fields(cls)}
+        return replace(cls(**{**{k: v for k, v in data.items() if k in known}, "setting": SpeculativeSettings()}),
                        setting=SpeculativeSettings.from_json(data.get("setting") or {}))
 
 
@@ -106,5 +128,6 @@ class ProfileStore:
 
 
 def new_profile(fingerprint: str, model_path: str, engine: str, setting: SpeculativeSettings, speedup: float,
-                reason: str) -> Profile:
-    return Profile(fingerprint, model_identity(model_path), engine, model_path, setting, speedup, reason, time.time())
+                reason: str, threads: int = 0, threads_draft: int = 0) -> Profile:
+    return Profile(fingerprint, model_identity(model_path), engine, model_path, setting, speedup, reason, time.time(),
+                   threads, threads_draft, PROFILE_VERSION)

@@ -3,7 +3,10 @@ slower than no speculation.
 
 Steps:
 1. Candidates: "off"; MTP with n_max 1..(head count for chained heads, else
-   up to 8); for n_max >= 2 also a p_min gate.
+   up to 8); for n_max >= 2 also a p_min gate; MTP with adaptive depth
+   (engine/speculative/adaptive.py); n-gram drafting, fixed and adaptive,
+   and MTP + n-gram composition (engine/speculative/ngram.py, compose.py) —
+   the n-gram ones also on a model without an MTP head.
 2. Successive halving: every candidate runs on a few prompts; the slower half
    (by mean speed relative to "off" on the same prompts) is dropped; the rest
    run on more prompts, until the prompt budget is spent. "off" always stays.
@@ -31,7 +34,16 @@ from engine.generation.generator import GenerateRequest, GenerateResult, generat
 from engine.generation.session import Session
 from engine.speculative import identity
 from engine.speculative.identity import IdentityVerdict
-from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, deepest_draft, mtp
+from engine.speculative.settings import (
+    ADAPTIVE,
+    MAX_DRAFT,
+    MTP_NGRAM,
+    NGRAM,
+    SPECULATION_OFF,
+    SpeculativeSettings,
+    deepest_draft,
+    mtp,
+)
 
 Z_LOWER = 1.64  # one-sided 95 % bound on the mean ratio
 CLEARLY_WORSE = 0.75  # a mean speed ratio this far below "off" is dropped at once
@@ -113,23 +125,53 @@ class TuneResult:
     reason: str
 
     def table(self) -> str:
-        head = f"{'setting':<24} {'tok/s':>7} {'vs off':>7} {'low 95%':>8} {'accept':>7} {'prompts':>7}  identical"
+        head = f"{'setting':<28} {'tok/s':>7} {'vs off':>7} {'low 95%':>8} {'accept':>7} {'prompts':>7}  identical"
         lines = [head, "-" * len(head)]
         for m in sorted(self.measurements, key=lambda m: -m.mean_ratio):
             acc = f"{100 * m.acceptance:.0f}%" if m.acceptance is not None else "-"
             mark = " <- chosen" if m.setting == self.best else (" (dropped)" if m.dropped_after else "")
-            lines.append(f"{m.setting.label:<24} {m.mean_tps:7.1f} {m.mean_ratio:6.2f}x {m.lower_bound:7.2f}x "
+            lines.append(f"{m.setting.label:<28} {m.mean_tps:7.1f} {m.mean_ratio:6.2f}x {m.lower_bound:7.2f}x "
                          f"{acc:>7} {len(m.tps):7d} {IDENTITY_LABELS[m.identity]:>10}{mark}")
         return "\n".join(lines)
 
 
-def candidates(n_heads: int, chained: bool, p_grid: tuple[float, ...] = (0.5,)) -> list[SpeculativeSettings]:
+NGRAM_DEPTH = 4  # the fixed n-gram candidate's n_max; its adaptive one may go to MAX_DRAFT
+
+
+def candidates(n_heads: int, chained: bool, p_grid: tuple[float, ...] = (0.5,), *, adaptive: bool = True,
+               ngram: bool = True, n_max_cap: int | None = None) -> list[SpeculativeSettings]:
+    """Every setting worth timing for a model with ``n_heads`` MTP heads (0: none).
+
+    ``ngram``: also n-gram drafting (any model) and MTP + n-gram (a model
+    with a head). ``n_max_cap``: no deeper than this.
+    """
+    deepest = deepest_draft(n_heads, chained)
+    if n_max_cap:
+        deepest = min(deepest, n_max_cap)
     out = [SPECULATION_OFF]
-    for n in range(1, deepest_draft(n_heads, chained) + 1):
+    for n in range(1, deepest + 1):
         out.append(mtp(n))
         if n >= 2:
             out += [mtp(n, p) for p in p_grid]
+    if adaptive and deepest >= 2:
+        out.append(mtp(deepest, depth=ADAPTIVE))
+    if ngram:
+        top = min(MAX_DRAFT, n_max_cap or MAX_DRAFT)
+        out.append(SpeculativeSettings(NGRAM, min(NGRAM_DEPTH, top)))
+        if adaptive:
+            out.append(SpeculativeSettings(NGRAM, top, depth=ADAPTIVE))
+        if deepest:
+            out.append(SpeculativeSettings(MTP_NGRAM, min(3, deepest)))
+            if adaptive:
+                out.append(SpeculativeSettings(MTP_NGRAM, deepest, depth=ADAPTIVE))
     return out
+
+
+def candidates_for(session: Session, n_max_cap: int | None = None, p_grid: tuple[float, ...] = (0.5,),
+                   ngram: bool = True) -> list[SpeculativeSettings]:
+    """:func:`candidates` for a loaded model."""
+    d = session.drafter
+    return candidates(d.n_heads if d else 0, d.chained if d else False, p_grid, ngram=ngram, n_max_cap=n_max_cap)
 
 
 ProgressFn = Callable[[dict[str, Any]], None]
@@ -141,9 +183,8 @@ def tune(session: Session, prompts: list[list[dict[str, str]]], *, max_tokens: i
          first_round: int = 2, settings: list[SpeculativeSettings] | None = None, progress: ProgressFn | None = None,
          ) -> TuneResult:
     """Successive halving over ``settings`` (default: :func:`candidates`) on ``prompts`` (chat messages)."""
-    drafter = session.drafter
     if settings is None:
-        settings = candidates(drafter.n_heads, drafter.chained) if drafter else [SPECULATION_OFF]
+        settings = candidates_for(session)
     measurements = {s: Measurement(s) for s in settings}
     alive = list(settings)
     used = 0
@@ -213,7 +254,8 @@ def _decide(measurements: list[Measurement]) -> TuneResult:
     if winners:
         best = max(winners, key=lambda m: m.mean_ratio)
         reason = (f"{best.setting.label} is {best.mean_ratio:.2f}x as fast as no speculation "
-                  f"(at least {best.lower_bound:.2f}x with 95% confidence over {len(best.ratios)} prompts).")
+                  f"(at least {best.lower_bound:.2f}x with 95% confidence over {len(best.ratios)} prompts)"
+                  f"{_margin(best, measurements)}.")
         return TuneResult(best.setting, measurements, reason)
     top = max(finalists, key=lambda m: m.mean_ratio, default=None)
     if top is None:
@@ -222,6 +264,17 @@ def _decide(measurements: list[Measurement]) -> TuneResult:
         reason = (f"No setting was faster beyond the noise (best: {top.setting.label} at {top.mean_ratio:.2f}x, "
                   f"lower bound {top.lower_bound:.2f}x); speculation stays off.")
     return TuneResult(SPECULATION_OFF, measurements, reason)
+
+
+def _margin(best: Measurement, measurements: list[Measurement]) -> str:
+    """By how much the winner beat the runner-up (over the prompts both ran)."""
+    others = [m for m in measurements if m.setting.enabled and m is not best and m.identical and m.ratios]
+    if not others:
+        return ""
+    runner = max(others, key=lambda m: statistics.fmean(m.ratios[: len(best.ratios)]))
+    theirs = statistics.fmean(runner.ratios[: len(best.ratios)])
+    ours = statistics.fmean(best.ratios[: len(runner.ratios)])
+    return f", {100 * (ours / theirs - 1):+.0f}% against the runner-up {runner.setting.label} ({theirs:.2f}x)"
 
 
 def _why_none_finished(measurements: list[Measurement]) -> str:

@@ -40,8 +40,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reference-n-max", default="3", help="comma-separated draft depths for the comparison")
     p.add_argument("--reference-agree", type=float, default=None,
                    help="head agreement of the compared model (default: the first --acceptance level)")
+    p.add_argument("--fold", choices=("on", "off", "compare"), default="on",
+                   help="fold the MTP catch-up into the next draft (where the graph allows it); compare: "
+                        "folded vs unfolded side by side instead of plain vs MTP")
     p.add_argument("--autotune", action="store_true",
                    help="instead: check autotune's choice against an exhaustive sweep")
+    p.add_argument("--drafters", action="store_true",
+                   help="instead: plain vs MTP vs n-gram vs MTP+n-gram on an echo-heavy and a generative prompt, "
+                        "on the built-in model (no MTP head) and the synthetic one (engine/bench/drafters.py)")
     p.set_defaults(func=run)
 
 
@@ -80,13 +86,23 @@ def run(args: argparse.Namespace) -> int:
 
         check(args.arch, args.size, levels, args.tokens, args.threads, args.dense, say=_say)
         return 0
+    if args.drafters:
+        return _drafters(args, heads)
     if args.reference != "only":
         targets = [(Path(args.model), "")] if args.model else [
             (_model(args, heads, a), _kind(args, a)) for a in _levels(args)
         ]
         for path, kind in targets:
             _say(f"\n## {path.parent.name}/{path.name}" + (f" — {kind}" if kind else ""))
-            session = Session(LoadOptions(path=str(path), n_ctx=2048, n_threads=args.threads))
+            if args.fold == "compare":
+                from engine.bench import fold
+
+                folds, fold_rows = fold.compare(str(path), PROMPT, args.tokens, depths, args.repeats, args.threads)
+                _say(f"folding {'on' if folds else 'OFF (this MTP graph does not crop rows; expect ~1.00x)'}")
+                _say(fold.format_table(fold_rows))
+                continue
+            session = Session(LoadOptions(path=str(path), n_ctx=2048, n_threads=args.threads,
+                                          fold=args.fold == "on"))
             try:
                 rows = measure.compare(session, PROMPT, args.tokens, depths if session.drafter else [],
                                        args.repeats)
@@ -96,6 +112,26 @@ def run(args: argparse.Namespace) -> int:
     if args.reference == "skip":
         return 0
     return _reference(args, heads)
+
+
+def _drafters(args: argparse.Namespace, heads: int) -> int:
+    from engine import default_model
+    from engine.bench import drafters
+
+    targets = [(Path(args.model), "", drafters.TEXT_PROMPT)] if args.model else [
+        (default_model.default_model_path(), "the built-in model, no MTP head", drafters.TEXT_PROMPT),
+        *[(_model(args, heads, a), _kind(args, a), PROMPT) for a in _levels(args)],
+    ]
+    for path, kind, prompt in targets:
+        synthetic = prompt == PROMPT  # byte-token prompts: no echo prompt (engine/bench/drafters.py)
+        _say(f"\n## {path.parent.name}/{path.name}" + (f" — {kind}" if kind else ""))
+        session = Session(LoadOptions(path=str(path), n_ctx=2048, n_threads=args.threads))
+        try:
+            drafters.compare(session, prompt, args.tokens, args.repeats, drafters.MTP_N_MAX, drafters.NGRAM_N_MAX,
+                             _say, echo=not synthetic)
+        finally:
+            session.close()
+    return 0
 
 
 def _reference(args: argparse.Namespace, heads: int) -> int:

@@ -225,10 +225,14 @@ def generate(
     stats = GenerationStats()
     # the one place a request's settings meet the model's limit
     spec = request.speculative.limited_to(session.max_draft)
-    drafter = session.drafter if spec.enabled else None
-    session.prepare(mtp=drafter is not None)
+    drafter = session.drafter_for(spec)  # MTP, n-gram or both (engine/speculative/compose.py)
+    session.prepare(mtp=drafter is not None and spec.uses_mtp, drafts=drafter is not None)
     target = session.target
-    stats.mode = f"mtp(n_max={spec.n_max})" if drafter else "off"
+    stats.mode = f"{spec.mode}(n_max={spec.n_max})" if drafter else "off"
+    # adaptive depth: each round's draft length from measured acceptance and costs
+    policy = session.depth_policy(spec) if drafter is not None and spec.adaptive else None
+    if policy is not None:
+        stats.mode = f"{spec.mode}(adaptive, n_max={spec.n_max})"
     stats.rollback = session.rollback_strategy if drafter else "none"
     rollback = TargetRollback(target, session.rollback_strategy if drafter else "kv")
     n_vocab = session.model.n_vocab
@@ -312,8 +316,13 @@ def generate(
                 break
             room = min(request.max_tokens - len(out.tokens) - 1, ctx_room)
             drafts: list[int] = []
+            t_round, drafted_s = time.perf_counter(), 0.0
+            if policy is not None:
+                room = policy.choose(room)
             if drafter is not None and room > 0:
+                drafted_s = drafter.seconds["draft"]
                 drafts = drafter.draft(id_last, pos0, room)
+                drafted_s = drafter.seconds["draft"] - drafted_s
 
             verified = [id_last, *drafts]
             batch.clear()
@@ -324,7 +333,8 @@ def generate(
             t_verify = time.perf_counter()
             stats.phase_seconds["rollback"] += t_verify - t_rollback
             target.decode(batch)
-            stats.phase_seconds["verify"] += time.perf_counter() - t_verify
+            verify_s = time.perf_counter() - t_verify
+            stats.phase_seconds["verify"] += verify_s
             if drafter is not None:
                 drafter.verified(verified, pos0)
 
@@ -352,7 +362,12 @@ def generate(
                     drafts_per_round.append(tuple(drafts))
             if drafter is not None:
                 drafter.accept(accepted, pos0)
-            stats.record_round(len(drafts), accepted)
+            stats.record_round(len(drafts), accepted, drafter.source if drafter is not None else "mtp")
+            if policy is not None:
+                policy.observe(len(drafts), accepted, verify_s, drafted_s, time.perf_counter() - t_round)
+                stats.draft_depth = policy.depth
+            elif drafter is not None:
+                stats.draft_depth = len(drafts)
 
             for k, tok in enumerate(new_tokens):
                 out.push(tok, k < accepted, margins[k])

@@ -101,6 +101,7 @@ class Context:
         self.n_batch = int(lib.llama_n_batch(handle))
         self.n_rs_seq = int(lib.llama_n_rs_seq(handle))
         self.n_vocab = model.n_vocab
+        self.threads = params.n_threads
 
     def decode(self, batch: Batch) -> None:
         batch.raw.n_tokens = batch.n
@@ -108,6 +109,11 @@ class Context:
         if rc != 0:
             detail = "; ".join(native.recent_log(2)) or ""
             raise ContextError(f"llama_decode failed with code {rc} ({batch.n} tokens). {detail}".strip())
+
+    def set_threads(self, n_threads: int) -> None:
+        """Decode with ``n_threads`` from now on (autotune times thread counts without reloading)."""
+        self._lib.llama_set_n_threads(self.handle, n_threads, n_threads)
+        self.threads = n_threads
 
     def logits(self, i: int) -> Any:
         """Pointer to the logits of batch row ``i`` (valid until the next decode)."""

@@ -30,9 +30,12 @@ class Drafter(Protocol):
     drafted tokens the target agreed with.
 
     ``seconds`` holds the generation's ``draft`` and ``catch_up`` time, reset
-    by ``begin``; the generator books it into its statistics.
+    by ``begin``; the generator books it into its statistics. ``source`` names
+    what proposed the last draft (``"mtp"``, ``"ngram"``): statistics count
+    drafted and accepted tokens per source.
     """
 
+    source: str
     n_heads: int
     chained: bool
     seconds: dict[str, float]

@@ -8,13 +8,14 @@ first draft token: one MTP decode fewer per round, and rejected drafts never
 enter the MTP KV cache.
 
 That batch has several rows and one output, and some MTP graphs (glm4moe,
-deepseek2/32, glm-dsa, hy_v3, cohere2moe, bailingmoe3, qwen35/35moe in the
-vendored llama.cpp) export the hidden state *before* cropping to the output
+deepseek2/32, glm-dsa, hy_v3, cohere2moe, bailingmoe3, qwen35/35moe in
+upstream's llama.cpp) export the hidden state *before* cropping to the output
 rows: llama.cpp then hands back row 0 — a previous position — as the output
 row's hidden state. Output stays correct (drafts are verified), but every
-draft after the first is made from the wrong state. Rather than trust a list
-of graphs, the drafter asks the graph once at load (:func:`graph_crops_rows`)
-and folds only where the answer is exact. Chained heads have the same
+draft after the first is made from the wrong state. Our engine's patch
+series fixes those graphs (packaging/patches/0001-mtp-crop-before-export.patch),
+but rather than trust a list of graphs or a build, the drafter asks the graph
+once at load (:func:`graph_crops_rows`) and folds only where the answer is exact. Chained heads have the same
 hazard when a prefix is re-decoded with one output; there every row is made
 an output instead, so the last row's state is the right one.
 
@@ -33,7 +34,7 @@ import time
 import numpy as np
 
 from engine.runtime import Batch, Context, ContextParams, Model
-from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
+from engine.speculative.settings import MAX_DRAFT, SPECULATION_OFF, SpeculativeSettings
 
 # llama.cpp's MTP driver gates a draft token by its probability in a softmax
 # over the head's top 10 candidates (common/speculative.cpp); the same here,
@@ -85,6 +86,9 @@ class MTPDrafter:
         target_ctx: the target context; must have ``embeddings_nextn`` enabled (unmasked).
         mtp_model: a model loaded with ``load_mtp=True`` holding the NextN block(s).
         fold: fold the catch-up into the next draft where the graph allows it exactly.
+        n_threads: threads of the draft context (default: the target's). A
+            draft step decodes one row through one block, so it has little to
+            split between threads; on a busy machine fewer can be faster.
 
     ``seconds`` holds this generation's ``draft`` and ``catch_up`` time (reset
     by :meth:`begin`); the generator books it into its statistics. The
@@ -92,7 +96,9 @@ class MTPDrafter:
     what this model can draft (``engine.speculative.settings.deepest_draft``).
     """
 
-    def __init__(self, target_ctx: Context, mtp_model: Model, fold: bool = True) -> None:
+    source = "mtp"  # what proposed the drafts (statistics count accepted tokens per source)
+
+    def __init__(self, target_ctx: Context, mtp_model: Model, fold: bool = True, n_threads: int | None = None) -> None:
         self.target = target_ctx
         self.model = mtp_model
         self.n_embd = mtp_model.n_embd_out
@@ -103,7 +109,7 @@ class MTPDrafter:
             mtp_model,
             ContextParams(
                 n_ctx=target_ctx.n_ctx, n_batch=tp.n_batch, n_ubatch=tp.n_ubatch,
-                n_threads=tp.n_threads, mtp=True,
+                n_threads=n_threads or tp.n_threads, mtp=True,
                 # One output row per draft step (every row of a chained prefix
                 # at most): llama.cpp's default reserves logits for n_batch
                 # rows, ~0.5 GB with a 262k vocabulary.
@@ -122,8 +128,11 @@ class MTPDrafter:
         self._verified_pos = 0
         # accepted rows whose catch-up is deferred into the next draft's first decode
         self._fold_tokens: list[int] = []
+        self._deferred_step = False  # the last verify was a plain step whose catch-up waits (see verified)
+        self.defer = False  # defer every catch-up (the composition drafter; see begin)
         self._fold_pos = 0
-        self._fold_embd = np.zeros((0, self.n_embd), dtype=np.float32)
+        self._fold_buf = np.zeros((self.batch.capacity, self.n_embd), dtype=np.float32)
+        self._verify_buf = np.zeros((MAX_DRAFT + 1, self.n_embd), dtype=np.float32)
         self._row_bytes = 4 * self.n_embd
         self._n_vocab = mtp_model.n_vocab
 
@@ -134,6 +143,9 @@ class MTPDrafter:
         self.pending_h[:] = 0.0
         self._fold_tokens = []
         self.seconds = {"draft": 0.0, "catch_up": 0.0}
+        # Defer every catch-up, not only plain steps' (set by the composition
+        # drafter after begin: rounds another source drafted then cost no MTP decode).
+        self.defer = False
 
     def process(self, tokens: list[int], pos_start: int) -> None:
         """Catch the MTP context up on a target decode of ``tokens`` at ``pos_start``.
@@ -166,19 +178,30 @@ class MTPDrafter:
     def verified(self, tokens: list[int], pos_start: int) -> None:
         """The target just decoded ``tokens`` (a verify batch): keep its hidden
         states before anything else decodes on the target, and catch up now
-        unless folding defers it."""
-        if not self.fold:
+        unless folding defers it. A plain step (nothing drafted, as adaptive
+        depth chooses when drafts do not pay) is deferred even without
+        folding: its row is caught up in one batch with the others before
+        the next draft, so a stretch of plain steps costs no MTP decodes."""
+        self._deferred_step = not self.fold and (len(tokens) == 1 or self.defer)
+        if not self.fold and not self._deferred_step:
+            if self._fold_tokens:  # deferred plain steps come first (another source drafted this round)
+                self.settle()
             self.process(tokens, pos_start)
             return
         n = len(tokens)
-        view = np.ctypeslib.as_array(self.target.embeddings_nextn(), shape=(n, self.n_embd))
-        self.verify_h = view.copy()
+        if self._verify_buf.shape[0] < n:
+            self._verify_buf = np.zeros((n, self.n_embd), dtype=np.float32)
+        # one copy into a kept buffer (no array view built per step: it cost more than the copy)
+        ctypes.memmove(self._verify_buf.ctypes.data, self.target.embeddings_nextn(), n * self._row_bytes)
+        self.verify_h = self._verify_buf
         self._verified = tokens
         self._verified_pos = pos_start
 
     def draft(self, id_last: int, pos0: int, room: int) -> list[int]:
         """Up to ``n_max`` tokens after ``id_last`` (at ``pos0``), and no more
         than ``room``: what is left of the reply and the context."""
+        if self._fold_tokens and not self.fold:  # deferred plain steps: caught up on their own, not folded
+            self.settle()
         t0 = time.perf_counter()
         n_max, p_min = min(self.settings.n_max, room), self.settings.p_min
         if self.chained:
@@ -192,18 +215,56 @@ class MTPDrafter:
 
     def accept(self, n_accepted: int, pos0: int) -> None:
         """Keep the MTP KV for accepted positions only and re-anchor ``pending_h``."""
-        if self.fold:
+        if self.fold or self._deferred_step:
             kept = self._verified[: n_accepted + 1]
-            embd = np.vstack([self.pending_h[None, :], self.verify_h[:n_accepted]])
-            if not self._fold_tokens:
+            n = len(self._fold_tokens)
+            if not n:
                 self._fold_pos = pos0
-                self._fold_embd = embd
-            else:  # no draft ran since the last verify: keep both, they are contiguous
-                self._fold_embd = np.vstack([self._fold_embd, embd])
-            self._fold_tokens = self._fold_tokens + kept
+            # written in place: rows pile up over many plain steps, and copying the pile each
+            # step would cost as much as the decode (no draft ran since the last verify: they are contiguous)
+            self._fold_buf[n] = self.pending_h
+            self._fold_buf[n + 1:n + 1 + n_accepted] = self.verify_h[:n_accepted]
+            self._fold_tokens.extend(kept)
+            if len(self._fold_tokens) + MAX_DRAFT + 1 >= self.batch.capacity:
+                self.settle()  # many steps without a draft (adaptive depth): the batch must still hold them
         else:
             self.ctx.seq_rm(pos0 + n_accepted + 1, -1)
         self.pending_h[:] = self.verify_h[n_accepted]
+
+    def settle(self) -> None:
+        """Decode the deferred catch-up now, without drafting.
+
+        A composition drafter that let another source draft for many rounds
+        calls it before the backlog outgrows one batch (engine/speculative/compose.py).
+        """
+        if not self._fold_tokens:
+            return
+        t0 = time.perf_counter()
+        batch = self.batch
+        batch.clear()
+        for j, tok in enumerate(self._fold_tokens):
+            batch.add(tok, self._fold_pos + j, False)
+        ctypes.memmove(batch.embd_row_address(0), np.ascontiguousarray(self._fold_embd).ctypes.data,
+                       self._row_bytes * len(self._fold_tokens))
+        for head in range(self.n_heads if self.chained else 1):  # chained heads: each its own KV layer
+            self.ctx.seq_rm(self._fold_pos, -1)
+            if self.chained:
+                self.ctx.set_nextn_layer_offset(head)
+            self.ctx.decode(batch)
+        if self.chained:
+            self.ctx.set_nextn_layer_offset(0)
+        self._fold_tokens = []
+        self.seconds["catch_up"] += time.perf_counter() - t0
+
+    @property
+    def _fold_embd(self) -> np.ndarray:
+        """The hidden-state rows of the deferred catch-up, one per ``_fold_tokens``."""
+        return self._fold_buf[: len(self._fold_tokens)]
+
+    @property
+    def backlog(self) -> int:
+        """Accepted rows whose catch-up is still deferred."""
+        return len(self._fold_tokens)
 
     def close(self) -> None:
         self.ctx.close()

@@ -12,6 +12,8 @@ Definitions (also in docs/statistics.md):
 - **acceptance at position i** = rounds where draft position i was accepted /
   rounds where position i was drafted.
 - **mean accepted length** = 1 + accepted / rounds (it counts the bonus token).
+- **per source** (``mtp``, ``ngram``): drafted, accepted and rounds counted
+  by what proposed the round's draft; each adds up to its total.
 - **decode tok/s** = generated tokens after the first / time after the first
   token; **end-to-end tok/s** = generated tokens / (prefill + decode time).
 """
@@ -49,6 +51,12 @@ class StatsSnapshot:
     acceptance_per_pos: list[float] = field(default_factory=list)
     accepted_histogram: dict[str, int] = field(default_factory=dict)
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    # per draft source (mtp | ngram); each adds up to drafted / accepted / rounds
+    drafted_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
+    rounds_by_source: dict[str, int] = field(default_factory=dict)
+    # the draft length of the latest step (adaptive depth changes it from round to round); None: not drafting
+    draft_depth: int | None = None
 
     @property
     def speculative(self) -> bool:
@@ -77,15 +85,23 @@ class GenerationStats:
     t_end: float | None = None
     rollback: str = "none"
     mode: str = "off"  # off | mtp(n_max=N)
+    draft_depth: int | None = None  # the latest step's draft length
+    drafted_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
+    rounds_by_source: dict[str, int] = field(default_factory=dict)
 
-    def record_round(self, n_drafted: int, n_accepted: int) -> None:
-        """Count one verify of ``n_drafted`` draft tokens of which ``n_accepted`` were accepted."""
+    def record_round(self, n_drafted: int, n_accepted: int, source: str = "mtp") -> None:
+        """Count one verify of ``n_drafted`` draft tokens of which ``n_accepted``
+        were accepted, drafted by ``source``."""
         if n_drafted == 0:
             self.plain_steps += 1
             return
         self.rounds += 1
         self.drafted += n_drafted
         self.accepted += n_accepted
+        self.rounds_by_source[source] = self.rounds_by_source.get(source, 0) + 1
+        self.drafted_by_source[source] = self.drafted_by_source.get(source, 0) + n_drafted
+        self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + n_accepted
         while len(self.drafted_per_pos) < n_drafted:
             self.drafted_per_pos.append(0)
             self.accepted_per_pos.append(0)
@@ -148,6 +164,10 @@ class GenerationStats:
             acceptance_per_pos=self.acceptance_per_pos,
             accepted_histogram={str(k): v for k, v in sorted(self.accepted_histogram.items())},
             phase_seconds=dict(self.phase_seconds),
+            drafted_by_source=dict(self.drafted_by_source),
+            accepted_by_source=dict(self.accepted_by_source),
+            rounds_by_source=dict(self.rounds_by_source),
+            draft_depth=self.draft_depth,
         )
 
     def to_dict(self, now: float | None = None) -> dict[str, Any]:

@@ -12,7 +12,8 @@ PHASE_NAMES = {"catch_up": "catch-up"}
 GLOSSARY = {
     "speedup": "How much faster replies are with MTP than plain decoding of the same model on this machine. "
                "Stated only where it was measured: autotune timed both on this model.",
-    "draft depth": "n_max: the most tokens MTP drafts per step. Deeper drafts pay off only when most are accepted.",
+    "draft depth": "n_max: the most tokens MTP drafts per step. Deeper drafts pay off only when most are accepted. "
+                   "Adaptive depth chooses each step's length from the acceptance and timings it measures.",
     "gate": "p_min: drafting stops at a token the MTP head is less sure of than this.",
     "rollback": "How rejected draft tokens are removed from the model's memory: kv drops them from the "
                 "attention cache; rs_seq and checkpoint rewind the recurrent state of hybrid models.",
@@ -29,6 +30,8 @@ GLOSSARY = {
     "catch-up": "Feeding the full model's state to the MTP head after each check, so it drafts from the right "
                 "place.",
     "sampling": "Choosing each token from the model's probabilities (temperature, penalties …).",
+    "draft source": "What proposed the accepted tokens: MTP (the model's prediction heads) or n-gram (a copy of "
+                    "what followed the same words earlier in the conversation). accepted/drafted per source.",
     "other": "Everything else: the loop itself, turning tokens into text, stop strings, events.",
 }
 
@@ -42,9 +45,31 @@ def speed(s: StatsSnapshot) -> str:
     return f"{s.decode_tps:.1f} tok/s" if s.decode_tps else ""
 
 
+SOURCE_NAMES = {"mtp": "MTP", "ngram": "n-gram"}
+
+
+def drafting(s: StatsSnapshot) -> str:
+    """Who drafts in this reply, from its mode: ``MTP``, ``n-gram`` or ``MTP + n-gram``."""
+    mode = s.mode.split("(", 1)[0]
+    return " + ".join(SOURCE_NAMES.get(part, part) for part in mode.split("+")) if s.speculative else "MTP"
+
+
 def acceptance(s: StatsSnapshot) -> str:
     """``MTP 81% accepted``, or empty when nothing was drafted."""
-    return f"MTP {100 * (s.acceptance_rate or 0):.0f}% accepted" if s.rounds else ""
+    return f"{drafting(s)} {100 * (s.acceptance_rate or 0):.0f}% accepted" if s.rounds else ""
+
+
+def source_items(s: StatsSnapshot) -> list[tuple[str, str]]:
+    """One panel line per draft source: ``n-gram drafts: 95/100 accepted``."""
+    return [(f"{SOURCE_NAMES.get(src, src)} drafts: {s.accepted_by_source.get(src, 0)}/{drafted} accepted",
+             "draft source") for src, drafted in sorted(s.drafted_by_source.items())]
+
+
+def sources(s: StatsSnapshot) -> str:
+    """Accepted/drafted tokens per draft source: ``MTP 40/60 · n-gram 95/100``
+    (empty before any draft); each source's counts add up to the totals."""
+    return " · ".join(f"{SOURCE_NAMES.get(src, src)} {s.accepted_by_source.get(src, 0)}/{drafted}"
+                      for src, drafted in sorted(s.drafted_by_source.items()))
 
 
 def per_position(s: StatsSnapshot) -> str:
@@ -66,18 +91,28 @@ def draft_depth(s: StatsSnapshot) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
+def depth_text(s: StatsSnapshot) -> str:
+    """The draft depth as the panel says it: ``3``, or ``2 now (adaptive, up to 8)``
+    while adaptive depth chooses each round's length."""
+    depth = draft_depth(s)
+    if "adaptive" in s.mode and s.draft_depth is not None:
+        return f"{s.draft_depth} now (adaptive, up to {depth})"
+    return str(depth) if depth is not None else s.mode
+
+
 def headline(s: StatsSnapshot, speedup: float | None = None, source: str = "autotuned") -> str:
     """The first line about MTP: the speedup where one was measured (``source`` says
     how), else what was measured in this reply; never a guess."""
     if not s.speculative:
         return "MTP off: plain decoding"
+    who = drafting(s)
     if speedup:
         if speedup >= 1.05:
-            return f"MTP: {speedup:.1f}× faster than without ({source})"
-        return f"MTP: about as fast as without ({source})"
+            return f"{who}: {speedup:.1f}× faster than without ({source})"
+        return f"{who}: about as fast as without ({source})"
     if s.rounds:
-        return f"MTP: {s.mean_accepted_length or 1:.2f} tokens per step (speedup not measured)"
-    return "MTP: no drafts yet"
+        return f"{who}: {s.mean_accepted_length or 1:.2f} tokens per step (speedup not measured)"
+    return f"{who}: no drafts yet"
 
 
 def prefill_progress(done: int, total: int) -> str:
@@ -109,12 +144,12 @@ def panel_items(s: StatsSnapshot) -> list[tuple[str, str]]:
     :data:`GLOSSARY` term that explains it."""
     if not s.rounds:
         return [("no drafts yet" if s.speculative else "off for this reply", "draft depth")]
-    depth = draft_depth(s)
     return [
-        (f"draft depth {depth if depth is not None else s.mode}, rollback: {s.rollback}", "rollback"),
+        (f"draft depth {depth_text(s)}, rollback: {s.rollback}", "rollback"),
         (f"acceptance {100 * (s.acceptance_rate or 0):.1f}%  ({s.accepted}/{s.drafted})", "acceptance"),
         (f"mean accepted length {s.mean_accepted_length or 0:.2f}", "mean accepted length"),
         (f"rounds {s.rounds}", "rounds"),
+        *source_items(s),
     ]
 
 
@@ -132,5 +167,6 @@ def report(s: StatsSnapshot, finish: str) -> str:
         text += (f"\n[mtp] {s.mode}, rollback {s.rollback}: {s.rounds} rounds, "
                  f"{s.accepted}/{s.drafted} drafts accepted ({100 * (s.acceptance_rate or 0):.1f}%), "
                  f"mean accepted length {s.mean_accepted_length or 0:.2f}, per position {per_position(s)}")
+        text += f"\n[sources] accepted/drafted: {sources(s)}"
         text += "\n[time] " + ", ".join(f"{k} {1000 * v:.0f} ms" for k, v in s.phase_seconds.items())
     return text

@@ -62,3 +62,34 @@ def test_highlighting_marks_text_from_accepted_drafts(qtbot, services):
     assert window.palette_.draft_bg not in window.transcript.toHtml().lower()
     window.highlight_box.setChecked(True)
     assert window.palette_.draft_bg in window.transcript.toHtml().lower()
+
+
+def test_the_panel_shows_which_source_proposed_the_accepted_tokens(qtbot, services):
+    # MTP + n-gram on an oracle model: the reply loops, so both sources draft
+    model = synth("glm4moe", "oracle", agree=0.7)
+    services.settings.model_path = str(model.path())
+    services.settings.speculative = "mtp+ngram"
+    services.settings.n_max = 6
+    services.settings.max_tokens = 400
+    start_and_load(qtbot, services)
+    window = services.window
+    asked = window.chat.speculative_settings()
+    assert (asked.mode, asked.n_max) == ("mtp+ngram", 6)
+    finals: list[StatsSnapshot] = []
+    services.client.sig_done.connect(lambda ev: finals.append(ev.stats))
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=120000):
+        window.composer.setPlainText(" the river model")
+        window.send()
+    final = finals[-1]
+    assert final.mode == "mtp+ngram(n_max=6)" and final.rounds > 0
+    assert set(final.drafted_by_source) == {"mtp", "ngram"}, final.drafted_by_source
+    assert sum(final.accepted_by_source.values()) == final.accepted
+    assert sum(final.drafted_by_source.values()) == final.drafted
+    panel = window.stats_panel
+    assert panel.stats == final
+    lines = stats_text.panel_lines(panel.stats)
+    for source, name in (("mtp", "MTP"), ("ngram", "n-gram")):
+        accepted, drafted = final.accepted_by_source.get(source, 0), final.drafted_by_source[source]
+        assert f"{name} drafts: {accepted}/{drafted} accepted" in lines
+    panel.grab()  # paint: the panel notes each explained term it drew
+    assert any(tip.startswith("<b>draft source</b>") for _rect, tip in panel.tips)

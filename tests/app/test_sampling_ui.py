@@ -129,3 +129,12 @@ def test_the_panel_states_the_measured_speedup_first_and_clears_on_a_model_chang
     with qtbot.waitSignal(services.client.sig_loaded, timeout=60000):
         window.models.load()
     assert panel.stats is None and panel.headline() == "" and window.chat.last_stats is None
+
+
+def test_the_speculation_choice_offers_ngram_and_the_composition(qtbot):
+    f = fields(qtbot)
+    choices = [f.speculative.itemText(i) for i in range(f.speculative.count())]
+    assert {"auto", "mtp", "ngram", "mtp+ngram", "off"} <= set(choices)
+    f.speculative.setCurrentText("ngram")
+    assert f.values()["speculative"] == "ngram" and f.n_max.isEnabled()
+

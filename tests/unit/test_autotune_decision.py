@@ -58,7 +58,7 @@ def test_settings_dropped_early_are_not_chosen():
 
 def test_candidates_respect_head_count_and_looped_depth():
     chained = search.candidates(3, chained=True)
-    assert max(s.n_max for s in chained) == 3 and Setting(0) in chained
+    assert max(s.n_max for s in chained if s.mode == "mtp") == 3 and Setting(0) in chained
     looped = search.candidates(1, chained=False)
     assert max(s.n_max for s in looped) == 8 and Setting(2, 0.5) in looped and Setting(1, 0.5) not in looped
 
@@ -141,3 +141,57 @@ def test_the_verdict_says_which_of_missing_head_slow_settings_or_changed_output_
     wrong.drafted, wrong.accepted, wrong.identity = 100, 80, "defect"
     reason = search._decide([measured(Setting(0), [1.0] * 4), wrong]).reason
     assert "changed the output" in reason and "no MTP head" not in reason
+
+
+def test_candidates_add_adaptive_depth_and_ngram_drafting():
+    looped = search.candidates(1, chained=False)
+    assert mtp(8, depth="adaptive") in looped
+    modes = {(s.mode, s.depth) for s in looped}
+    assert {("ngram", "fixed"), ("ngram", "adaptive"), ("mtp+ngram", "fixed"), ("mtp+ngram", "adaptive")} <= modes
+    # a model without a head still gets n-gram drafting, never MTP
+    headless = search.candidates(0, chained=False)
+    assert Setting(0) in headless and {s.mode for s in headless} == {"off", "ngram"}
+    capped = search.candidates(1, chained=False, n_max_cap=3)
+    assert max(s.n_max for s in capped) == 3
+
+
+def test_the_reason_says_by_how_much_the_winner_beat_the_runner_up():
+    result = search._decide([
+        measured(Setting(0), [1.0] * 6),
+        measured(Setting(3), [1.30, 1.28, 1.33, 1.29, 1.31, 1.30]),
+        measured(mtp(8, depth="adaptive"), [1.43, 1.41, 1.46, 1.42, 1.44, 1.43]),
+    ])
+    assert result.best == mtp(8, depth="adaptive")
+    assert "runner-up mtp n_max=3 (1.30x)" in result.reason and "+10%" in result.reason
+
+
+def test_a_thread_count_wins_only_beyond_the_noise():
+    from engine.autotune.threads import ThreadMeasurement, decide
+
+    def rows(**ratios: list[float]) -> list[ThreadMeasurement]:
+        return [ThreadMeasurement(int(k[1:]), [100 * r for r in v], v) for k, v in ratios.items()]
+
+    # 1 thread is clearly faster than 2 (the baseline): a busy core
+    assert decide(rows(t2=[1.0] * 3, t1=[5.0, 4.1, 6.2]), baseline=2) == 1
+    # within the noise: keep the baseline
+    assert decide(rows(t2=[1.0] * 3, t1=[1.3, 0.8, 1.1]), baseline=2) == 2
+    # the fastest of two winners
+    assert decide(rows(t4=[1.0] * 3, t2=[1.2, 1.21, 1.19], t3=[1.4, 1.41, 1.39]), baseline=4) == 3
+
+
+def test_an_older_profile_stays_valid_and_says_it_is_outdated(tmp_path):
+    from engine.autotune.profiles import PROFILE_VERSION, Profile
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + b"\0" * 5000)
+    old = {"fingerprint": "hw1", "model_hash": model_identity(model), "engine": "e", "model_path": str(model),
+           "setting": {"mode": "mtp", "n_max": 3, "n_min": 0, "p_min": 0.0}, "speedup": 1.3, "reason": "r",
+           "created": 0.0}  # as version 1 wrote it: no version, no threads, no depth
+    path = tmp_path / "profiles.json"
+    path.write_text(json.dumps({"hw1:" + model_identity(model) + ":e": old}))
+    found = ProfileStore(path).find("hw1", model_identity(model), "e")
+    assert found is not None and found.setting == mtp(3) and found.outdated and found.threads == 0
+    fresh = new_profile("hw1", str(model), "e", mtp(8, depth="adaptive"), 1.5, "r", threads=1, threads_draft=1)
+    assert fresh.version == PROFILE_VERSION and not fresh.outdated
+    again = Profile.from_json(json.loads(json.dumps(fresh.to_json())))
+    assert again == fresh and again.setting.adaptive

@@ -1,0 +1,200 @@
+"""Online adaptive draft depth: each round drafts the number of tokens that
+maximises expected tokens per second on this machine, now.
+
+Why: the best fixed ``n_max`` depends on how predictable the text is, and
+real replies mix easy stretches (boilerplate, quoted code) with hard ones
+(reasoning), so the right depth changes from round to round. A fixed depth
+is the best any anchor offers; this policy follows the text.
+
+The model behind a choice of depth ``n`` (0 is a plain step):
+
+- acceptance: ``q_i`` = probability that draft position ``i`` is accepted
+  given that positions ``0..i-1`` were. Counted per position with
+  exponential forgetting (each new observation of a position multiplies its
+  old counts by :data:`DECAY`), so it follows the recent text. A position
+  not seen lately leans on the one before it (a Beta prior centred there),
+  and a position beyond the drafts of a round fades slowly back to that
+  prior (:data:`IDLE_DECAY`), so a depth judged on bad luck is tried again
+  (plain steps leave the counts alone: the probes re-try position 0).
+  Expected tokens from a round of ``n``: ``E(n) = 1 + sum_{i<n} prod_{j<=i} q_j``
+  (the target's own token always counts).
+- cost: ``T(n) = verify(n + 1) + n * draft_step + overhead``. ``verify(k)`` is
+  the measured time of a verify batch of ``k`` rows (a moving average per
+  ``k``; a ``k`` never measured comes from a line through the measured ones,
+  or from :data:`PRIOR_ROW_SLOPE` before there are two), ``draft_step`` the
+  measured time of one draft token, ``overhead`` the rest of a round
+  (catch-up, sampling, the loop). On a CPU a verify batch of 5 rows costs
+  ~2.3x one row (docs/benchmarks.md), which is what makes depth expensive.
+
+The round drafts ``argmax_n E(n) / T(n)``; the drafter's ``p_min`` still
+stops a draft early at an unsure token (the second brake). When the answer
+is 0 the policy probes with one draft token now and then (after
+:data:`PROBE_FIRST` plain steps, doubling to :data:`PROBE_MAX` while probes
+keep failing), so a stretch of easy text is found again.
+
+It never changes output: every draft is verified by the target as before,
+and the depth only decides how many rows a verify batch has. The choice
+depends on timings, so *which* rounds draft differs run to run; the emitted
+tokens do not (greedy), and each sampled token is still the target's sample
+(the sampler draws once per emitted token, whatever the depth).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DECAY = 0.9  # per observation of a position: ~10 recent rounds carry most weight
+IDLE_DECAY = 0.97  # per round whose draft stops short of a position: its evidence fades back to the prior
+PRIOR_WEIGHT = 1.0  # pseudo-observations behind the prior of each position
+PRIOR_FIRST = 0.6  # prior acceptance of position 0: optimistic enough to try drafting at all
+PRIOR_ROW_SLOPE = 0.4  # verify(k) / verify(1) - 1 per extra row before two sizes were measured
+PRIOR_DRAFT_SHARE = 0.2  # one draft step / one verify row, before a draft was timed
+COST_EMA = 0.2  # weight of the newest timing in the moving averages
+# A timing is clipped to this factor of its average before it counts: one
+# preempted decode (another program took the core) must not make a depth look
+# slow for good, since a depth judged slow is not tried again soon.
+COST_CLIP = 1.5
+PROBE_FIRST = 8  # plain steps before the first probe when drafting does not pay
+PROBE_MAX = 64  # the longest wait between probes
+RECHECK_PLAIN = 4  # between plain steps the choice is made again every this many (it costs ~0.1 ms)
+
+
+@dataclass
+class AdaptiveDepth:
+    """Chooses each round's draft length; fed what each round measured.
+
+    Args:
+        n_max: the deepest draft it may choose (the settings' ``n_max``,
+            already limited to what the model drafts).
+    """
+
+    n_max: int
+    reached: list[float] = field(default_factory=list)  # decayed rounds that drafted position i after i-1 accepted
+    accepted: list[float] = field(default_factory=list)  # of those, decayed rounds that accepted position i
+    verify_s: dict[int, float] = field(default_factory=dict)  # rows -> moving average seconds
+    draft_step_s: float | None = None
+    overhead_s: float | None = None
+    depth: int = 0  # the last choice
+    probe_every: int = PROBE_FIRST
+    plain_steps: int = 0
+    probing: bool = False
+
+    def __post_init__(self) -> None:
+        self.reached = [0.0] * self.n_max
+        self.accepted = [0.0] * self.n_max
+
+    # -- the model ----------------------------------------------------------
+    def acceptance(self) -> list[float]:
+        """``q_i`` for every position: recent counts plus a prior at the position before."""
+        out: list[float] = []
+        prior = PRIOR_FIRST
+        for r, a in zip(self.reached, self.accepted, strict=True):
+            q = (a + PRIOR_WEIGHT * prior) / (r + PRIOR_WEIGHT)
+            out.append(q)
+            prior = q
+        return out
+
+    def expected_tokens(self, n: int, q: list[float] | None = None) -> float:
+        q = self.acceptance() if q is None else q
+        total, reach = 1.0, 1.0
+        for i in range(n):
+            reach *= q[i]
+            total += reach
+        return total
+
+    def verify_cost(self, rows: int) -> float:
+        """Seconds for a verify batch of ``rows`` rows: measured, else from a line through what was."""
+        seen = sorted(self.verify_s.items())
+        if not seen:
+            return 1.0 + PRIOR_ROW_SLOPE * (rows - 1)  # unitless until timed: only ratios matter
+        if rows in self.verify_s:
+            cost = self.verify_s[rows]
+        elif len(seen) == 1:
+            k0, t0 = seen[0]
+            cost = t0 * (1 + PRIOR_ROW_SLOPE * (rows - 1)) / (1 + PRIOR_ROW_SLOPE * (k0 - 1))
+        else:
+            ks = [k for k, _ in seen]
+            ts = [t for _, t in seen]
+            mk, mt = sum(ks) / len(ks), sum(ts) / len(ts)
+            var = sum((k - mk) ** 2 for k in ks)
+            slope = max(0.0, sum((k - mk) * (t - mt) for k, t in zip(ks, ts, strict=True)) / var)
+            cost = max(mt + slope * (rows - mk), 0.25 * min(ts))
+        # more rows never cost less than fewer (noise must not make depth look free)
+        below = [t for k, t in seen if k < rows]
+        above = [t for k, t in seen if k > rows]
+        if rows not in self.verify_s and above:
+            cost = min([cost, *above])
+        return max([cost, *below])
+
+    def round_cost(self, n: int) -> float:
+        v1 = self.verify_cost(1)
+        step = self.draft_step_s if self.draft_step_s is not None else PRIOR_DRAFT_SHARE * v1
+        overhead = self.overhead_s if self.overhead_s is not None else 0.0
+        return self.verify_cost(n + 1) + n * step + overhead
+
+    def best(self, cap: int) -> int:
+        """The depth in ``0..cap`` with the most expected tokens per second (ties: the shallower)."""
+        q = self.acceptance()
+        verify = [self.verify_cost(k) for k in range(1, cap + 2)]
+        step = self.draft_step_s if self.draft_step_s is not None else PRIOR_DRAFT_SHARE * verify[0]
+        overhead = self.overhead_s or 0.0
+        best_n, best_rate, expected, reach = 0, 0.0, 1.0, 1.0
+        for n in range(cap + 1):
+            if n:
+                reach *= q[n - 1]
+                expected += reach
+            rate = expected / (verify[n] + n * step + overhead)
+            if rate > best_rate:
+                best_n, best_rate = n, rate
+        return best_n
+
+    # -- the loop's calls ---------------------------------------------------
+    def choose(self, room: int) -> int:
+        """This round's draft length, at most ``room`` (what is left of the reply and context)."""
+        cap = max(0, min(self.n_max, room))
+        if self.depth == 0 and not self.probing and self.plain_steps % RECHECK_PLAIN:
+            n = 0  # plain steps: acceptance is unchanged, only timings drift; look again every few
+        else:
+            n = self.best(cap) if cap else 0
+        self.probing = False
+        if n == 0 and cap:
+            self.plain_steps += 1
+            if self.plain_steps >= self.probe_every:
+                self.plain_steps = 0
+                self.probe_every = min(PROBE_MAX, 2 * self.probe_every)
+                self.probing = True
+                n = 1
+        elif n:
+            self.plain_steps = 0
+            self.probe_every = PROBE_FIRST
+        self.depth = n
+        return n
+
+    def observe(self, n_drafted: int, n_accepted: int, verify_s: float, draft_s: float, round_s: float) -> None:
+        """What one round measured: drafts proposed and accepted, and where its time went."""
+        rows = n_drafted + 1
+        # a size timed for the first time starts from what the others predict (when
+        # they were timed), so one slow first sample cannot rule a depth out
+        old = self.verify_s.get(rows)
+        if old is None and self.verify_s:
+            old = self.verify_cost(rows)
+        self.verify_s[rows] = _average(old, verify_s)
+        if n_drafted:
+            self.draft_step_s = _average(self.draft_step_s, draft_s / n_drafted)
+        self.overhead_s = _average(self.overhead_s, max(0.0, round_s - verify_s - draft_s))
+        for i in range(min(n_accepted + 1, n_drafted, self.n_max)):
+            self.reached[i] = DECAY * self.reached[i] + 1.0
+            self.accepted[i] = DECAY * self.accepted[i] + (1.0 if i < n_accepted else 0.0)
+        # positions past a draft fade, so a deeper draft is tried again some day; a plain
+        # step leaves them alone (position 0 is re-tried by the probes, with backoff)
+        for i in range(n_drafted if n_drafted else self.n_max, self.n_max):
+            self.reached[i] *= IDLE_DECAY
+            self.accepted[i] *= IDLE_DECAY
+
+
+def _average(old: float | None, sample: float) -> float:
+    """The moving average after ``sample``, clipped to :data:`COST_CLIP` times the average."""
+    if old is None:
+        return sample
+    sample = min(max(sample, old / COST_CLIP), old * COST_CLIP) if old > 0 else sample
+    return old + COST_EMA * (sample - old)

@@ -1,0 +1,106 @@
+"""MTP and n-gram drafting in one generation (mode ``"mtp+ngram"``).
+
+Policy, per round (documented in docs/mtp.md, "n-gram drafting, and MTP + n-gram"):
+
+1. Ask the n-gram drafter first: it costs microseconds.
+2. Use its draft only when the match behind it is long (at least
+   :data:`TRUST_MATCH` tokens, or the whole ``ngram_max``) **and** the
+   n-gram source's recent yield is at least MTP's: yield is a decaying
+   average of tokens accepted per round (``ngram.DECAY``). MTP then does not
+   draft at all this round, and its catch-up waits (:data:`DEFER_CATCH_UP`):
+   a run of n-gram rounds costs no MTP decode.
+3. Otherwise MTP drafts.
+
+Why not "the longer draft": n-gram drafts are often long and wrong on
+generative text, and a long wrong draft displaces a shorter right MTP draft
+(users of llama.cpp's n-gram drafters report exactly this). The yield test
+keeps the n-gram source out of text it does not predict and lets it in where
+it does; both yields start equal, so the first long match is tried.
+
+The n-gram yield learns even on rounds MTP drafted: the n-gram draft that
+was not sent is scored against the tokens the target then produces
+(:class:`~engine.speculative.ngram.Yield`), so the n-gram source can come
+back once the text turns repetitive. The n-gram drafter's own gate (for mode
+``"ngram"``) is not used here: this policy replaces it.
+
+``n_max`` is MTP's depth (limited to what the model's heads can draft,
+``deepest``). A trusted n-gram draft may run to :data:`MAX_DRAFT` tokens:
+it is only sent when its source has been right recently, and a long copied
+run is where n-gram drafting gains most.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from engine.speculative.mtp import MTPDrafter
+from engine.speculative.ngram import NgramDrafter, Yield
+from engine.speculative.settings import MAX_DRAFT, MTP, SPECULATION_OFF, SpeculativeSettings
+
+TRUST_MATCH = 3  # the shortest n-gram match whose draft may displace MTP's
+# Defer MTP's catch-up even where it cannot fold: n-gram rounds then cost no
+# MTP decode, and the backlog is caught up in one batch before MTP drafts.
+DEFER_CATCH_UP = True
+# Settle MTP's deferred catch-up before it outgrows this share of a batch.
+BACKLOG_SHARE = 0.5
+
+
+class ComposeDrafter:
+    """One drafter over an :class:`MTPDrafter` and an :class:`NgramDrafter` (see the module docstring)."""
+
+    def __init__(self, mtp: MTPDrafter, ngram: NgramDrafter, deepest: int) -> None:
+        self.mtp, self.ngram, self.deepest = mtp, ngram, deepest
+        self.n_heads, self.chained = mtp.n_heads, mtp.chained
+        self.source = mtp.source
+        self.settings = SPECULATION_OFF
+        self.yields = {"mtp": Yield(), "ngram": Yield()}  # decaying accepted tokens per round (ngram.Yield)
+        self._sent: list[int] = []
+        self._max_backlog = max(1, int(BACKLOG_SHARE * mtp.batch.capacity))
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        return {k: self.mtp.seconds[k] + self.ngram.seconds[k] for k in ("draft", "catch_up")}
+
+    def begin(self, settings: SpeculativeSettings) -> None:
+        self.settings = settings
+        self.ngram.begin(replace(settings, n_max=MAX_DRAFT))
+        self.mtp.begin(replace(settings, mode=MTP, n_max=max(1, min(settings.n_max, self.deepest))))
+        self.mtp.defer = DEFER_CATCH_UP
+        start = float(min(settings.n_max, self.deepest)) / 2
+        self.yields = {"mtp": Yield(start), "ngram": Yield(start)}
+        self._sent = []
+
+    def process(self, tokens: list[int], pos_start: int) -> None:
+        self.mtp.process(tokens, pos_start)
+        self.ngram.process(tokens, pos_start)
+
+    def verified(self, tokens: list[int], pos_start: int) -> None:
+        self.mtp.verified(tokens, pos_start)
+        self.ngram.verified(tokens, pos_start)
+
+    def accept(self, n_accepted: int, pos0: int) -> None:
+        self.mtp.accept(n_accepted, pos0)
+        self.ngram.accept(n_accepted, pos0)
+        if self._sent:
+            self.yields[self.source].learn(n_accepted)
+            self._sent = []
+
+    def draft(self, id_last: int, pos0: int, room: int) -> list[int]:
+        ngram_yield = self.yields["ngram"]
+        ngram_yield.score_held(self.ngram.context, pos0, id_last)
+        candidate = self.ngram.propose(id_last, pos0, room)
+        long_match = self.ngram.last_match >= min(TRUST_MATCH, self.settings.ngram_max)
+        if candidate and long_match and ngram_yield.value >= self.yields["mtp"].value:
+            self.source = self.ngram.source
+            if self.mtp.backlog + len(candidate) + 1 > self._max_backlog:
+                self.mtp.settle()
+            self._sent = candidate
+            return candidate
+        self.source = self.mtp.source
+        self._sent = self.mtp.draft(id_last, pos0, room)
+        if candidate:
+            ngram_yield.hold(candidate, pos0)
+        return self._sent
+
+    def close(self) -> None:
+        self.ngram.close()  # the MTP drafter belongs to the session

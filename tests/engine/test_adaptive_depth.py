@@ -1,0 +1,134 @@
+"""Adaptive draft depth on the real engine, with tiny synthetic models.
+
+1. Greedy output with adaptive depth is plain greedy output on every
+   architecture the engine claims (judged with engine.speculative.identity,
+   as the fixed depths are in test_mtp_every_arch.py).
+2. On oracle models it converges: with a head that always agrees it keeps
+   drafting deep and every draft is accepted; with one that never agrees it
+   settles on plain steps, drafting only the occasional one-token probe.
+3. Sampling with a seed gives the same reply with adaptive depth as without
+   speculation (the sampler draws once per emitted token, whatever the depth).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.generation.generator import GenerateRequest, generate
+from engine.generation.session import LoadOptions, Session
+from engine.runtime import SamplingParams
+from engine.speculative import adaptive, identity
+from engine.speculative.settings import SPECULATION_OFF, mtp
+from tests.engine.conftest import ALL_MTP_ARCHS, synth
+
+PROMPT = " the river model"
+ADAPTIVE = mtp(4, depth="adaptive")
+
+
+def run(session: Session, spec, n: int = 48, **kw):
+    return generate(session, GenerateRequest(prompt=PROMPT, max_tokens=n, speculative=spec, **kw))
+
+
+@pytest.mark.parametrize("arch", ALL_MTP_ARCHS)
+def test_adaptive_depth_keeps_greedy_output_on_every_architecture(arch):
+    session = Session(LoadOptions(path=str(synth(arch, "mixed", agree=0.7).path()), n_ctx=512))
+    try:
+        assert session.drafter is not None, session.mtp_unavailable_reason
+        noise = identity.measure_noise(session)
+        plain = run(session, SPECULATION_OFF, record_margins=True)
+        result = run(session, ADAPTIVE)
+        verdict = identity.classify(plain.tokens, plain.margins, result.tokens, noise)
+        assert verdict.acceptable, verdict.describe()
+        assert result.stats.rounds > 0  # it drafted: the identity was tested with drafts
+        assert result.stats.mode.startswith("mtp(adaptive")
+        assert result.stats.draft_depth is not None
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "step35", "qwen35"])
+def test_a_head_that_always_agrees_keeps_drafting_deep(arch):
+    session = Session(LoadOptions(path=str(synth(arch, "oracle", agree=1.0).path()), n_ctx=512))
+    try:
+        deepest = session.max_draft
+        result = run(session, mtp(min(4, deepest), depth="adaptive"), n=96, record_drafts=True)
+        plain = run(session, SPECULATION_OFF, n=96)
+        assert result.tokens == plain.tokens
+        assert result.stats.accepted == result.stats.drafted > 0  # every draft is accepted
+        # past the first rounds it drafts more than one token a round: depth pays when all is accepted
+        # (the last rounds may be cut short by what is left of the reply)
+        later = result.drafted_per_round[len(result.drafted_per_round) // 2:-2]
+        assert later and min(later) >= 2, result.drafted_per_round
+        assert result.stats.plain_steps <= 2, result.stats.plain_steps
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "step35"])
+def test_a_head_that_never_agrees_settles_on_plain_steps(arch):
+    session = Session(LoadOptions(path=str(synth(arch, "oracle", agree=0.0).path()), n_ctx=512))
+    try:
+        n = 160
+        result = run(session, mtp(min(4, session.max_draft), depth="adaptive"), n=n)
+        assert result.tokens == run(session, SPECULATION_OFF, n=n).tokens
+        assert result.stats.accepted == 0
+        # it tried, learned, and now drafts only probes: one token, ever rarer
+        assert result.stats.rounds >= 1
+        assert result.stats.plain_steps >= 0.8 * (result.stats.plain_steps + result.stats.rounds)
+        assert all(d == 1 for d in result.drafted_per_round[3:]), result.drafted_per_round
+        assert result.stats.rounds <= 3 + n // adaptive.PROBE_FIRST
+        assert result.stats.draft_depth == 0
+    finally:
+        session.close()
+
+
+def test_seeded_sampling_is_the_same_reply_with_adaptive_depth():
+    session = Session(LoadOptions(path=str(synth("glm4moe", "mixed", agree=0.7).path()), n_ctx=512))
+    try:
+        sampling = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.0, seed=1234)
+        plain = run(session, SPECULATION_OFF, n=64, sampling=sampling)
+        result = run(session, ADAPTIVE, n=64, sampling=sampling)
+        assert result.stats.rounds > 0
+        assert result.tokens == plain.tokens
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "step35", "qwen35", "deepseek2"])
+def test_deferred_catch_up_of_plain_steps_drafts_what_an_immediate_one_does(arch, monkeypatch):
+    # Plain steps (a gated draft here; adaptive depth's depth 0 in use) defer their MTP catch-up to
+    # the next draft even without folding. The drafts must be those of catching up at once.
+    from engine.speculative.mtp import MTPDrafter
+
+    model = synth(arch, "mixed", agree=0.7, reads="hidden")  # the head reads the hidden state: a wrong one shows
+    session = Session(LoadOptions(path=str(model.path()), n_ctx=512, fold=False))
+    try:
+        spec = mtp(3, p_min=0.9, n_min=2)  # a draft cut short by the gate is dropped: a plain step
+        deferred = run(session, spec, n=64, record_drafts=True)
+        assert deferred.stats.plain_steps > 0 and deferred.stats.rounds > 0  # both kinds of step happened
+
+        def at_once(self, tokens, pos_start):
+            self._deferred_step = False
+            self.process(tokens, pos_start)
+
+        monkeypatch.setattr(MTPDrafter, "verified", at_once)
+        immediate = run(session, spec, n=64, record_drafts=True)
+        assert deferred.drafts_per_round == immediate.drafts_per_round
+        assert deferred.tokens == immediate.tokens
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "step35", "qwen35", "deepseek2"])
+@pytest.mark.parametrize("mode", ["ngram", "mtp+ngram"])
+def test_adaptive_depth_with_ngram_drafting_keeps_greedy_output(arch, mode):
+    from engine.speculative.settings import SpeculativeSettings
+
+    session = Session(LoadOptions(path=str(synth(arch, "mixed", agree=0.7).path()), n_ctx=512))
+    try:
+        plain = run(session, SPECULATION_OFF, n=96)
+        result = run(session, SpeculativeSettings(mode, 6, depth="adaptive"), n=96)
+        assert result.tokens == plain.tokens
+        assert result.stats.mode.startswith(f"{mode}(adaptive")
+    finally:
+        session.close()

@@ -1,0 +1,130 @@
+"""The adaptive-depth policy on synthetic acceptance and costs (no model).
+
+Each test feeds :class:`AdaptiveDepth` the rounds a known world produces —
+a true acceptance per position and a true cost per verify size — and checks
+that its choice becomes the depth that is best in that world, computed here
+by brute force from the world itself.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from engine.speculative import adaptive
+from engine.speculative.adaptive import AdaptiveDepth
+
+
+class World:
+    """True acceptance (conditional, per position) and true costs in seconds."""
+
+    def __init__(self, q: list[float], verify_slope: float, draft_share: float, seed: int = 0) -> None:
+        self.q, self.slope, self.draft = q, verify_slope, draft_share
+        self.rng = random.Random(seed)
+        self.v1 = 0.030
+
+    def verify(self, rows: int) -> float:
+        return self.v1 * (1 + self.slope * (rows - 1))
+
+    def rate(self, n: int) -> float:
+        expected, reach = 1.0, 1.0
+        for i in range(n):
+            reach *= self.q[i]
+            expected += reach
+        return expected / (self.verify(n + 1) + n * self.draft * self.v1)
+
+    def best(self, n_max: int) -> int:
+        return max(range(n_max + 1), key=self.rate)
+
+    def play(self, policy: AdaptiveDepth, rounds: int) -> list[int]:
+        chosen = []
+        for _ in range(rounds):
+            n = policy.choose(1000)
+            chosen.append(n)
+            accepted = 0
+            while accepted < n and self.rng.random() < self.q[accepted]:
+                accepted += 1
+            draft_s = n * self.draft * self.v1
+            verify_s = self.verify(n + 1)
+            policy.observe(n, accepted, verify_s, draft_s, verify_s + draft_s)
+        return chosen
+
+
+@pytest.mark.parametrize("slope, draft", [(0.1, 0.05), (0.4, 0.2), (0.3, 0.1)])
+def test_everything_accepted_converges_to_the_best_depth_of_that_world(slope, draft):
+    world = World([1.0] * 8, slope, draft)
+    policy = AdaptiveDepth(8)
+    chosen = world.play(policy, 60)
+    assert world.best(8) >= 2  # a world where depth pays
+    assert chosen[-20:] == [world.best(8)] * 20, chosen
+
+
+def test_nothing_accepted_converges_to_plain_steps_with_rarer_and_rarer_probes():
+    world = World([0.0] * 8, 0.4, 0.2)
+    policy = AdaptiveDepth(8)
+    chosen = world.play(policy, 400)
+    assert world.best(8) == 0
+    tail = chosen[100:]
+    probes = [i for i, n in enumerate(tail) if n]
+    assert all(tail[i] == 1 for i in probes)  # a probe drafts one token, no more
+    assert len(probes) <= len(tail) // adaptive.PROBE_MAX + 1
+    assert policy.probe_every == adaptive.PROBE_MAX
+
+
+def test_partial_acceptance_finds_the_interior_optimum():
+    # q falls with position: the best depth is neither 0 nor the deepest
+    world = World([0.9, 0.8, 0.6, 0.4, 0.3, 0.2, 0.1, 0.1], 0.4, 0.2, seed=3)
+    best = world.best(8)
+    assert 0 < best < 8
+    chosen = world.play(AdaptiveDepth(8), 400)
+    tail = chosen[200:]
+    # acceptance is drawn at random: the choice may sit next to the optimum (whose neighbours are
+    # almost as fast here), but the rate it reaches is within a few percent of the best fixed depth
+    assert abs(max(set(tail), key=tail.count) - best) <= 1, tail
+    assert sum(world.rate(n) for n in tail) / len(tail) >= 0.97 * world.rate(best)
+
+
+def test_a_change_of_regime_is_followed_both_ways():
+    easy, hard = World([1.0] * 8, 0.2, 0.1), World([0.0] * 8, 0.2, 0.1)
+    policy = AdaptiveDepth(8)
+    easy.play(policy, 40)
+    deep = policy.depth
+    assert deep == easy.best(8) >= 3
+    hard.play(policy, 30)
+    assert policy.depth == 0 or policy.probing
+    # back to easy text: found again by a probe, then deep within a few rounds
+    chosen = easy.play(policy, 60)
+    assert chosen[-5:] == [deep] * 5, chosen
+
+
+def test_room_caps_the_depth():
+    policy = AdaptiveDepth(8)
+    World([1.0] * 8, 0.1, 0.05).play(policy, 30)
+    assert policy.choose(2) == 2
+    assert policy.choose(0) == 0
+
+
+def test_verify_cost_never_falls_with_more_rows():
+    policy = AdaptiveDepth(8)
+    # noisy timings: 3 rows measured cheaper than 2
+    policy.observe(1, 1, 0.020, 0.002, 0.023)
+    policy.observe(2, 2, 0.015, 0.004, 0.020)
+    costs = [policy.verify_cost(k) for k in range(1, 10)]
+    assert costs == sorted(costs)
+    assert policy.verify_cost(2) == pytest.approx(0.020)
+
+
+def test_without_timings_the_prior_tries_drafting():
+    # before anything is measured the policy must draft, or it never learns
+    assert AdaptiveDepth(4).choose(100) >= 1
+
+
+def test_the_live_panel_says_the_current_depth_under_adaptive_depth():
+    from engine.speculative import stats_text
+    from engine.speculative.stats import StatsSnapshot
+
+    live = StatsSnapshot(mode="mtp(adaptive, n_max=8)", rounds=3, drafted=6, accepted=5, draft_depth=2)
+    assert stats_text.panel_lines(live)[0].startswith("draft depth 2 now (adaptive, up to 8)")
+    fixed = StatsSnapshot(mode="mtp(n_max=3)", rounds=3, drafted=9, accepted=5, draft_depth=3)
+    assert stats_text.panel_lines(fixed)[0].startswith("draft depth 3,")
