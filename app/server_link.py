@@ -1,0 +1,111 @@
+"""The local server's way into the chat's engine: an
+:class:`~engine.server.engine_link.EngineLink` over the app's
+:class:`~app.engine_client.EngineClient`, so the server and the chat share one
+worker and one loaded model.
+
+How they share it without corrupting each other's state:
+- Every request carries its own id: the server's are ``h1, h2, …``, the chat's
+  ``q1, q2, …``. The chat reads only events of its own request id, this link
+  only events of the server's, and a cancel names its target id.
+- The worker runs generate requests one at a time, in the order they arrive
+  (its request queue): a server request sent while the chat is replying waits
+  until that reply ends, and a chat reply waits for a running server request
+  (the server's own queue bounds how many of its requests wait).
+- Loads go through the same queue, so a model switch happens between replies;
+  the server then serves the new model (``/v1/models`` follows it).
+- If the worker dies, in-flight server requests end with a ``worker_died``
+  error, and ``on_death`` (the panel passes the app's engine restart) brings a
+  fresh worker; the app reloads the model as after any restart.
+
+The server calls ``submit`` and ``cancel`` from its own thread: they are
+handed to the GUI thread with a queued signal; events go back through the
+sink (the server's ``call_soon_threadsafe``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+
+from PySide6.QtCore import QObject, Qt, Signal
+
+from app.engine_client import SERVER_ID_PREFIX, EngineClient
+from engine.server.engine_link import EngineUnavailable, Sink
+from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
+from engine.worker import protocol as P
+
+
+class ChatEngineLink(QObject):
+    """Lives on the GUI thread; ``model``, ``default_speculative``, ``submit``, ``cancel`` and ``new_id``
+    are safe from the server's thread."""
+
+    _sig_send = Signal(object)
+
+    def __init__(self, client: EngineClient, profile: Callable[[], SpeculativeSettings | None],
+                 on_death: Callable[[], None] | None = None, model: P.ModelInfo | None = None,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.client = client
+        self._profile = profile
+        self.on_death = on_death
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._sinks: dict[str, Sink] = {}
+        self._model: P.ModelInfo | None = model  # loaded before the link was made
+        self._sig_send.connect(self.client.send, Qt.ConnectionType.QueuedConnection)
+        for signal in (client.sig_token, client.sig_stats, client.sig_done, client.sig_error, client.sig_prefill):
+            signal.connect(self._route)
+        client.sig_loaded.connect(lambda ev: self._set_model(ev.model))
+        client.sig_unloaded.connect(lambda _ev: self._set_model(None))
+        client.sig_died.connect(self._died)
+
+    # -- EngineLink (any thread) ----------------------------------------------
+    def model(self) -> P.ModelInfo | None:
+        return self._model
+
+    def default_speculative(self) -> SpeculativeSettings:
+        """The model's autotune profile (as the chat's "auto" uses it), else off."""
+        model, profile = self._model, self._profile()
+        if model is None or not model.can_draft or profile is None:
+            return SPECULATION_OFF
+        return profile.limited_to(model.max_draft)
+
+    def new_id(self) -> str:
+        with self._lock:
+            return f"{SERVER_ID_PREFIX}{next(self._ids)}"
+
+    def submit(self, request: P.GenerateRequestMsg, sink: Sink) -> None:
+        with self._lock:
+            if self._model is None:
+                raise EngineUnavailable("No model is loaded in MTP Studio (or the engine is restarting).")
+            self._sinks[request.id] = sink
+        self._sig_send.emit(request)
+
+    def cancel(self, request_id: str) -> None:
+        with self._lock:
+            if request_id not in self._sinks:
+                return
+        self._sig_send.emit(P.CancelRequest(id=f"c-{request_id}", target=request_id))
+
+    # -- GUI thread ---------------------------------------------------------------
+    def _set_model(self, model: P.ModelInfo | None) -> None:
+        self._model = model
+
+    def _route(self, event: P.Event) -> None:
+        with self._lock:
+            sink = self._sinks.get(event.id or "")
+            if sink is not None and P.is_final(event):
+                del self._sinks[event.id or ""]
+        if sink is not None:
+            sink(event)
+
+    def _died(self, reason: str) -> None:
+        with self._lock:
+            self._model = None
+            orphans, self._sinks = self._sinks, {}
+        for request_id, sink in orphans.items():
+            sink(P.ErrorEvent(request_id, "worker_died", f"The engine process ended ({reason}); it is being "
+                              "restarted. Retry the request."))
+        if self.on_death is not None:
+            self.on_death()

@@ -1,0 +1,113 @@
+"""``mtp-studio serve``: the OpenAI-compatible server, headless (docs/server.md);
+``mtp-studio serve-bench``: its benchmark (engine/server/bench.py)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import replace
+
+from engine.hardware import default_threads
+from engine.server import config as C
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="serve the model over an OpenAI-compatible HTTP API (docs/server.md)")
+    add_model_args(p)
+    p.add_argument("--host", default=C.DEFAULT_HOST, help="address to bind (default 127.0.0.1; others need a key)")
+    p.add_argument("--port", type=int, default=C.DEFAULT_PORT, help=f"port (default {C.DEFAULT_PORT}; 0: any)")
+    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (MTP_STUDIO_API_KEY does the same, "
+                   "unseen by other users' ps; default: none on loopback, the key stored by the app's panel on "
+                   "other addresses)")
+    p.add_argument("--alias", help="the model name clients use (default: the file's name without .gguf)")
+    p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="allow browser calls from this origin (repeatable; default: CORS off)")
+    p.add_argument("--queue", type=int, default=C.DEFAULT_QUEUE, help="requests that may wait; more get 503")
+    p.add_argument("--queue-timeout", type=float, default=C.DEFAULT_QUEUE_TIMEOUT_S,
+                   help="seconds a request may wait for its turn")
+    p.add_argument("--timeout", type=float, default=C.DEFAULT_REQUEST_TIMEOUT_S,
+                   help="seconds one generation may run before it is cancelled (504)")
+    p.add_argument("--max-body", type=int, default=C.DEFAULT_BODY_LIMIT, help="largest request body in bytes")
+    p.set_defaults(func=cmd_serve)
+
+    from engine.server import bench
+
+    bench.register(sub)
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", help="GGUF file (default: the embedded Gemma 3 270M)")
+    p.add_argument("--sidecar", help="MTP-only GGUF to draft with, next to the target")
+    p.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
+    p.add_argument("--threads", type=int, default=default_threads(), help="CPU threads")
+    p.add_argument("--gpu-layers", type=int, default=0)
+    p.add_argument("--speculative", choices=("auto", "off", "mtp"), default="auto",
+                   help="speculation for requests that do not choose: auto = the model's autotune profile, "
+                   "else off (default); mtp = MTP with --n-max/--p-min")
+    p.add_argument("--n-max", type=int, default=3, help="most draft tokens per round (with --speculative mtp)")
+    p.add_argument("--p-min", type=float, default=0.0, help="stop drafting below this probability")
+    p.add_argument("--verbose", action="store_true", help="show the engine's log")
+
+
+def start_link(args: argparse.Namespace) -> tuple[object, str]:
+    """A worker with the model loaded, and a line saying which speculation requests get by default."""
+    from engine.server.engine_link import WorkerLink, load_request_for, profile_speculative
+    from engine.speculative.settings import SPECULATION_OFF, mtp
+
+    load = load_request_for(args.model, sidecar=args.sidecar, n_ctx=args.ctx, n_threads=args.threads,
+                            n_gpu_layers=args.gpu_layers)
+    link = WorkerLink(load, verbose=args.verbose)
+    model = link.model()
+    assert model is not None
+    if args.speculative == "mtp":
+        setting = mtp(args.n_max, args.p_min)
+        link.set_default_speculative(setting)
+        line = f"speculation by default: {link.default_speculative().label}"
+    elif args.speculative == "off":
+        link.set_default_speculative(SPECULATION_OFF)
+        line = "speculation by default: off"
+    else:
+        profile, line = profile_speculative(model, link.hello.engine)
+        link.set_default_speculative(profile or SPECULATION_OFF)
+    if not model.can_draft:
+        line = f"speculation off: {model.mtp_unavailable_reason or 'this model has no MTP head'}"
+    return link, line
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from engine.server import api_key
+    from engine.server.runner import bind, serve_forever
+
+    # MTP_STUDIO_API_KEY keeps the key out of the process list, where --api-key shows
+    key = args.api_key or os.environ.get("MTP_STUDIO_API_KEY") or (
+        None if C.is_loopback(args.host) else api_key.get_key())
+    config = C.ServerConfig(host=args.host, port=args.port, api_key=key, model_id=args.alias,
+                            cors_origins=tuple(args.cors_origin), max_queue=args.queue,
+                            queue_timeout_s=args.queue_timeout, request_timeout_s=args.timeout,
+                            max_body_bytes=args.max_body)
+    try:
+        C.check(config)
+    except C.ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:  # before the model loads: a taken port should not cost a load
+        sock = bind(config.host, config.port)
+    except OSError as exc:
+        print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}. "
+              "Choose another --port or stop the program using it.", file=sys.stderr)
+        return 2
+    link, line = start_link(args)
+    model = link.model()  # type: ignore[attr-defined]
+    print(f"model: {model.path} ({model.architecture}, MTP {model.mtp})", file=sys.stderr)
+    print(line, file=sys.stderr)
+    url = replace(config, port=sock.getsockname()[1]).base_url
+    print(f"serving {url}  (API key {'required' if key else 'not required'}); Ctrl+C stops",
+          file=sys.stderr, flush=True)
+    try:
+        serve_forever(link, config, sock)  # type: ignore[arg-type]
+    except KeyboardInterrupt:  # uvicorn shut down gracefully, then passed Ctrl+C on: a normal stop
+        pass
+    finally:
+        link.close()  # type: ignore[attr-defined]
+    return 0

@@ -1,0 +1,91 @@
+"""The server's settings and the rules they must follow before it binds.
+
+Loopback is the default. Any other address is reachable by other machines,
+so it needs an API key; :func:`check` refuses the combination otherwise.
+The key itself is kept in the OS keyring (``engine/server/api_key.py``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8181  # llama-server takes 8080, LM Studio 1234, Ollama 11434: keep clear of them
+DEFAULT_QUEUE = 8  # requests waiting behind the running one; beyond it, 503
+DEFAULT_BODY_LIMIT = 8 << 20  # bytes; a longer prompt than this does not fit any context we load
+DEFAULT_QUEUE_TIMEOUT_S = 300.0
+DEFAULT_REQUEST_TIMEOUT_S = 600.0
+RETRY_AFTER_S = 2
+
+
+class ConfigError(ValueError):
+    """Settings the server refuses to start with; the text says what to change."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How the server listens and what it accepts.
+
+    Attributes:
+        host / port: where it binds (port 0: any free port; the runner reports it).
+        api_key: required as ``Authorization: Bearer <key>`` when set; None: no key.
+        model_id: the name ``/v1/models`` lists and requests use (default: the file's name).
+        cors_origins: browser origins allowed to call the API; empty: CORS off.
+        max_queue: requests that may wait behind the running one; more get 503 + Retry-After.
+        queue_timeout_s: how long a request may wait for its turn before a 503.
+        request_timeout_s: how long one generation may run before it is cancelled (504).
+        max_body_bytes: a larger request body gets 413.
+    """
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    api_key: str | None = None
+    model_id: str | None = None
+    cors_origins: tuple[str, ...] = field(default_factory=tuple)
+    max_queue: int = DEFAULT_QUEUE
+    queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    max_body_bytes: int = DEFAULT_BODY_LIMIT
+    retry_after_s: int = RETRY_AFTER_S
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/v1"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve anywhere
+
+
+def check(config: ServerConfig) -> None:
+    """Refuse settings that would expose the engine or cannot work.
+
+    Raises:
+        ConfigError: a non-loopback address without an API key, a bad port,
+            queue or limit, or a CORS origin that is not an origin.
+    """
+    if not is_loopback(config.host) and not config.api_key:
+        raise ConfigError(f"Binding {config.host} makes the server reachable from other machines; "
+                          "set an API key (--api-key, or the panel's key) or bind 127.0.0.1.")
+    if not 0 <= config.port <= 65535:
+        raise ConfigError(f"The port must be from 0 to 65535, not {config.port}.")
+    if config.api_key is not None and (len(config.api_key) < 8 or not config.api_key.isprintable()
+                                       or " " in config.api_key):
+        raise ConfigError("The API key must be at least 8 printable characters without spaces.")
+    if config.max_queue < 0:
+        raise ConfigError(f"The queue size must be 0 or more, not {config.max_queue}.")
+    for name in ("queue_timeout_s", "request_timeout_s"):
+        if getattr(config, name) <= 0:
+            raise ConfigError(f"{name} must be positive, not {getattr(config, name)}.")
+    if config.max_body_bytes < 1024:
+        raise ConfigError(f"The body size limit must be at least 1024 bytes, not {config.max_body_bytes}.")
+    for origin in config.cors_origins:
+        if origin != "*" and not origin.startswith(("http://", "https://")):
+            raise ConfigError(f"A CORS origin looks like http://localhost:3000, not {origin!r}.")

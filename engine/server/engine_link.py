@@ -1,0 +1,201 @@
+"""How the HTTP server reaches the engine: an :class:`EngineLink` sends generate
+and cancel requests to a worker and hands each request's events to a sink.
+
+Two links exist. :class:`WorkerLink` (here) owns a worker process of its own
+for ``mtp-studio serve``, and restarts it (reloading the model) when it dies.
+The app's link (``app/server_panel.py``) shares the chat's worker. The server
+calls a link from its event-loop thread; sinks are called from the link's own
+thread, so the server hands events over with ``call_soon_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+from engine.errors import EngineError
+from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
+from engine.worker import protocol as P
+from engine.worker.client import WorkerClient, WorkerDied
+
+Sink = Callable[[P.Event], None]
+RESTART_NOTICE = "The engine process ended during this request ({why}); it is being restarted. Retry the request."
+
+
+class EngineUnavailable(EngineError):
+    """No engine can take a request now (it is restarting, or no model is loaded)."""
+
+    kind = "engine_unavailable"
+
+
+class EngineLink(Protocol):
+    """What the server needs of an engine. Every method is safe from any thread."""
+
+    def model(self) -> P.ModelInfo | None:
+        """The loaded model, or None."""
+        ...
+
+    def default_speculative(self) -> SpeculativeSettings:
+        """Speculation for a request that does not choose: the model's autotune profile, or off."""
+        ...
+
+    def submit(self, request: P.GenerateRequestMsg, sink: Sink) -> None:
+        """Send ``request``; ``sink`` gets its events up to and including the final one.
+
+        Raises:
+            EngineUnavailable: nothing can take the request now.
+        """
+        ...
+
+    def cancel(self, request_id: str) -> None:
+        """Stop ``request_id`` (waiting or running); it still ends with its ``done`` event."""
+        ...
+
+    def new_id(self) -> str:
+        ...
+
+
+class WorkerLink:
+    """A worker process of the server's own, with the model loaded.
+
+    A reader thread takes every event and routes it by request id to the
+    sink registered for it. When the worker dies, every request in flight gets
+    a final ``worker_died`` error, a fresh worker starts and the same model is
+    loaded again; requests meanwhile are refused with :class:`EngineUnavailable`.
+    """
+
+    def __init__(self, load: P.LoadRequest, speculative: SpeculativeSettings = SPECULATION_OFF,
+                 verbose: bool = False) -> None:
+        self._load_request = load
+        self._speculative = speculative
+        self._stderr = sys.stderr if verbose else None
+        self._lock = threading.Lock()
+        self._sinks: dict[str, Sink] = {}
+        self._ids = 0
+        self._closed = False
+        self.restarts = 0
+        self._model: P.ModelInfo | None = None
+        self.client = self._start()
+        self.hello = self.client.hello
+        threading.Thread(target=self._route, name="server-engine-events", daemon=True).start()
+
+    # -- EngineLink ---------------------------------------------------------
+    def model(self) -> P.ModelInfo | None:
+        return self._model
+
+    def default_speculative(self) -> SpeculativeSettings:
+        model = self._model
+        if model is None or not model.can_draft:
+            return SPECULATION_OFF
+        return self._speculative.limited_to(model.max_draft)
+
+    def set_default_speculative(self, setting: SpeculativeSettings) -> None:
+        self._speculative = setting
+
+    def new_id(self) -> str:
+        with self._lock:
+            self._ids += 1
+            return f"s{self._ids}"
+
+    def submit(self, request: P.GenerateRequestMsg, sink: Sink) -> None:
+        with self._lock:
+            if self._model is None:
+                raise EngineUnavailable("The engine is restarting after a crash; retry in a few seconds.")
+            self._sinks[request.id] = sink
+            try:
+                self.client.send(request)
+            except WorkerDied:
+                self._sinks.pop(request.id, None)
+                raise EngineUnavailable("The engine process has ended; it is being restarted. Retry.") from None
+
+    def cancel(self, request_id: str) -> None:
+        with self._lock:
+            if request_id not in self._sinks:
+                return
+            try:
+                self.client.send(P.CancelRequest(id=f"c-{request_id}", target=request_id))
+            except WorkerDied:
+                pass  # the reader fails the request
+
+    # -- lifecycle ------------------------------------------------------------
+    def _start(self) -> WorkerClient:
+        """A fresh worker with the model loaded.
+
+        Raises:
+            EngineError: the model does not load (the message says why).
+        """
+        client = WorkerClient(stderr=self._stderr)
+        loaded = client.call(self._load_request)[-1]
+        if isinstance(loaded, P.ErrorEvent):
+            client.close()
+            raise EngineError(loaded.message)
+        assert isinstance(loaded, P.LoadedEvent)
+        self._model = loaded.model
+        return client
+
+    def close(self) -> None:
+        self._closed = True
+        self.client.close()
+
+    def _route(self) -> None:
+        """The reader: events to their sinks; a dead worker fails its requests and is replaced."""
+        while not self._closed:
+            try:
+                event = self.client.next_event(timeout=None)
+            except WorkerDied as exc:
+                if self._closed:
+                    return
+                self._on_death(str(exc))
+                continue
+            sink = self._sinks.get(event.id or "")
+            if sink is None:
+                continue  # a cancel's ack, or a request whose client went away
+            if P.is_final(event):
+                with self._lock:
+                    self._sinks.pop(event.id or "", None)
+            sink(event)
+
+    def _on_death(self, why: str) -> None:
+        with self._lock:
+            self._model = None
+            orphans, self._sinks = self._sinks, {}
+        for request_id, sink in orphans.items():
+            sink(P.ErrorEvent(request_id, "worker_died", RESTART_NOTICE.format(why=why)))
+        print(f"server: {why}; restarting the engine", file=sys.stderr)
+        while not self._closed:
+            try:
+                client = self._start()
+            except Exception as exc:  # keep the server up; it answers 503 until a start succeeds
+                print(f"server: the engine did not restart: {exc}", file=sys.stderr)
+                threading.Event().wait(2.0)
+                continue
+            with self._lock:
+                self.client = client
+                self.restarts += 1
+            return
+
+
+def load_request_for(path: str | None, *, sidecar: str | None = None, n_ctx: int = 4096, n_threads: int = 1,
+                     n_gpu_layers: int = 0, mtp: bool = True) -> P.LoadRequest:
+    return P.LoadRequest(id="load", path=path, n_ctx=n_ctx, n_threads=n_threads, n_gpu_layers=n_gpu_layers,
+                         mtp=mtp, sidecar=sidecar)
+
+
+def profile_speculative(model: P.ModelInfo, engine: P.EngineBuild) -> tuple[SpeculativeSettings | None, str]:
+    """The autotune profile for this model, machine and engine build, and a line saying what was found.
+
+    Probes the hardware in a short-lived child process (as the app does) for the fingerprint.
+    """
+    from engine.autotune.profiles import ProfileStore
+    from engine.hardware.probe import probe
+
+    if not model.can_draft:
+        return None, "this model has no MTP head: speculation off"
+    match = ProfileStore().lookup(model.path, probe().fingerprint(), engine.key)
+    if match.profile is not None:
+        return match.profile.setting, f"autotune profile: {match.profile.setting.label} ({match.profile.reason})"
+    stale = " (a profile exists for other hardware or another engine build: run mtp-studio autotune)" \
+        if match.stale else ""
+    return None, f"no autotune profile for this model{stale}: speculation off unless a request asks"

@@ -1,0 +1,113 @@
+"""The Local server panel: started from the Tools menu, it serves the chat's
+model over HTTP while the chat keeps working on the same engine."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+
+import httpx
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QLineEdit
+
+from tests.app.conftest import start_and_load
+from tests.app.test_main_window import type_and_send
+from tests.engine.conftest import synth
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def post_in_thread(url: str, body: dict[str, object], out: list[httpx.Response]) -> threading.Thread:
+    """The request runs off the GUI thread: the GUI thread must keep running the engine client."""
+    thread = threading.Thread(target=lambda: out.append(httpx.post(url, json=body, timeout=120)))
+    thread.start()
+    return thread
+
+
+def open_and_start(qtbot, services) -> object:
+    """Load the tiny synthetic MTP model in the app, open Tools → Local server, start it on a free port."""
+    services.settings.model_path = str(synth("glm4moe").path("combined"))
+    start_and_load(qtbot, services)
+    window = services.window
+    action = next(a for m in window.menuBar().actions() if m.text() == "&Tools" for a in m.menu().actions()
+                  if a.text().startswith("Local server"))
+    action.trigger()
+    panel = window.server_panel
+    qtbot.waitUntil(panel.start_button.isEnabled, timeout=10000)  # the stored key was read
+    panel.port.setValue(free_port())
+    panel.start_button.click()
+    assert panel.running, panel.status.text()
+    return panel
+
+
+def test_panel_starts_serves_beside_the_chat_and_stops(qtbot, services):
+    panel = open_and_start(qtbot, services)
+    window, port = services.window, panel.port.value()
+    assert panel.base_url.text() == f"http://127.0.0.1:{port}/v1"
+    panel.copy_url.click()
+    assert QGuiApplication.clipboard().text() == panel.base_url.text()
+    first_key = panel.key.text()
+    panel.regenerate.click()
+    assert panel.key.text() != first_key and panel.key.text().startswith("mtp-")
+    assert panel.key.echoMode() == QLineEdit.EchoMode.Password
+    panel.show_key.click()
+    assert panel.key.echoMode() == QLineEdit.EchoMode.Normal
+    panel.copy_key.click()
+    assert QGuiApplication.clipboard().text() == panel.key.text()
+
+    models = httpx.get(f"{panel.base_url.text()}/models", timeout=10).json()["data"]
+    body = {"model": models[0]["id"], "messages": [{"role": "user", "content": "hello world the"}],
+            "max_tokens": 24, "temperature": 0}
+    alone: list[httpx.Response] = []
+    post_in_thread(f"{panel.base_url.text()}/chat/completions", body, alone)
+    qtbot.waitUntil(lambda: bool(alone), timeout=60000)
+    assert alone[0].status_code == 200, alone[0].text
+    qtbot.waitUntil(lambda: "200" in panel.log.toPlainText(), timeout=5000)
+    assert "tok/s" in panel.log.toPlainText() and "/chat" in panel.log.toPlainText()
+
+    # the chat and the server at once, on one engine: each gets its own reply, whole
+    services.settings.max_tokens = 24
+    beside: list[httpx.Response] = []
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000) as finished:
+        post_in_thread(f"{panel.base_url.text()}/chat/completions", body, beside)
+        type_and_send(qtbot, window, "river valley")
+    qtbot.waitUntil(lambda: bool(beside), timeout=60000)
+    assert finished.args == ["complete"]
+    assert beside[0].json()["choices"][0]["message"]["content"] == alone[0].json()["choices"][0]["message"]["content"]
+    chat_reply = services.store.messages(window.chat.conversation_id)[-1]
+    assert chat_reply.stats["generated_tokens"] == 24 and chat_reply.content
+
+    panel.start_button.click()
+    assert not panel.running and services.settings.server_port == port
+    try:
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+        raise AssertionError("the server still answers after Stop")
+    except httpx.ConnectError:
+        pass
+
+
+def test_a_worker_crash_fails_the_server_request_and_the_app_restarts_the_engine(qtbot, services):
+    panel = open_and_start(qtbot, services)
+    url = f"{panel.base_url.text()}/completions"
+    body = {"model": "combined", "prompt": "hello world the", "max_tokens": 6000, "temperature": 0}
+    dead = services.client.pid
+    os.kill(dead, signal.SIGSTOP)  # the request cannot finish before the crash
+    failed: list[httpx.Response] = []
+    post_in_thread(url, body, failed)
+    qtbot.waitUntil(lambda: panel.server.metrics.processing == 1, timeout=10000)
+    with qtbot.waitSignal(services.client.sig_loaded, timeout=60000):  # restarted, the model loaded again
+        os.kill(dead, signal.SIGKILL)
+        qtbot.waitUntil(lambda: bool(failed), timeout=10000)
+    assert failed[0].status_code == 503 and failed[0].json()["error"]["code"] == "worker_died"
+    assert services.client.pid != dead and panel.running
+    served: list[httpx.Response] = []
+    post_in_thread(url, {**body, "max_tokens": 5}, served)
+    qtbot.waitUntil(lambda: bool(served), timeout=60000)
+    assert served[0].status_code == 200 and served[0].json()["usage"]["completion_tokens"] == 5
+    panel.stop()

@@ -1,0 +1,75 @@
+"""The server's guards: the API key, loopback by default, CORS off unless allowed, and keys kept out of logs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from engine.server import api_key
+from engine.server.config import ConfigError, ServerConfig, check
+from engine.server.runner import ServerThread
+from tests.server.conftest import MODEL_ID, start_server
+
+KEY = api_key.generate()
+ORIGIN = "http://localhost:3000"
+
+
+@pytest.fixture(scope="module")
+def keyed(link) -> Iterator[ServerThread]:
+    running = start_server(link, api_key=KEY, cors_origins=(ORIGIN,))
+    yield running
+    running.stop()
+
+
+def ask(server: ServerThread, key: str) -> object:
+    client = openai.OpenAI(base_url=server.base_url, api_key=key, max_retries=0, timeout=60)
+    return client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "hi"}],
+                                          max_tokens=4, temperature=0)
+
+
+def test_a_request_without_the_key_is_401_and_with_it_is_served(keyed):
+    with pytest.raises(openai.AuthenticationError) as caught:
+        ask(keyed, "wrong-key-123")
+    assert caught.value.status_code == 401 and caught.value.body["code"] == "invalid_api_key"
+    assert KEY not in str(caught.value.body)
+    assert httpx.get(f"{keyed.base_url}/models").status_code == 401  # no header at all
+    assert ask(keyed, KEY).usage.completion_tokens == 4
+    assert httpx.get(keyed.base_url.removesuffix("/v1") + "/health").status_code == 200  # health needs no key
+
+
+def test_the_request_log_never_holds_the_key_or_the_prompt(keyed):
+    ask(keyed, KEY)
+    assert httpx.get(f"{keyed.base_url}/models", headers={"Authorization": "Bearer not-the-key"}).status_code == 401
+    assert keyed.metrics.recent[-1].outcome == "unauthorized"  # the log shows refused calls, not what they sent
+    assert keyed.metrics.recent and all(KEY not in r.line() and "hi" not in r.line().split()
+                                        for r in keyed.metrics.recent)
+    assert KEY not in keyed.metrics.prometheus()
+
+
+def test_other_addresses_need_a_key_and_loopback_is_the_default():
+    assert ServerConfig().host == "127.0.0.1"
+    with pytest.raises(ConfigError, match="API key"):
+        check(ServerConfig(host="0.0.0.0"))
+    check(ServerConfig(host="0.0.0.0", api_key=KEY))
+    check(ServerConfig(host="::1"))  # loopback v6 needs none
+    with pytest.raises(ConfigError, match="8 printable"):
+        check(ServerConfig(api_key="short"))
+
+
+def test_keys_compare_in_constant_time_and_are_random():
+    assert api_key.matches(KEY, KEY) and not api_key.matches(KEY, KEY[:-1] + "x") and not api_key.matches("", KEY)
+    assert api_key.generate() != api_key.generate() and len(KEY) > 40
+
+
+def test_cors_answers_only_the_allowed_origin(keyed, server):
+    url = f"{keyed.base_url}/chat/completions"
+    preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"}
+    allowed = httpx.options(url, headers={"Origin": ORIGIN, **preflight})
+    assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == ORIGIN
+    other = httpx.options(url, headers={"Origin": "http://evil.example", **preflight})
+    assert "access-control-allow-origin" not in other.headers
+    default = httpx.get(f"{server.base_url}/models", headers={"Origin": ORIGIN})  # CORS off by default
+    assert default.status_code == 200 and "access-control-allow-origin" not in default.headers

@@ -1,0 +1,80 @@
+"""``mtp-studio serve`` as a user runs it: a child process, a real port, Ctrl+C."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+
+import httpx
+
+KEY = "test-key-from-the-environment"
+
+
+def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "engine", "serve", "--threads", "1", *args],
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+
+
+def test_serve_answers_on_the_printed_address_and_stops_on_ctrl_c(model_path):
+    proc = serve("--model", model_path, "--port", "0", "--speculative", "mtp", "--alias", "tiny",
+                 env={"MTP_STUDIO_API_KEY": KEY})
+    try:
+        lines = []
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if line.startswith("serving "):
+                break
+        found = re.search(r"serving (http://127\.0\.0\.1:\d+/v1)", "".join(lines))
+        assert found, "".join(lines)
+        assert "speculation by default: mtp n_max=3" in "".join(lines) and "API key required" in "".join(lines)
+        assert KEY not in "".join(lines)
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "hello world the"}], "max_tokens": 6}
+        url = f"{found.group(1)}/chat/completions"
+        assert httpx.post(url, json=body, timeout=60).status_code == 401
+        reply = httpx.post(url, json=body, timeout=60, headers={"Authorization": f"Bearer {KEY}"})
+        assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 6
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+
+
+def test_serve_refuses_another_address_without_a_key():
+    proc = serve("--host", "0.0.0.0", env={"MTP_STUDIO_API_KEY": ""})  # and no keyring in tests
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "set an API key" in err
+
+
+def test_a_taken_port_is_refused_before_the_model_loads():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        proc = serve("--port", str(taken.getsockname()[1]))
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "cannot listen" in err and "--port" in err
+
+
+def test_requests_default_to_the_models_autotune_profile(model_path, link, monkeypatch, tmp_path):
+    from engine.autotune.profiles import ProfileStore, new_profile
+    from engine.hardware.probe import probe
+    from engine.speculative.settings import mtp
+
+    monkeypatch.setenv("MTP_STUDIO_DATA_DIR", str(tmp_path))  # this profile must not reach other tests
+    ProfileStore().save(new_profile(probe().fingerprint(), model_path, link.hello.engine.key, mtp(2), 1.4,
+                                    "measured in a test"))
+    proc = serve("--model", model_path, "--port", "0")  # --speculative auto, the default
+    try:
+        assert proc.stderr is not None
+        lines = [next(proc.stderr) for _ in range(3)]
+        assert "autotune profile: mtp n_max=2 (measured in a test)" in lines[1], lines
+        url = re.search(r"(http://\S+/v1)", lines[2]).group(1)  # type: ignore[union-attr]
+        reply = httpx.post(f"{url}/completions", timeout=60,
+                           json={"model": "combined", "prompt": "hello world the", "max_tokens": 8, "temperature": 0})
+        assert reply.json()["speculative"]["n_max"] == 2 and reply.json()["timings"]["draft_n"] > 0
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
