@@ -12,7 +12,8 @@ import hashlib
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QLockFile, QObject, Signal
+from PySide6.QtCore import QLockFile, QObject, QTimer, Signal
+from PySide6.QtGui import QIcon
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
 from PySide6.QtWidgets import QApplication
 
@@ -22,7 +23,9 @@ from app.hardware_probe import HardwareProbe
 from app.main_window import MainWindow
 from app.settings import Settings
 from engine import paths
+from engine.build_record import app_version
 
+ICON = Path(__file__).resolve().parents[1] / "assets" / "icons" / "mtp-studio-256.png"
 ANSWER_TIMEOUT_MS = 3000  # how long a second start waits for the first to answer
 
 
@@ -143,15 +146,24 @@ def hand_over(exc: AlreadyRunning) -> int:
     return 1
 
 
-def run(argv: list[str]) -> int:
+def run(argv: list[str], smoke: bool = False) -> int:
+    """The event loop; with ``smoke`` the app drives itself through app/smoke.py and exits with its outcome."""
     app = QApplication.instance() or QApplication([sys.argv[0], *argv])
     app.setApplicationName("MTP Studio")
     app.setOrganizationName("MTP Studio")
+    app.setApplicationVersion(app_version())
+    app.setWindowIcon(QIcon(str(ICON)))
     try:
         services = Services()
     except AlreadyRunning as exc:
         return hand_over(exc)
     services.start()
+    if smoke:
+        from app.smoke import SmokeTest
+
+        smoke_test = SmokeTest(services)
+        smoke_test.sig_finished.connect(app.exit)
+        QTimer.singleShot(0, smoke_test.begin)  # once the loop has shown the window
     try:
         return int(app.exec())
     finally:

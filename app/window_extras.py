@@ -32,6 +32,7 @@ PREFERENCES_FALLBACK = "Ctrl+,"
 def install_window_extras(window: Any) -> None:
     """Add the shortcuts, restore the saved size and follow the OS theme (for "system")."""
     _add_chat_menu(window)
+    _add_help_menu(window)
     prefs = next((a for a in window.findChildren(QAction) if a.text() == "Preferences…"), None)
     if prefs is not None:
         prefs.setShortcuts([*QKeySequence.keyBindings(QKeySequence.StandardKey.Preferences),
@@ -40,6 +41,16 @@ def install_window_extras(window: Any) -> None:
     hints = QGuiApplication.styleHints()
     if hasattr(hints, "colorSchemeChanged"):
         hints.colorSchemeChanged.connect(lambda _scheme: window.settings.theme == "system" and apply_theme(window))
+
+
+def _add_help_menu(window: Any) -> None:
+    """Help → About MTP Studio (app/about.py): versions of the app, Qt and the engine build."""
+    from app.about import AboutDialog
+
+    action = QAction("About MTP Studio", window)
+    action.setMenuRole(QAction.MenuRole.AboutRole)  # macOS moves it into the application menu
+    action.triggered.connect(lambda: AboutDialog(window).exec())
+    window.menuBar().addMenu("&Help").addAction(action)
 
 
 def _add_chat_menu(window: Any) -> None:

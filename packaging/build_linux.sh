@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Build the Linux installer artifact:  dist/mtp-studio-<version>-linux-<arch>.tar.gz
+#
+#   packaging/build_linux.sh            (from the repository root, after packaging/bootstrap.sh)
+#
+# 1. llama.cpp with run-time backend and CPU-variant selection (packaging/build_engine_libs.py;
+#    cached, about 25 minutes cold on two cores, seconds warm);
+# 2. the frozen one-folder app (PyInstaller, packaging/mtp_studio.spec) with those libraries;
+# 3. a tarball with the folder, a .desktop file, the icon and install.sh.
+# Then test it:  python3 packaging/smoke_frozen.py
+#
+# Why a tarball and not an AppImage: making an AppImage needs appimagetool and its
+# runtime, which neither Debian nor PyPI carries (the PyPI helpers download them from
+# GitHub at build time); see docs/installers.md. The folder inside is exactly what an
+# AppImage would mount.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+PY=${PYTHON:-.venv/bin/python}
+[ -x "$PY" ] || { echo "error: $PY not found; run packaging/bootstrap.sh first (or set PYTHON)" >&2; exit 1; }
+if ! "$PY" -c "import PyInstaller" 2>/dev/null; then
+    echo "installing the packaging extra (PyInstaller) into $("$PY" -c 'import sys; print(sys.prefix)')"
+    "$PY" -m pip install -q -e ".[packaging]"
+fi
+
+VERSION=$("$PY" -c "import tomllib; print(tomllib.load(open('pyproject.toml','rb'))['project']['version'])")
+ARCH=$(uname -m)
+NAME="mtp-studio-$VERSION-linux-$ARCH"
+BUILD="$ROOT/build/installer"
+OUT="$ROOT/dist"
+
+# MTP_SDIST: a llama_cpp_python sdist already at hand (else build_engine.py's cached or downloaded one)
+"$PY" packaging/build_engine_libs.py ${MTP_SDIST:+--sdist "$MTP_SDIST"}
+LIBS=$("$PY" packaging/build_engine_libs.py --print-dir)
+
+rm -rf "${BUILD:?}/dist" "${BUILD:?}/$NAME"
+MTP_ENGINE_LIBS="$LIBS" "$PY" -m PyInstaller --noconfirm --clean --log-level WARN \
+    --distpath "$BUILD/dist" --workpath "$BUILD/work" packaging/mtp_studio.spec
+
+STAGE="$BUILD/$NAME"
+mv "$BUILD/dist/mtp-studio" "$STAGE"
+cp packaging/linux/mtp-studio.desktop packaging/linux/install.sh "$STAGE/"
+cp assets/icons/mtp-studio-256.png "$STAGE/mtp-studio.png"
+cat > "$STAGE/README.txt" <<TXT
+MTP Studio $VERSION for Linux ($ARCH)
+
+Run:      ./mtp-studio
+Menu:     ./install.sh        (adds it to your application menu; ./install.sh --remove undoes it)
+Version:  ./mtp-studio --version
+
+Everything it needs is in this folder: no Python, no compiler. The built-in
+model (Gemma 3 270M) is inside and is unpacked into ~/.local/share/mtp-studio
+on first use. Remove the app by deleting this folder (and that data folder).
+TXT
+
+mkdir -p "$OUT"
+tar -C "$BUILD" -czf "$OUT/$NAME.tar.gz.partial" "$NAME"
+mv "$OUT/$NAME.tar.gz.partial" "$OUT/$NAME.tar.gz"
+ls -l "$OUT/$NAME.tar.gz"
+echo "built $OUT/$NAME.tar.gz; test it with: python3 packaging/smoke_frozen.py $OUT/$NAME.tar.gz"
