@@ -20,6 +20,8 @@ from engine.errors import ProtocolError
 from engine.speculative.settings import MAX_DRAFT, SpeculativeSettings
 from engine.worker import protocol as P
 
+SERVER_ID_PREFIX = "h"  # the local server's requests on this worker (app/server_link.py)
+
 
 class EngineClient(QObject):
     """Owns one worker process.
@@ -100,10 +102,12 @@ class EngineClient(QObject):
 
     # -- requests ---------------------------------------------------------
     def load(self, path: str | None, *, n_ctx: int = 4096, n_threads: int = 1, n_gpu_layers: int = 0,
-             mtp: bool = True, sidecar: str | None = None) -> str:
+             mtp: bool = True, sidecar: str | None = None, n_threads_draft: int = 0,
+             rpc: list[str] | None = None) -> str:
         rid = self._new_id()
         self._write(P.LoadRequest(id=rid, path=path, n_ctx=n_ctx, n_threads=n_threads,
-                                  n_gpu_layers=n_gpu_layers, mtp=mtp, sidecar=sidecar))
+                                  n_gpu_layers=n_gpu_layers, mtp=mtp, sidecar=sidecar,
+                                  n_threads_draft=n_threads_draft, rpc=list(rpc or [])))
         self._set_state("loading")
         return rid
 
@@ -123,6 +127,11 @@ class EngineClient(QObject):
 
     def cancel(self, rid: str | None = None) -> None:
         self._write(P.CancelRequest(id=self._new_id(), target=rid))
+
+    def send(self, message: Any) -> None:
+        """Send a request made elsewhere with its own id (the local server's,
+        ``app/server_link.py``); its events arrive on the same signals."""
+        self._write(message)
 
     # -- internals ----------------------------------------------------------
     def _new_id(self) -> str:
@@ -151,8 +160,8 @@ class EngineClient(QObject):
             return
         signal = self._signals.get(type(ev))
         if signal is not None:  # the hot path: tokens and statistics
-            if isinstance(ev, P.LoadedEvent | P.DoneEvent):
-                self._set_state("ready")
+            if isinstance(ev, P.LoadedEvent | P.DoneEvent) and not (ev.id or "").startswith(SERVER_ID_PREFIX):
+                self._set_state("ready")  # not for the local server's requests: the chat may still be replying
             signal.emit(ev)
         elif isinstance(ev, P.ReadyEvent):
             self._on_ready(ev)

@@ -22,7 +22,7 @@ from engine.worker.events import ErrorEvent, ModelInfo, ReadyEvent, StatsEvent
 STATE_WORDS = {"starting": "starting…", "ready": "ready", "loading": "loading model…",
                "busy": "generating…", "dead": "stopped unexpectedly", "stopped": "stopped"}
 # Errors that mean the model asked for is not loaded, when they answer a load.
-LOAD_ERRORS = ("model_file", "model_load", "sidecar_mismatch", "context")
+LOAD_ERRORS = ("model_file", "model_load", "sidecar_mismatch", "context", "rpc")
 
 
 def is_load_error(ev: ErrorEvent) -> bool:

@@ -4,6 +4,7 @@ log). A failed build leaves the working engine in place."""
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 from typing import Any
@@ -22,9 +23,30 @@ from PySide6.QtWidgets import (
 
 from app.hardware_probe import HardwareProbe
 from app.process import ChildProcess, ProcessOutcome
+from app.remote_devices import RemoteDevicesBox
+from engine import frozen
+from engine.build_record import engine_patches
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "packaging" / "build_engine.py"
 _STEP = re.compile(r"\[(\d+)/(\d+)\]")
+
+
+def _saved_rpc_servers() -> str:
+    from app.settings import Settings
+
+    return Settings.load().rpc_servers
+
+
+PACKAGED_ENGINE_NOTE = ("This installed app carries its engine: ggml picks the best CPU kernels and any GPU backend "
+                        "it ships at start; building another engine needs a source checkout (README).")
+
+
+def loaded_backends_text(backends: list[dict[str, str]] | None) -> str:
+    """"Loaded backends: CPU (libggml-cpu-haswell.so)": which CPU variant / GPU library ggml chose."""
+    if not backends:
+        return ""
+    parts = [f"{b.get('name')} ({b['library']})" if b.get("library") else str(b.get("name")) for b in backends]
+    return f"Loaded backends: {html.escape(', '.join(parts))}<br>"
 
 
 class HardwarePage(QWidget):
@@ -57,6 +79,8 @@ class HardwarePage(QWidget):
         col.addWidget(self.devices)
         col.addWidget(self.recommendation)
         col.addLayout(row)
+        self.remote = RemoteDevicesBox(_saved_rpc_servers())
+        col.addWidget(self.remote)
         col.addWidget(self.progress)
         col.addWidget(self.log, 1)
         self.report: dict[str, Any] | None = None
@@ -79,6 +103,7 @@ class HardwarePage(QWidget):
     def refresh(self) -> None:
         self.summary.setText("Looking at the hardware…")
         self.probe.refresh()
+        self.remote.probe()
 
     def _show(self, data: dict[str, Any]) -> None:
         self.report = data
@@ -89,7 +114,10 @@ class HardwarePage(QWidget):
             f"<b>{data.get('os')}</b>, {data.get('machine')} — {data.get('cpu_model')}, {data.get('cores')} cores, "
             f"{ram} RAM<br>CPU features: {' '.join(data.get('cpu_flags', [])) or '–'}<br>GPUs: {gpus}<br>"
             f"Active engine: llama-cpp-python {eng.get('llama_cpp_python')}, backend <b>{eng.get('backend')}</b>, "
-            f"GPU offload {'yes' if data.get('gpu_offload') else 'no'}<br>Fingerprint: {data.get('fingerprint')}"
+            f"GPU offload {'yes' if data.get('gpu_offload') else 'no'}<br>"
+            f"Engine patches: {html.escape(engine_patches(eng))}<br>"
+            + loaded_backends_text(eng.get("loaded_backends"))
+            + f"Fingerprint: {data.get('fingerprint')}"
             + "".join(f"<br><i>{n}</i>" for n in data.get("notes", []))
         )
         devices = data.get("engine_devices", [])
@@ -103,6 +131,10 @@ class HardwarePage(QWidget):
         matches = rec.get("backend") == rec.get("active")
         self.build_button.setText(f"{'Rebuild' if matches else 'Build'} the {rec.get('backend', 'cpu')} engine")
         self.build_button.setEnabled(not self.build_proc.running)
+        if frozen.is_frozen():  # no compiler and no build script in an installed app
+            self.build_button.setEnabled(False)
+            self.build_button.setToolTip(PACKAGED_ENGINE_NOTE)
+            self.recommendation.setText(f"{self.recommendation.text()} {PACKAGED_ENGINE_NOTE}".strip())
 
     def build(self) -> None:
         backend = (self.report or {}).get("recommendation", {}).get("backend", "cpu")

@@ -111,6 +111,7 @@ class MainWindow(QMainWindow):
         self._action(model_menu, "Restart engine", self.engine_status.restart)
         tools_menu = self.menuBar().addMenu("&Tools")
         self._action(tools_menu, "Autotune speculative decoding…", self.open_autotune)
+        self._action(tools_menu, "Local server (OpenAI-compatible API)…", self.open_server_panel)
         settings_menu = self.menuBar().addMenu("&Settings")
         self._action(settings_menu, "Preferences…", self.open_settings, QKeySequence.StandardKey.Preferences)
 
@@ -182,6 +183,11 @@ class MainWindow(QMainWindow):
 
         if AutotuneWizard(self.settings, self.palette_, self.probe, self).exec():
             self.models.load()
+
+    def open_server_panel(self) -> None:
+        from app.server_panel import open_panel
+
+        open_panel(self)
 
     def open_settings(self) -> None:
         dialog = SettingsDialog(self.settings, self.client.max_draft, self, auto=self.chat.profile_speculative,

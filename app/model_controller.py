@@ -28,7 +28,7 @@ from app.engine_status import is_load_error
 from app.hardware_probe import HardwareProbe
 from app.load_sheet import LoadChoice, LoadSheet
 from app.settings import Settings
-from engine.autotune.profiles import ProfileMatch, ProfileStore
+from engine.autotune.profiles import OUTDATED_TEXT, ProfileMatch, ProfileStore
 from engine.default_model import DESCRIPTION as DEFAULT_MODEL_DESCRIPTION
 from engine.worker.events import ErrorEvent, LoadedEvent, ModelInfo
 
@@ -102,7 +102,9 @@ class ModelController(QObject):
     def request(self, choice: LoadChoice) -> None:
         """Ask the worker to load ``choice``; the settings remember it once it loaded."""
         rid = self.client.load(choice.path, n_ctx=choice.n_ctx, n_threads=choice.n_threads,
-                               n_gpu_layers=choice.n_gpu_layers, mtp=choice.mtp, sidecar=choice.sidecar)
+                               n_gpu_layers=choice.n_gpu_layers, mtp=choice.mtp, sidecar=choice.sidecar,
+                               n_threads_draft=self.settings.n_threads_draft,
+                               rpc=[s.strip() for s in self.settings.rpc_servers.split(",") if s.strip()])
         self._pending[rid] = choice
         self.sig_loading.emit()
 
@@ -267,5 +269,7 @@ class ModelController(QObject):
             self.chat.profile_speculative = match.profile.setting
             self.chat.profile_speedup = match.profile.speedup  # the panel states it: it was measured
             self.sig_message.emit(f"Using the autotune profile: {match.profile.reason}", 8000)
+            if match.profile.outdated:  # still valid; say what it did not try
+                self.sig_notice.emit(f"This model's autotune profile was {OUTDATED_TEXT} (Tools → Autotune).")
         elif match.stale:
             self.sig_notice.emit((self._notice + " " + STALE_NOTICE).lstrip())

@@ -37,8 +37,10 @@ class Settings:
     sidecar_path: str | None = None
     recent_models: list[str] = field(default_factory=list)  # loaded successfully, newest first (the picker)
     n_threads: int = field(default_factory=default_threads)
+    n_threads_draft: int = 0  # threads of the MTP draft context; 0: n_threads (autotune may choose fewer)
     n_ctx: int = 4096
     n_gpu_layers: int = 0
+    rpc_servers: str = ""  # ggml RPC servers, "host:port,…": the trunk is split across them (docs/multi-machine.md)
     theme: str = "system"  # system | light | dark
     max_tokens: int = 512
     sampling_preset: str = DEFAULT_PRESET  # precise | balanced | creative | custom (engine.sampling.PRESETS)
@@ -51,12 +53,16 @@ class Settings:
     presence_penalty: float = _DEFAULT.presence_penalty
     frequency_penalty: float = _DEFAULT.frequency_penalty
     seed: int = RANDOM  # -1: random; else the same seed and settings give the same reply
-    speculative: str = "auto"  # auto (the autotune profile, else MTP n_max 3) | off | mtp
+    speculative: str = "auto"  # auto (the autotune profile, else MTP n_max 3) | off | mtp | ngram | mtp+ngram
     n_max: int = 3
     p_min: float = 0.0
     highlight_drafts: bool = False
     system_prompt: str = ""
     window_state: dict[str, str] = field(default_factory=dict)  # geometry, splitter (app/window_extras.py)
+    # the Local server panel (app/server_panel.py); its API key lives in the OS keyring, never here
+    server_host: str = "127.0.0.1"
+    server_port: int = 8181
+    server_require_key: bool = False
 
     @classmethod
     def path(cls) -> Path:

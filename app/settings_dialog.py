@@ -8,6 +8,7 @@ from PySide6.QtWidgets import (
     QDialogButtonBox,
     QFormLayout,
     QLabel,
+    QLineEdit,
     QPlainTextEdit,
     QSpinBox,
     QWidget,
@@ -39,6 +40,12 @@ class SettingsDialog(QDialog):
         form.addRow("", QLabel("<small>Every core is usually fastest; on a busy machine fewer can be.</small>"))
         form.addRow("Context size (tokens)", self.ctx)
         form.addRow("GPU layers", self.gpu_layers)
+        self.rpc_servers = QLineEdit(settings.rpc_servers)
+        self.rpc_servers.setPlaceholderText("host:port, host:port (empty: this machine only)")
+        form.addRow("Remote devices (RPC)", self.rpc_servers)
+        form.addRow("", QLabel("<small>Machines running <code>mtp-studio rpc-server</code> hold part of the model; "
+                               "the MTP head stays here. No authentication: trusted LAN or SSH tunnel only "
+                               "(docs/multi-machine.md).</small>"))
         form.addRow("Theme", self.theme)
         self.reply = ReplyFields(form, {k: getattr(settings, k) for k in KEYS}, max_draft, auto, auto_speedup)
         form.addRow("System prompt for new chats", self.system_prompt)
@@ -50,8 +57,9 @@ class SettingsDialog(QDialog):
     def apply(self) -> bool:
         """Copy the values into the settings; True when the model must be reloaded."""
         s = self.settings
-        reload_needed = (s.n_threads, s.n_ctx, s.n_gpu_layers) != (
-            self.threads.value(), self.ctx.value(), self.gpu_layers.value())
+        reload_needed = (s.n_threads, s.n_ctx, s.n_gpu_layers, s.rpc_servers) != (
+            self.threads.value(), self.ctx.value(), self.gpu_layers.value(), self.rpc_servers.text().strip())
+        s.rpc_servers = self.rpc_servers.text().strip()
         reply = self.reply.values()
         reload_needed |= (s.speculative == "off") != (reply["speculative"] == "off")
         s.n_threads = self.threads.value()

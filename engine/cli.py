@@ -20,8 +20,16 @@ def _add_load_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sidecar", help="MTP-only GGUF to draft with, next to the target")
     p.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
     p.add_argument("--threads", type=int, default=default_threads(),
-                   help="CPU threads (default: every core up to 8; fewer can be faster on a busy machine)")
+                   help="CPU threads (default: every physical core but one, up to 8: with all of them, one "
+                        "busy core stalls every decode)")
+    p.add_argument("--threads-draft", type=int, default=0,
+                   help="threads of the MTP draft context (default 0: the same as --threads)")
     p.add_argument("--gpu-layers", type=int, default=0)
+    p.add_argument("--rpc", help="split the model across ggml RPC servers, host:port[,host:port…] "
+                                 "(`mtp-studio rpc-server` there); the MTP head stays here")
+    p.add_argument("--tensor-split", help="with --rpc: each device's share, comma-separated, remote devices "
+                                          "first and this machine last (default: by free memory)")
+    p.add_argument("--main-device", type=int, help="with --rpc: the whole model on this one device instead")
 
 
 def _add_spec_args(p: argparse.ArgumentParser) -> None:
@@ -29,6 +37,17 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-max", type=int, default=3, help="most draft tokens per round")
     p.add_argument("--n-min", type=int, default=0, help="discard drafts shorter than this")
     p.add_argument("--p-min", type=float, default=0.0, help="stop drafting below this probability")
+    p.add_argument("--adaptive", action="store_true",
+                   help="choose each round's draft length (at most --n-max) from measured acceptance and timings")
+    p.add_argument("--ngram", action="store_true",
+                   help="draft what followed the same tokens earlier in the context (any model, no MTP head "
+                        "needed); with --mtp: both, by the policy in docs/mtp.md")
+
+
+def spec_mode(args: argparse.Namespace) -> str:
+    """The speculative mode the flags ask for: off, mtp, ngram or mtp+ngram."""
+    return {(False, False): "off", (True, False): "mtp", (False, True): "ngram", (True, True): "mtp+ngram"}[
+        (bool(args.mtp), bool(getattr(args, "ngram", False)))]
 
 
 # flag -> SamplingParams field; a flag left out keeps the preset's value
@@ -84,18 +103,22 @@ def cmd_chat(args: argparse.Namespace) -> int:
     with WorkerClient(stderr=stderr) as client:
         loaded = client.call(
             P.LoadRequest(id=client.new_id(), path=args.model, n_ctx=args.ctx, n_threads=args.threads,
-                          n_gpu_layers=args.gpu_layers, mtp=args.mtp, sidecar=args.sidecar)
+                          n_threads_draft=args.threads_draft, n_gpu_layers=args.gpu_layers, mtp=args.mtp,
+                          sidecar=args.sidecar, **rpc_load_fields(args))
         )[-1]
         if isinstance(loaded, P.ErrorEvent):
             print(f"error: {loaded.message}", file=sys.stderr)
             return 2
         assert isinstance(loaded, P.LoadedEvent)
+        for line in loaded.model.placement or ():  # with --rpc: which device holds which blocks
+            print(f"placement: {line}", file=sys.stderr)
         if not loaded.model.has_chat_template:
             print("(this model has no chat template: it continues your text)", file=sys.stderr)
         content = {"prompt": args.prompt} if args.raw else {"messages": [{"role": "user", "content": args.prompt}]}
         try:
-            speculative = (SpeculativeSettings("mtp", args.n_max, args.n_min, args.p_min) if args.mtp
-                           else SPECULATION_OFF)
+            speculative = (SpeculativeSettings(spec_mode(args), args.n_max, args.n_min, args.p_min,
+                                               depth="adaptive" if args.adaptive else "fixed")
+                           if spec_mode(args) != "off" else SPECULATION_OFF)
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -119,6 +142,17 @@ def cmd_chat(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(final.stats.to_dict(), indent=2), file=sys.stderr)
         return 0 if final is not None and final.finish_reason != "error" else 1
+
+
+def rpc_load_fields(args: argparse.Namespace) -> dict[str, object]:
+    """The load request's multi-machine fields from ``--rpc``, ``--tensor-split``, ``--main-device``."""
+    from engine.rpc.endpoints import parse_endpoints
+
+    if not getattr(args, "rpc", None):
+        return {}
+    split = [float(x) for x in args.tensor_split.split(",")] if args.tensor_split else []
+    return {"rpc": [str(e) for e in parse_endpoints(args.rpc)], "tensor_split": split,
+            "main_device": args.main_device}
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -154,6 +188,9 @@ def _register_extras(sub: argparse._SubParsersAction) -> None:
     from engine.bench import cli as bench_cli
 
     bench_cli.register(sub)
+    from engine.bench import policies_cli
+
+    policies_cli.register(sub)
     from engine.hardware import cli as hardware_cli
 
     hardware_cli.register(sub)
@@ -163,6 +200,12 @@ def _register_extras(sub: argparse._SubParsersAction) -> None:
     from engine.store import cli as store_cli
 
     store_cli.register(sub)
+    from engine.server import cli as server_cli
+
+    server_cli.register(sub)
+    from engine.rpc import cli as rpc_cli
+
+    rpc_cli.register(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:

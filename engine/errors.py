@@ -54,3 +54,9 @@ class ProtocolError(EngineError):
     """A request or event that does not follow the worker protocol."""
 
     kind = "protocol"
+
+
+class RpcError(EngineError):
+    """A remote (ggml RPC) server is malformed, unreachable, busy, or went away mid-reply."""
+
+    kind = "rpc"

@@ -5,16 +5,23 @@ metadata before llama.cpp sees a file."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine import gguf_info, sidecar
 from engine.errors import ContextError, SpeculativeUnavailable
 from engine.runtime import Context, ContextParams, Model
 from engine.speculative import rollback
+from engine.speculative.adaptive import AdaptiveDepth
+from engine.speculative.compose import ComposeDrafter
+from engine.speculative.drafter import Drafter
 from engine.speculative.mtp import MTPDrafter
-from engine.speculative.settings import MAX_DRAFT, deepest_draft
+from engine.speculative.ngram import NgramDrafter
+from engine.speculative.settings import MAX_DRAFT, MTP, MTP_NGRAM, NGRAM, SpeculativeSettings, deepest_draft
+
+if TYPE_CHECKING:
+    from engine.generation.placement import Placement
 
 
 @dataclass(frozen=True)
@@ -24,9 +31,17 @@ class LoadOptions:
     n_gpu_layers: int = 0
     n_threads: int = 1
     n_batch: int = 512
+    # threads of the MTP draft context; 0: the same as n_threads. A one-row
+    # draft decode has little to split, and fewer threads can be faster.
+    n_threads_draft: int = 0
     mtp: bool = True  # prepare MTP if the model (or sidecar) has it
     sidecar: str | None = None
     fold: bool = True  # fold the MTP catch-up into the next draft (see engine/speculative/mtp.py)
+    # ggml RPC servers (host:port) to split the trunk across; the MTP head stays
+    # local (engine/generation/placement.py, docs/multi-machine.md)
+    rpc: tuple[str, ...] = ()
+    tensor_split: tuple[float, ...] = ()  # one share per device: remote ones first, this machine last
+    main_device: int | None = None  # the whole model on that device instead of a split
 
 
 MAX_THREADS = 512  # GGML_MAX_N_THREADS, ggml's own ceiling (its per-thread arrays are that long)
@@ -47,6 +62,15 @@ def check_options(options: LoadOptions) -> None:
             f"n_threads must be between 1 and {MAX_THREADS}, got {options.n_threads}; this machine has "
             f"{os.cpu_count() or 1} CPU threads, and more threads than that rarely helps."
         )
+    if not 0 <= options.n_threads_draft <= MAX_THREADS:
+        raise ContextError(
+            f"n_threads_draft must be between 0 (the same as n_threads) and {MAX_THREADS}, got "
+            f"{options.n_threads_draft}; this machine has {os.cpu_count() or 1} CPU threads."
+        )
+    if options.rpc:
+        from engine.rpc import parse_endpoints
+
+        parse_endpoints(options.rpc)  # a malformed host:port is refused before anything is let go of
     if not 0 <= options.n_ctx <= MAX_N_CTX:
         raise ContextError(
             f"n_ctx must be between 0 (the model's training context) and {MAX_N_CTX:,} tokens, got "
@@ -78,7 +102,16 @@ class Session:
                 want_mtp = False
         # SidecarMismatch propagates: the user asked for that sidecar explicitly.
 
-        self.model = Model(options.path, n_gpu_layers=options.n_gpu_layers, load_mtp=mtp_in_target)
+        self.placement: Placement | None = None
+        model_kwargs: dict[str, Any] = {"n_gpu_layers": options.n_gpu_layers}
+        if options.rpc:
+            from engine.generation.placement import plan
+
+            self.placement = plan(options.rpc, block_count=self.facts.block_count,
+                                  mtp_blocks=self.facts.nextn_layers if mtp_in_target else 0,
+                                  tensor_split=options.tensor_split, main_device=options.main_device)
+            model_kwargs = self.placement.model_kwargs()
+        self.model = Model(options.path, load_mtp=mtp_in_target, **model_kwargs)
         self.mtp_model: Model | None = None
         self._own_mtp_model = False
         self.drafter: MTPDrafter | None = None
@@ -86,7 +119,15 @@ class Session:
         self._hybrid = self.model.is_hybrid or self.model.is_recurrent
         self.target = Context(self.model, self._target_params(want_mtp))
         self.prepared_for_mtp = want_mtp
-        self._mtp_n_rs_seq = self.target.n_rs_seq if want_mtp else 0
+        self.prepared_for_drafts = want_mtp
+        # None until a context asked for recurrent snapshots (llama.cpp clamps
+        # n_rs_seq to 0 for architectures without rollback support)
+        self._snapshots_supported: bool | None = self.target.n_rs_seq > 0 if (want_mtp and self._hybrid) else None
+        # n-gram drafting needs no head; its map lives as long as this model (engine/speculative/ngram.py)
+        self.ngram_drafter: NgramDrafter | None = None
+        self._composed: ComposeDrafter | None = None
+        # adaptive depth per (mode, n_max): what it measured (costs, acceptance) carries over to the next reply
+        self._depth_policies: dict[tuple[str, int, int, int], AdaptiveDepth] = {}
         if want_mtp:
             try:
                 self._init_mtp(mtp_in_target)
@@ -94,10 +135,10 @@ class Session:
                 self.close()
                 raise
 
-    def _target_params(self, mtp: bool) -> ContextParams:
-        """Target context settings: MTP adds per-token recurrent snapshots
+    def _target_params(self, drafts: bool) -> ContextParams:
+        """Target context settings: drafting adds per-token recurrent snapshots
         (``n_rs_seq``, hybrid targets only) that plain decoding does not pay for."""
-        n_rs_seq = MAX_DRAFT if (mtp and self._hybrid) else 0
+        n_rs_seq = MAX_DRAFT if (drafts and self._hybrid) else 0
         return ContextParams(
             n_ctx=self.options.n_ctx, n_batch=self.options.n_batch,
             n_ubatch=min(self.options.n_batch, max(512, 1 + n_rs_seq)),
@@ -108,37 +149,80 @@ class Session:
             n_outputs_max=MAX_DRAFT + 1,
         )
 
-    def prepare(self, mtp: bool) -> None:
+    def prepare(self, mtp: bool, drafts: bool | None = None) -> None:
         """Make the target context exactly what this generation needs.
 
-        "Off" must be plain decoding, not MTP with no drafts: speed ratios
-        against it would be biased. With MTP off the target stops exporting
-        hidden states, and a hybrid target whose context keeps recurrent
-        snapshots is recreated without them (each generation starts from an
-        empty context anyway, so nothing is lost but the allocation).
+        ``drafts``: rejected draft rows will be rolled back (any drafter, MTP
+        or n-gram; default: ``mtp``). "Off" must be plain decoding, not
+        speculation with no drafts: speed ratios against it would be biased.
+        Without MTP the target stops exporting hidden states; a hybrid target
+        gets recurrent snapshots while drafting and is recreated without them
+        when not (each generation starts from an empty context anyway, so
+        nothing is lost but the allocation).
         """
         mtp = mtp and self.drafter is not None
-        if mtp == self.prepared_for_mtp:
+        drafts = mtp if drafts is None else drafts
+        if (mtp, drafts) == (self.prepared_for_mtp, self.prepared_for_drafts):
             return
-        # only where the MTP context really got snapshots (llama.cpp clamps
-        # n_rs_seq to 0 for architectures without rollback support)
-        if self._mtp_n_rs_seq and self.drafter is not None:
+        snapshots = drafts and self._hybrid
+        if self._hybrid and snapshots != (self.target.n_rs_seq > 0) and self._snapshots_supported is not False:
             self.target.close()
-            self.target = Context(self.model, self._target_params(mtp))
-            self.drafter.target = self.target
+            self.target = Context(self.model, self._target_params(snapshots))
+            if snapshots:
+                self._snapshots_supported = self.target.n_rs_seq > 0
+            if self.drafter is not None:
+                self.drafter.target = self.target
         if self.drafter is not None:
             self.target.set_embeddings_nextn(mtp, False)
-        self.prepared_for_mtp = mtp
+        if drafts:
+            self.rollback_strategy = rollback.choose(self.target, self._hybrid, MAX_DRAFT)
+        self.prepared_for_mtp, self.prepared_for_drafts = mtp, drafts
+
+    def drafter_for(self, settings: SpeculativeSettings) -> Drafter | None:
+        """The drafter a generation with these settings (already
+        :meth:`~SpeculativeSettings.limited_to` this model) drafts with; None: plain decoding."""
+        if settings.uses_mtp and self.drafter is None:
+            return None
+        if settings.uses_ngram and self.ngram_drafter is None:
+            self.ngram_drafter = NgramDrafter()
+        if settings.mode == NGRAM:
+            return self.ngram_drafter
+        if settings.mode == MTP_NGRAM:
+            assert self.drafter is not None and self.ngram_drafter is not None
+            if self._composed is None:
+                self._composed = ComposeDrafter(self.drafter, self.ngram_drafter, self.max_draft)
+            return self._composed
+        return self.drafter if settings.mode == MTP else None
+
+    def set_threads(self, n_threads: int, n_threads_draft: int = 0) -> None:
+        """Decode with other thread counts from now on, without reloading (autotune times
+        them); a target context recreated later (hybrid models) keeps them."""
+        self.options = replace(self.options, n_threads=n_threads, n_threads_draft=n_threads_draft)
+        check_options(self.options)
+        self.target.set_threads(n_threads)
+        if self.drafter is not None:
+            self.drafter.ctx.set_threads(n_threads_draft or n_threads)
+
+    def depth_policy(self, settings: SpeculativeSettings) -> AdaptiveDepth:
+        """The adaptive-depth policy for these settings, kept between generations: the
+        costs of this machine and model do not change from one reply to the next."""
+        draft_threads = self.drafter.ctx.threads if self.drafter is not None else 0
+        key = (settings.mode, settings.n_max, self.target.threads, draft_threads)  # other threads, other costs
+        if key not in self._depth_policies:
+            self._depth_policies[key] = AdaptiveDepth(settings.n_max)
+        return self._depth_policies[key]
 
     def _init_mtp(self, mtp_in_target: bool) -> None:
         if mtp_in_target:
             self.mtp_model = self.model
         else:
             assert self.options.sidecar is not None
-            self.mtp_model = Model(self.options.sidecar, n_gpu_layers=self.options.n_gpu_layers, load_mtp=True)
+            where = self.placement.local_kwargs() if self.placement else {"n_gpu_layers": self.options.n_gpu_layers}
+            self.mtp_model = Model(self.options.sidecar, load_mtp=True, **where)
             self._own_mtp_model = True
         self.target.set_embeddings_nextn(True, False)
-        self.drafter = MTPDrafter(self.target, self.mtp_model, fold=self.options.fold)
+        self.drafter = MTPDrafter(self.target, self.mtp_model, fold=self.options.fold,
+                                  n_threads=self.options.n_threads_draft or self.options.n_threads)
         self.rollback_strategy = rollback.choose(self.target, self._hybrid, MAX_DRAFT)
         self.mtp_status = "chained" if self.drafter.chained else "single"
 
@@ -157,6 +241,7 @@ class Session:
             {
                 "n_ctx": self.target.n_ctx,
                 "n_threads": self.options.n_threads,
+                "n_threads_draft": self.options.n_threads_draft or self.options.n_threads,
                 "has_chat_template": self.facts.has_chat_template,
                 "mtp": self.mtp_status,
                 "mtp_heads": self.n_heads,
@@ -165,11 +250,21 @@ class Session:
                 "rollback": self.rollback_strategy if self.drafter else "none",
                 "n_rs_seq": self.target.n_rs_seq,
                 "sidecar": str(Path(self.options.sidecar)) if self.options.sidecar else None,
+                "placement": self.placement.lines if self.placement else [],
             }
         )
         return facts
 
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
+        if self.ngram_drafter is not None:
+            self.ngram_drafter.close()
+            self.ngram_drafter = self._composed = None
         if self.drafter is not None:
             self.drafter.close()
             self.drafter = None

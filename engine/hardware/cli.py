@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from engine.build_record import engine_patches
+
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "packaging" / "build_engine.py"
 
 
@@ -46,6 +48,7 @@ def cmd_hardware(args: argparse.Namespace) -> int:
     eng = report.engine
     print(f"engine       llama-cpp-python {eng.get('llama_cpp_python')}, backend {eng.get('backend')}, "
           f"GPU offload {'yes' if report.gpu_offload else 'no'}")
+    print(f"  patches    {engine_patches(eng)}")
     for d in report.engine_devices:
         print(f"  device     {d['name']}: {d['description']} ({d['type']}, {d['free_mib']}/{d['total_mib']} MiB free)")
     print(f"fingerprint  {report.fingerprint()}")
@@ -59,6 +62,13 @@ def cmd_hardware(args: argparse.Namespace) -> int:
 
 def cmd_engine_build(args: argparse.Namespace) -> int:
     """Build in a child process; the working engine stays installed if the build fails."""
+    from engine import frozen
+
+    if frozen.is_frozen():
+        print("error: this installed MTP Studio carries its engine and cannot build another (no compiler, no "
+              "build script). GPU backends it ships are picked at start; to build an engine, use a source "
+              "checkout (README).", file=sys.stderr)
+        return 2
     proc = subprocess.run([sys.executable, str(BUILD_SCRIPT), "--backend", args.backend])
     if proc.returncode != 0:
         print(f"error: the {args.backend} engine build failed (exit {proc.returncode}); the engine "

@@ -170,6 +170,7 @@ def collect() -> HardwareReport:
     )
     try:
         report.engine_devices, report.gpu_offload = _engine_devices()
+        report.engine["loaded_backends"] = native.loaded_backends()  # which CPU variant / GPU library ggml chose
     except Exception as exc:  # a broken engine build is itself a finding
         report.notes.append(f"The engine could not list its devices: {exc}")
     return report

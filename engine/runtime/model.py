@@ -17,13 +17,28 @@ class Model:
     made from it must be closed first.
     """
 
-    def __init__(self, path: str | Path, *, n_gpu_layers: int = 0, load_mtp: bool = False) -> None:
+    def __init__(self, path: str | Path, *, n_gpu_layers: int = 0, load_mtp: bool = False,
+                 devices: Any = None, tensor_split: list[float] | None = None, main_device: int | None = None) -> None:
+        """``devices``: a NULL-terminated device array (``engine/runtime/rpc.py``) to use
+        instead of llama.cpp's default choice; ``tensor_split``: each device's share of the
+        layers; ``main_device``: put the whole model on that one device (split mode none)."""
         lib = native.llama()
         self._lib = lib
         self.path = Path(path)
         params = lib.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.load_mtp = load_mtp
+        self._native_args: tuple[Any, ...] = ()  # kept alive for as long as the model
+        if devices is not None:
+            params.devices = ctypes.cast(devices, ctypes.c_void_p)
+            self._native_args += (devices,)
+        if tensor_split:
+            split = (ctypes.c_float * max(int(lib.llama_max_devices()), len(tensor_split)))(*tensor_split)
+            params.tensor_split = ctypes.cast(split, ctypes.POINTER(ctypes.c_float))
+            self._native_args += (split,)
+        if main_device is not None:
+            params.split_mode = lib.LLAMA_SPLIT_MODE_NONE
+            params.main_gpu = main_device
         handle = lib.llama_model_load_from_file(str(self.path).encode(), params)
         if not handle:
             detail = "; ".join(native.recent_log(3)) or "no message from llama.cpp"

@@ -9,6 +9,7 @@ import collections
 import ctypes
 import importlib.metadata
 import json
+import os
 import sys
 import threading
 from pathlib import Path
@@ -32,9 +33,82 @@ def llama() -> Any:
         if not _initialised:
             _log_callback = llama_cpp.llama_log_callback(_on_native_log)
             llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+            _load_backend_libraries(llama_cpp)
             llama_cpp.llama_backend_init()
             _initialised = True
     return llama_cpp
+
+
+def engine_lib_dir(llama_cpp: Any) -> Path:
+    """The folder llama_cpp loads its shared libraries from (``LLAMA_CPP_LIB_PATH`` wins, as in llama_cpp)."""
+    override = os.environ.get("LLAMA_CPP_LIB_PATH")
+    return Path(override) if override else Path(llama_cpp.__file__).parent / "lib"
+
+
+def _load_backend_libraries(llama_cpp: Any) -> None:
+    """Load the backends of an installer's engine (``packaging/build_engine_libs.py``).
+
+    That build links no backend into libggml: each CPU variant
+    (``libggml-cpu-haswell.so``...) and each GPU backend is a library of its
+    own, and ggml picks the best CPU variant this CPU can run. Left to itself,
+    ``llama_backend_init`` looks for them beside the *executable* -- the
+    interpreter, or the frozen app's launcher -- not beside libggml, and
+    would find none ("no backends are loaded"). So they are loaded from the
+    folder llama_cpp loads libggml from. A developer build (backends linked
+    in, no variant files) is left alone.
+    """
+    lib_dir = engine_lib_dir(llama_cpp)
+    if not any(lib_dir.glob("*ggml-cpu-*")):
+        return
+    ggml = _ggml_cdll(lib_dir)
+    if ggml is None:
+        return
+    ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+    ggml.ggml_backend_load_all_from_path.restype = None
+    ggml.ggml_backend_load_all_from_path(str(lib_dir).encode())
+
+
+def _ggml_cdll(lib_dir: Path) -> Any:
+    for name in ("libggml.so", "libggml.dylib", "ggml.dll"):
+        if (lib_dir / name).exists():
+            return ctypes.CDLL(str(lib_dir / name))
+    return None
+
+
+def loaded_backends() -> list[dict[str, str]]:
+    """Which backends ggml registered in this process, and from which library file.
+
+    The library file is what tells an installer's CPU variants apart (they all
+    register as "CPU"); it is read from the process's memory map where the OS
+    has one (Linux), else left empty.
+    """
+    lib = llama()
+    ggml = _ggml_cdll(engine_lib_dir(lib))
+    if ggml is None:
+        return []
+    ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
+    ggml.ggml_backend_reg_get.restype = ctypes.c_void_p
+    ggml.ggml_backend_reg_get.argtypes = [ctypes.c_size_t]
+    ggml.ggml_backend_reg_name.restype = ctypes.c_char_p
+    ggml.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
+    names = [(ggml.ggml_backend_reg_name(ggml.ggml_backend_reg_get(i)) or b"").decode()
+             for i in range(ggml.ggml_backend_reg_count())]
+    files = _mapped_backend_files()
+    out = []
+    for name in names:
+        key = {"CPU": "cpu"}.get(name, name.lower())
+        match = [f for f in files if f.startswith(f"libggml-{key}") or f.startswith(f"ggml-{key}")]
+        out.append({"name": name, "library": match[0] if match else ""})
+    return out
+
+
+def _mapped_backend_files() -> list[str]:
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return []
+    names = {Path(line.split()[-1]).name for line in maps.splitlines() if "ggml-" in line and "/" in line}
+    return sorted(n for n in names if n.split(".")[0] not in ("libggml-base",))
 
 
 def _on_native_log(level: int, text: bytes, _user: Any) -> None:
@@ -79,7 +153,10 @@ def build_info() -> dict[str, Any]:
     record = Path(sys.prefix) / BUILD_RECORD_NAME
     try:
         data = json.loads(record.read_text())
-        info.update({k: data[k] for k in ("backend", "patch_hash", "cmake_args", "cache_key") if k in data})
+        info.update({k: data[k] for k in ("backend", "patch_hash", "patches", "cmake_args", "cache_key")
+                     if k in data})
     except (OSError, ValueError):
         info["backend"] = "unknown (not installed by packaging/build_engine.py)"
+    if os.environ.get("LLAMA_CPP_LIB_PATH"):  # the record then describes the wheel, not the library loaded
+        info["lib_path"] = os.environ["LLAMA_CPP_LIB_PATH"]
     return info

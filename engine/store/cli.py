@@ -55,6 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sidecar", type=Path)
     p.add_argument("--ctx", type=int, default=4096)
     p.add_argument("--no-mtp", action="store_true")
+    p.add_argument("--rpc", help="also split the estimate across these ggml RPC servers (host:port,…) and "
+                                 "this machine, as a load with --rpc would (docs/multi-machine.md)")
+    p.add_argument("--tensor-split", help="with --rpc: one share per device, remote first, this machine last")
     p.set_defaults(func=cmd_fit)
 
 
@@ -152,7 +155,30 @@ def cmd_fit(args: argparse.Namespace) -> int:
     est = estimate(args.file, n_ctx=args.ctx, sidecar=args.sidecar, mtp=not args.no_mtp)
     print(f"{args.file.name} at n_ctx {args.ctx}:")
     print("\n".join("  " + line for line in est.lines()))
+    if getattr(args, "rpc", None):
+        return _fit_split(args)
     return 0
+
+
+def _fit_split(args: argparse.Namespace) -> int:
+    from engine.rpc import parse_endpoints
+    from engine.rpc.probe import probe_all
+    from engine.store.fit import available_memory
+    from engine.store.fit_split import split_estimate
+
+    devices: list[tuple[str, int | None]] = []
+    for found in probe_all(parse_endpoints(args.rpc)):
+        if not found.ok:
+            print(f"error: {found.message}", file=sys.stderr)
+            return 1
+        devices += [(f"RPC{d.index}[{found.endpoint}]", d.free) for d in found.devices]
+    devices.append(("this machine (RAM)", available_memory()))
+    split = [float(x) for x in args.tensor_split.split(",")] if args.tensor_split else None
+    _, shares = split_estimate(args.file, devices, n_ctx=args.ctx, sidecar=args.sidecar, mtp=not args.no_mtp,
+                               tensor_split=split)
+    print("split across devices (remote first, this machine last; the MTP head stays here):")
+    print("\n".join("  " + share.line() for share in shares))
+    return 0 if all(share.verdict != "won't fit" for share in shares) else 1
 
 
 def _token() -> str | None:

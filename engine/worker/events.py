@@ -23,8 +23,10 @@ class EngineBuild:
     llama_cpp_python: str
     backend: str
     patch_hash: str | None = None
+    patches: list[str] | None = None  # the patch series' file names (packaging/patches/), in order
     cmake_args: list[str] | None = None
     cache_key: str | None = None
+    lib_path: str | None = None  # LLAMA_CPP_LIB_PATH: a libllama other than the installed wheel's
 
     @property
     def key(self) -> str:
@@ -49,6 +51,7 @@ class ModelInfo:
     hybrid: bool = False
     n_ctx: int = 0
     n_threads: int = 0
+    n_threads_draft: int = 0  # threads of the MTP draft context
     has_chat_template: bool = False
     mtp: str = "off"  # off | single | chained
     mtp_heads: int = 0
@@ -58,6 +61,7 @@ class ModelInfo:
     n_rs_seq: int = 0
     sidecar: str | None = None
     is_default_model: bool = False
+    placement: list[str] | None = None  # with RPC servers: which device holds which blocks
 
     @property
     def can_draft(self) -> bool:

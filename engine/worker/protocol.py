@@ -5,7 +5,7 @@ Requests (app -> worker, here) and events (worker -> app,
 ``decode_event`` refuse anything malformed with a :class:`ProtocolError`
 naming the field; nothing is guessed at.
 
-Version 2:
+Version 3 (2 plus: load n_threads_draft, speculative depth, stats draft_depth):
   requests  load, generate, cancel, unload, shutdown
   events    ready (the handshake), loaded, prefill (prompt progress), token,
             stats, done, error, ack (ends a cancel), unloaded, bye
@@ -41,7 +41,11 @@ from engine.worker.events import (  # noqa: F401  (re-exported: the protocol is 
 )
 from engine.worker.fields import build
 
-PROTOCOL_VERSION = 2  # 2: typed events, "off" for no speculation, max_draft in the handshake
+# 2: typed events, "off" for no speculation, max_draft in the handshake
+# 3: load takes n_threads_draft; speculative settings take depth (fixed | adaptive); stats carry draft_depth;
+#    load takes rpc / tensor_split / main_device and the loaded model says its placement (multi-machine);
+#    speculative modes "ngram" and "mtp+ngram" (ngram_min / ngram_max); stats carry per-source draft counts
+PROTOCOL_VERSION = 3
 HANDSHAKE_TIMEOUT_S = 60.0  # the first import of llama_cpp can be slow on a cold disk
 
 
@@ -57,6 +61,10 @@ class LoadRequest:
     n_threads: int = 1
     mtp: bool = True
     sidecar: str | None = None
+    n_threads_draft: int = 0  # threads of the MTP draft context; 0: n_threads
+    rpc: list[str] = field(default_factory=list)  # ggml RPC servers, host:port; the MTP head stays local
+    tensor_split: list[float] = field(default_factory=list)  # one share per device, remote first, local last
+    main_device: int | None = None  # the whole model on this one device (index as in tensor_split)
     type: str = "load"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import re
 import sys
 import threading
 import traceback
@@ -222,6 +223,8 @@ class Worker:
         options = LoadOptions(
             path=path, n_ctx=request.n_ctx, n_gpu_layers=request.n_gpu_layers,
             n_threads=request.n_threads, mtp=request.mtp, sidecar=request.sidecar,
+            n_threads_draft=request.n_threads_draft, rpc=tuple(request.rpc),
+            tensor_split=tuple(request.tensor_split), main_device=request.main_device,
         )
         # Check the files and settings before letting go of the current model:
         # a bad request must not leave the user with nothing loaded.
@@ -240,8 +243,29 @@ class Worker:
             if previous is not None:
                 self._reload(previous, exc)
             raise
+        if request.rpc:
+            from engine.runtime import rpc
+
+            rpc.on_abort(self._on_native_abort)
         model = ModelInfo(**self.session.describe(), is_default_model=request.path is None)
         self.out.send(LoadedEvent(request.id, model))
+
+    def _on_native_abort(self, message: str) -> None:
+        """ggml is ending this process (with remote servers: most often one stopped
+        answering). Say so on the protocol first: the reply in hand ends with an
+        ``rpc`` error and ``done``; the app then sees the worker exit and restarts it."""
+        print(f"worker: ggml aborts: {message}", file=sys.stderr, flush=True)
+        servers = ", ".join(self.session.options.rpc) if self.session is not None else ""
+        message = re.sub(r"^\S+:\d+: ", "", message)  # ggml's source file:line prefix
+        remote = "RPC" in message or "connect" in message
+        text = (f"A remote RPC server ({servers}) stopped answering, so the engine stopped ({message.strip()}). "
+                "Check that `mtp-studio rpc-server` still runs there (`mtp-studio rpc-probe HOST:PORT`), "
+                "then restart the engine and load the model again; the conversation is kept."
+                if remote else f"llama.cpp aborted: {message.strip()}")
+        rid = self.current
+        self.out.send(ErrorEvent(rid, "rpc" if remote else "internal", text, final=rid is None))
+        if rid is not None:
+            self.out.send(DoneEvent(rid, finish_reason="error"))
 
     def _reload(self, previous: Any, failure: EngineError) -> None:
         """Load the previous model again after llama.cpp refused the new one late (past
@@ -267,8 +291,9 @@ class Worker:
         if self.session is None:
             raise NoModelLoaded("No model is loaded; send a load request first.")
         check_generate(request)
-        if request.speculative.enabled and self.session.drafter is None:
-            notice = self.session.mtp_unavailable_reason or "This model has no MTP head; decoding plainly."
+        if request.speculative.uses_mtp and self.session.drafter is None:
+            notice = self.session.mtp_unavailable_reason or "This model has no MTP head."
+            notice += " Drafting with n-grams only." if request.speculative.uses_ngram else " Decoding plainly."
             self.out.send(ErrorEvent(request.id, "speculative_unavailable", notice, final=False))
         gen = GenerateRequest(
             prompt=request.prompt,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,11 @@ def test_handshake_reports_protocol_and_engine_build(worker: WorkerClient):
     assert worker.hello.protocol == P.PROTOCOL_VERSION
     assert worker.hello.engine.llama_cpp_python == "0.3.36"
     assert worker.hello.engine.backend
+    # the engine is patched: the handshake names the series the installed wheel was built with, and it is
+    # this checkout's (otherwise rebuild it: packaging/bootstrap.sh)
+    series = sorted(p.name for p in (Path(__file__).resolve().parents[2] / "packaging" / "patches").glob("*.patch"))
+    assert worker.hello.engine.patches == series and series
+    assert worker.hello.engine.patch_hash
     assert worker.hello.max_draft == MAX_DRAFT  # the app's limits come from here
 
 

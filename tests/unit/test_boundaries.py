@@ -38,6 +38,14 @@ APP_MAY_IMPORT = {
     "engine.store.download": "resumable downloads",
     "engine.store.repair": "sidecar repair (its proof runs in a worker: app/pair_proof.py)",
     "engine.cli": "the headless commands, when mtp-studio gets one",
+    "engine.frozen": "the packaged app runs its own children (-m/-c), before any Qt import",
+    "engine.build_record": "the engine build record for --version and the About box (a JSON file, no llama.cpp)",
+    # the local server (issue 15): a client of the worker, never llama.cpp; the panel runs it on a thread
+    "engine.server.engine_link": "the EngineLink interface app/server_link.py implements over the chat's worker",
+    "engine.server.runner": "runs the OpenAI-compatible server on a thread with its own asyncio loop",
+    "engine.server.config": "the server's settings and the checks before it binds",
+    "engine.server.api_key": "the server's API key (keyring, made with secrets)",
+    "engine.server.metrics": "the request records the panel's log shows",
 }
 APP_MUST_NOT_IMPORT = ("engine.runtime", "engine.generation", "engine.speculative.mtp", "engine.speculative.drafter",
                        "engine.speculative.rollback", "engine.worker.server", "engine.autotune.search",
