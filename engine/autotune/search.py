@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.generation.generator import GenerateRequest, GenerateResult, generate
+from engine.generation.generator import GenerateRequest, GenerateResult, generate, render_prompt
 from engine.generation.session import Session
 from engine.speculative import identity
 from engine.speculative.identity import IdentityVerdict
@@ -210,7 +210,10 @@ def tune(session: Session, prompts: list[list[dict[str, str]]], *, max_tokens: i
                     # margins cost a pass over the vocabulary per token: only
                     # when needed, and never inside a timed "off" run
                     off_margins = _run(session, prompt, max_tokens, SPECULATION_OFF, margins=True).margins
-                m.add(result, off, identity.classify(off.tokens, off_margins or [], result.tokens, noise))
+                prompt_tokens = render_prompt(session, GenerateRequest(messages=tuple(prompt)))[0]
+                # a parting beyond the noise is measured again where it happened (MoE router ties)
+                m.add(result, off, identity.classify_along(session, prompt_tokens, off.tokens, off_margins or [],
+                                                           result.tokens, noise))
                 step += 1
                 if progress:
                     progress({"step": step, "total": total_steps, "setting": s.label, "tps": m.tps[-1],

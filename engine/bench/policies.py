@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.generation.generator import GenerateRequest, GenerateResult, generate
+from engine.generation.generator import GenerateRequest, GenerateResult, generate, render_prompt
 from engine.generation.session import Session
 from engine.runtime import Batch
 from engine.speculative import identity
@@ -67,6 +67,7 @@ def categories(session: Session, prompts: list[tuple[str, str]], settings: list[
     severity = {identity.IDENTICAL: 0, identity.NEAR_TIE: 1, identity.DEFECT: 2}
     for category, text in prompts:
         messages = [{"role": "user", "content": text}]
+        prompt_tokens = render_prompt(session, GenerateRequest(messages=tuple(messages)))[0]
         margins = generate(session, GenerateRequest(messages=tuple(messages), max_tokens=n_tokens,
                                                     record_margins=True)).margins
         cells = {"off": Cell(), **{lab: Cell() for lab in labels}}
@@ -79,7 +80,7 @@ def categories(session: Session, prompts: list[tuple[str, str]], settings: list[
             for lab, res in results.items():
                 cells[lab].tps.append(_tps(res))
                 cells[lab].ratio.append(_tps(res) / _tps(plain) if _tps(plain) else 0.0)
-                kind = identity.classify(plain.tokens, margins, res.tokens, noise).kind
+                kind = identity.classify_along(session, prompt_tokens, plain.tokens, margins, res.tokens, noise).kind
                 if severity[kind] > severity[cells[lab].verdict]:
                     cells[lab].verdict = kind
         table[category] = cells

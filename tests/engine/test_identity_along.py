@@ -1,0 +1,44 @@
+"""The identity verdict's second look on a MoE target (engine/speculative/identity.py).
+
+On the bench glm4moe model every drafting setting parted from plain output on
+two prompts "beyond the noise": an expert router at a near tie (gap ~1e-4)
+picked another expert under another batch shape and the logits jumped by
+units, which one window of spread tokens never measured. ``classify_along``
+measures the noise again where the output parted. What must still hold: the
+windows cover the generation, and a token that no numeric noise explains is
+still a defect.
+"""
+
+from __future__ import annotations
+
+from engine.generation.generator import GenerateRequest, generate, render_prompt
+from engine.generation.session import LoadOptions, Session
+from engine.speculative import identity
+from tests.engine.conftest import synth
+
+PROMPT = " the river model"
+
+
+def test_noise_along_covers_each_window_and_a_wrong_token_is_still_a_defect():
+    session = Session(LoadOptions(path=str(synth("glm4moe", "mixed", agree=0.7).path("combined")), n_ctx=256))
+    try:
+        request = GenerateRequest(prompt=PROMPT, max_tokens=24, record_margins=True)
+        plain = generate(session, request)
+        prompt, _ = render_prompt(session, request, lambda: False)
+        full = [*prompt, *plain.tokens]
+        start, rows = len(prompt) - 1, 4
+        ends = [*range(start + rows, len(full) + 1, rows)]
+        ends += [] if ends[-1] == len(full) else [len(full)]
+        by_window = [identity.measure_noise(session, full[:end], rows) for end in ends]
+        assert identity.measure_noise_along(session, full, start, rows) == max(by_window)
+
+        noise = identity.measure_noise(session)
+        assert identity.classify_along(session, prompt, plain.tokens, plain.margins, plain.tokens, noise).kind \
+            == identity.IDENTICAL
+        index = max(range(len(plain.tokens)), key=lambda i: plain.margins[i])  # the clearest greedy choice
+        forged = [*plain.tokens[:index], (plain.tokens[index] + 1) % session.model.n_vocab]
+        verdict = identity.classify_along(session, prompt, plain.tokens, plain.margins, forged, noise)
+        assert verdict.kind == identity.DEFECT, verdict.describe()
+        assert verdict.index == index and verdict.noise >= noise
+    finally:
+        session.close()
