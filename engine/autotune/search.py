@@ -58,18 +58,11 @@ def setting(n_max: int = 0, p_min: float = 0.0) -> SpeculativeSettings:
 Setting = setting  # the name callers used when candidates had their own type
 
 
-@dataclass
-class Measurement:
-    setting: SpeculativeSettings
-    tps: list[float] = field(default_factory=list)  # per prompt
-    ratios: list[float] = field(default_factory=list)  # per prompt, vs off on that prompt
-    drafted: int = 0
-    accepted: int = 0
-    drafted_per_pos: list[int] = field(default_factory=list)
-    accepted_per_pos: list[int] = field(default_factory=list)
-    # the worst identity verdict over its prompts: identical < near_tie < defect
-    identity: str = identity.IDENTICAL
-    dropped_after: int | None = None  # prompts seen when successive halving dropped it
+class RatioStats:
+    """The mean speed ratio of a candidate over its prompts and its one-sided 95 % lower bound
+    (for dataclasses with a ``ratios`` list: a setting here, a thread count in threads.py)."""
+
+    ratios: list[float]
 
     @property
     def mean_ratio(self) -> float:
@@ -80,6 +73,20 @@ class Measurement:
         if len(self.ratios) < 2:
             return 0.0
         return self.mean_ratio - Z_LOWER * statistics.stdev(self.ratios) / math.sqrt(len(self.ratios))
+
+
+@dataclass
+class Measurement(RatioStats):
+    setting: SpeculativeSettings
+    tps: list[float] = field(default_factory=list)  # per prompt
+    ratios: list[float] = field(default_factory=list)  # per prompt, vs off on that prompt
+    drafted: int = 0
+    accepted: int = 0
+    drafted_per_pos: list[int] = field(default_factory=list)
+    accepted_per_pos: list[int] = field(default_factory=list)
+    # the worst identity verdict over its prompts: identical < near_tie < defect
+    identity: str = identity.IDENTICAL
+    dropped_after: int | None = None  # prompts seen when successive halving dropped it
 
     @property
     def acceptance(self) -> float | None:

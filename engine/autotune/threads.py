@@ -16,17 +16,15 @@ the chosen speculative setting.
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from engine.autotune.search import RatioStats
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import Session
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
-
-Z_LOWER = 1.64
 
 
 def options(cores: int | None = None) -> list[int]:
@@ -36,20 +34,10 @@ def options(cores: int | None = None) -> list[int]:
 
 
 @dataclass
-class ThreadMeasurement:
+class ThreadMeasurement(RatioStats):
     threads: int
     tps: list[float] = field(default_factory=list)
     ratios: list[float] = field(default_factory=list)  # vs the baseline on the same prompt
-
-    @property
-    def mean_ratio(self) -> float:
-        return statistics.fmean(self.ratios) if self.ratios else 1.0
-
-    @property
-    def lower_bound(self) -> float:
-        if len(self.ratios) < 2:
-            return 0.0
-        return self.mean_ratio - Z_LOWER * statistics.stdev(self.ratios) / math.sqrt(len(self.ratios))
 
 
 @dataclass

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from engine.netaddr import is_loopback
 from engine.rpc.endpoints import DEFAULT_PORT
 
 
@@ -46,7 +47,7 @@ def cmd_rpc_server(args: argparse.Namespace) -> int:
 
     binary = Path(args.binary) if args.binary else server.find_binary()
     print(server.WARNING, file=sys.stderr)
-    if not server.is_loopback(args.host):
+    if not is_loopback(args.host):
         print(f"WARNING: listening on {args.host}, not on loopback: every machine that can reach "
               f"{args.host}:{args.port} can use this server.", file=sys.stderr)
     cmd = server.command(binary, host=args.host, port=args.port, devices=args.device, threads=args.threads,

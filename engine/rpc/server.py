@@ -8,7 +8,6 @@ in the virtual environment; elsewhere it is built on first use.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import subprocess
@@ -27,15 +26,6 @@ WARNING = (
     "computations on this machine's devices, read what is sent and fill its memory. Serve only on a trusted "
     "LAN or through an SSH tunnel (docs/multi-machine.md)."
 )
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def recorded_binary() -> Path | None:

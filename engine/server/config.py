@@ -7,8 +7,9 @@ The key itself is kept in the OS keyring (``engine/server/api_key.py``).
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, field
+
+from engine.netaddr import is_loopback
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8181  # llama-server takes 8080, LM Studio 1234, Ollama 11434: keep clear of them
@@ -53,15 +54,6 @@ class ServerConfig:
     def base_url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/v1"
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name other than localhost may resolve anywhere
 
 
 def check(config: ServerConfig) -> None:
