@@ -328,6 +328,7 @@ class ChatController(QObject):
     def _on_prefill(self, ev: PrefillEvent) -> None:
         if ev.id == self.request_id:
             self.stats_panel.show_prefill(ev.done, ev.total)
+            self.transcript.show_prefill(ev.done, ev.total)
 
     def _on_stats(self, ev: StatsEvent) -> None:
         if ev.id == self.request_id:

@@ -66,6 +66,7 @@ class TranscriptView(QTextBrowser):
         self._settled_blocks = 0  # code blocks among them (numbers the Copy links)
         self._tail_shown = 0  # characters after the settled part shown as plain text
         self._pending = False
+        self._prefill = ""  # "Processing prompt (N tokens)… 40%" in the reply's header until its first token
         self._timer = QTimer(self)
         self._timer.setInterval(FLUSH_MS)
         self._timer.timeout.connect(self._flush)
@@ -110,11 +111,22 @@ class TranscriptView(QTextBrowser):
         cursor.movePosition(QTextCursor.MoveOperation.End)
         cursor.insertBlock()
         self._stream_start = cursor.position()
-        cursor.insertHtml(self._header_html(self.messages[-1]))
+        self._restart_stream()
+
+    def _restart_stream(self) -> None:
+        """Draw the streaming reply again from its header (the text follows at the next flush)."""
+        cursor = self._replace_from(self._stream_start, self._header_html(self.messages[-1]))
         self._tail_start = cursor.position()
         self._settled = self._settled_blocks = self._tail_shown = 0
         self._pending = True
         self._flush()
+
+    def show_prefill(self, done: int, total: int) -> None:
+        """While the engine reads a long prompt: its progress where the reply will appear."""
+        if self._stream_start < 0 or self.messages[-1].content:
+            return
+        self._prefill = stats_text.prefill_progress(done, total)
+        self._restart_stream()
 
     # -- streaming ------------------------------------------------------------
     def begin_reply(self, message_id: int | None = None, version: int = 0, version_count: int = 1) -> None:
@@ -125,6 +137,9 @@ class TranscriptView(QTextBrowser):
         self._timer.start()
 
     def append_reply(self, text: str, from_draft: bool) -> None:
+        if self._prefill:  # the first token: the header goes back to "…"
+            self._prefill = ""
+            self._restart_stream()
         msg = self.messages[-1]
         msg.content += text
         if msg.segments and msg.segments[-1][1] == from_draft:
@@ -135,6 +150,7 @@ class TranscriptView(QTextBrowser):
 
     def end_reply(self, status: str, stats: StatsSnapshot | None) -> None:
         self._timer.stop()
+        self._prefill = ""
         if self.messages and self.messages[-1].role == "assistant":
             self.messages[-1].status = status
             self.messages[-1].stats = stats
@@ -195,8 +211,9 @@ class TranscriptView(QTextBrowser):
         p = self.palette_
         who = {"user": "You", "assistant": "Assistant", "system": "System"}.get(m.role, m.role)
         color = p.accent if m.role == "assistant" else p.user
+        working = html.escape(self._prefill) if self._prefill and not m.content else "…"
         return (f'<p style="margin-top:14px;margin-bottom:2px"><b style="color:{color}">{who}</b>'
-                + (f' <span style="color:{p.muted}">…</span>' if m.status == "streaming" else "") + "</p>")
+                + (f' <span style="color:{p.muted}">{working}</span>' if m.status == "streaming" else "") + "</p>")
 
     def _message_html(self, index: int, m: ShownMessage) -> str:
         p = self.palette_

@@ -88,6 +88,8 @@ def test_a_reply_asks_for_the_chosen_sampling_and_shows_prompt_progress(qtbot, s
     services.client.generate = lambda **kw: sent.append(kw) or generate(**kw)
     headlines: list[str] = []
     services.client.sig_prefill.connect(lambda _ev: headlines.append(window.stats_panel.headline()))
+    in_reply: list[str] = []  # what the reply's own header says meanwhile (after the controller's slot ran)
+    services.client.sig_prefill.connect(lambda _ev: in_reply.append(window.transcript.toPlainText()))
     with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
         window.composer.setPlainText("copper " * 700)  # more than one chunk of 512 tokens
         window.send()
@@ -95,6 +97,8 @@ def test_a_reply_asks_for_the_chosen_sampling_and_shows_prompt_progress(qtbot, s
         "temperature": BALANCED.temperature, "repeat_penalty": 1.1, "repeat_last_n": BALANCED.repeat_last_n, "seed": 5}
     assert headlines[0].startswith("Processing prompt (") and headlines[0].endswith("tokens)…")
     assert any(h.endswith("%") for h in headlines[1:])
+    assert "Processing prompt (" in in_reply[0] and any(t.rstrip().endswith("%") for t in in_reply[1:])
+    assert "Processing prompt" not in window.transcript.toPlainText()  # gone once the reply came
     services.settings.seed = -1
     assert window.chat.chat_values().sampling()["seed"] == RANDOM_SEED  # -1: a new seed each reply
 
