@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from engine.netaddr import is_loopback
 from engine.server import api_key
 from engine.server import openai_format as F
 from engine.server.config import ServerConfig
@@ -53,6 +54,38 @@ def _engine_error(event: P.ErrorEvent | None) -> F.ApiError:
     if event.kind in CLIENT_ERRORS:
         return F.ApiError(400, event.message, code=CLIENT_ERRORS[event.kind])
     return F.ApiError(500, event.message, type_="server_error", code=event.kind)
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
+
+
+def _host_name(host_header: str) -> str:
+    """``127.0.0.1:8181`` -> ``127.0.0.1``; ``[::1]:8181`` -> ``[::1]``."""
+    if host_header.startswith("["):
+        return host_header[: host_header.find("]") + 1] if "]" in host_header else host_header
+    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+
+
+class LoopbackHostCheck:
+    """On a loopback bind, refuse requests whose ``Host`` is not a loopback name (421).
+
+    Why: a web page can point a DNS name of its own at 127.0.0.1 ("DNS
+    rebinding") and then read the answers of a keyless local server as if
+    they were its own origin's; such requests carry that name in ``Host``.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1").strip().lower()
+            if _host_name(host) not in LOOPBACK_HOSTS:
+                err = F.ApiError(421, f"This server answers only as 127.0.0.1 or localhost, not {host!r}.",
+                                 code="wrong_host")
+                await error_response(err)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class ApiKeyCheck:
@@ -152,8 +185,9 @@ class Api:
             return error_response(err)
         gen = Generation(self.link, self.gate, self.config, self.metrics, endpoint, parsed.stream)
         speculative = parsed.speculative or self.link.default_speculative()
-        if model.can_draft:  # a model with two chained heads drafts at most two
-            speculative = speculative.limited_to(model.max_draft)
+        # what this model can run: chained heads draft at most their count; without a head MTP is off
+        # and MTP + n-gram is n-gram (the report below then says what ran, not what was asked)
+        speculative = speculative.limited_to(model.max_draft if model.can_draft else 0)
         message = P.GenerateRequestMsg(
             id=gen.id, prompt=parsed.prompt, messages=parsed.messages, max_tokens=parsed.max_tokens,
             stop=parsed.stop, speculative=speculative, **parsed.sampling)
@@ -259,6 +293,12 @@ class Api:
 
     # -- helpers -----------------------------------------------------------------
     async def _read_json(self, request: Request) -> Any:
+        # JSON only: a web page may send a form or text/plain POST to 127.0.0.1 without asking (no CORS
+        # preflight), but never application/json
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type != "application/json":
+            raise F.ApiError(415, f"Send the body as JSON with 'Content-Type: application/json' "
+                             f"(got {content_type or 'none'!r}).", code="unsupported_media_type")
         limit = self.config.max_body_bytes
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -319,6 +359,8 @@ def create_app(link: EngineLink, config: ServerConfig, metrics: Metrics | None =
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
                                      allow_methods=["GET", "POST", "OPTIONS"],
                                      allow_headers=["Authorization", "Content-Type"]))
+    if is_loopback(config.host):
+        middleware.insert(0, Middleware(LoopbackHostCheck))
     middleware.append(Middleware(ApiKeyCheck, key=config.api_key, metrics=metrics))
     routes = [
         Route("/health", api.health, methods=["GET"]),

@@ -42,9 +42,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
     p.add_argument("--threads", type=int, default=default_threads(), help="CPU threads")
     p.add_argument("--gpu-layers", type=int, default=0)
-    p.add_argument("--speculative", choices=("auto", "off", "mtp"), default="auto",
+    p.add_argument("--speculative", choices=("auto", "off", "mtp", "ngram", "mtp+ngram"), default="auto",
                    help="speculation for requests that do not choose: auto = the model's autotune profile, "
-                   "else off (default); mtp = MTP with --n-max/--p-min")
+                   "else off (default); mtp, ngram or mtp+ngram with --n-max/--p-min")
+    p.add_argument("--adaptive", action="store_true", help="choose each round's draft length (at most --n-max)")
     p.add_argument("--n-max", type=int, default=3, help="most draft tokens per round (with --speculative mtp)")
     p.add_argument("--p-min", type=float, default=0.0, help="stop drafting below this probability")
     p.add_argument("--verbose", action="store_true", help="show the engine's log")
@@ -53,16 +54,17 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 def start_link(args: argparse.Namespace) -> tuple[object, str]:
     """A worker with the model loaded, and a line saying which speculation requests get by default."""
     from engine.server.engine_link import WorkerLink, load_request_for, profile_speculative
-    from engine.speculative.settings import SPECULATION_OFF, mtp
+    from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 
     load = load_request_for(args.model, sidecar=args.sidecar, n_ctx=args.ctx, n_threads=args.threads,
                             n_gpu_layers=args.gpu_layers)
     link = WorkerLink(load, verbose=args.verbose)
     model = link.model()
     assert model is not None
-    if args.speculative == "mtp":
-        setting = mtp(args.n_max, args.p_min)
-        link.set_default_speculative(setting)
+    if args.speculative in ("mtp", "ngram", "mtp+ngram"):
+        setting = SpeculativeSettings(args.speculative, args.n_max, 0, args.p_min,
+                                      depth="adaptive" if args.adaptive else "fixed")
+        link.set_default_speculative(setting.limited_to(model.max_draft if model.can_draft else 0))
         line = f"speculation by default: {link.default_speculative().label}"
     elif args.speculative == "off":
         link.set_default_speculative(SPECULATION_OFF)
@@ -70,7 +72,7 @@ def start_link(args: argparse.Namespace) -> tuple[object, str]:
     else:
         profile, line = profile_speculative(model, link.hello.engine)
         link.set_default_speculative(profile or SPECULATION_OFF)
-    if not model.can_draft:
+    if not model.can_draft and not link.default_speculative().enabled:
         line = f"speculation off: {model.mtp_unavailable_reason or 'this model has no MTP head'}"
     return link, line
 

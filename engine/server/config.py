@@ -78,6 +78,9 @@ def check(config: ServerConfig) -> None:
             raise ConfigError(f"{name} must be positive, not {getattr(config, name)}.")
     if config.max_body_bytes < 1024:
         raise ConfigError(f"The body size limit must be at least 1024 bytes, not {config.max_body_bytes}.")
+    if "*" in config.cors_origins and not config.api_key:
+        raise ConfigError("CORS origin '*' lets every web page you open use the model; name the origins "
+                          "(http://localhost:3000) or set an API key.")
     for origin in config.cors_origins:
         if origin != "*" and not origin.startswith(("http://", "https://")):
             raise ConfigError(f"A CORS origin looks like http://localhost:3000, not {origin!r}.")

@@ -310,7 +310,8 @@ def speculative_report(stats: StatsSnapshot | None, setting: SpeculativeSettings
     if stats is not None:
         report.update(drafted=stats.drafted, accepted=stats.accepted, acceptance_rate=stats.acceptance_rate,
                       mean_accepted_length=stats.mean_accepted_length,
-                      acceptance_per_pos=stats.acceptance_per_pos, rollback=stats.rollback)
+                      acceptance_per_pos=stats.acceptance_per_pos, rollback=stats.rollback,
+                      drafted_by_source=stats.drafted_by_source, accepted_by_source=stats.accepted_by_source)
     return report
 
 

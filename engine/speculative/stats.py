@@ -55,7 +55,8 @@ class StatsSnapshot:
     drafted_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
     rounds_by_source: dict[str, int] = field(default_factory=dict)
-    # the draft length of the latest step (adaptive depth changes it from round to round); None: not drafting
+    # the draft depth in force: adaptive depth's chosen length for the latest round (the drafter may stop
+    # sooner), else the latest round's draft length; None: not drafting
     draft_depth: int | None = None
 
     @property
@@ -85,7 +86,7 @@ class GenerationStats:
     t_end: float | None = None
     rollback: str = "none"
     mode: str = "off"  # off | mtp(n_max=N)
-    draft_depth: int | None = None  # the latest step's draft length
+    draft_depth: int | None = None  # see StatsSnapshot.draft_depth
     drafted_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
     rounds_by_source: dict[str, int] = field(default_factory=dict)

@@ -123,7 +123,8 @@ def test_bad_json_and_oversized_bodies_get_openai_style_errors(server):
     url = f"{server.base_url}/chat/completions"
     bad = httpx.post(url, content=b'{"model": ', headers={"Content-Type": "application/json"})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_json"
-    big = httpx.post(url, content=b"x" * (server.config.max_body_bytes + 1))
+    big = httpx.post(url, content=b"x" * (server.config.max_body_bytes + 1),
+                     headers={"Content-Type": "application/json"})
     assert big.status_code == 413 and big.json()["error"]["type"] == "invalid_request_error"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import httpx
@@ -73,3 +74,24 @@ def test_cors_answers_only_the_allowed_origin(keyed, server):
     assert "access-control-allow-origin" not in other.headers
     default = httpx.get(f"{server.base_url}/models", headers={"Origin": ORIGIN})  # CORS off by default
     assert default.status_code == 200 and "access-control-allow-origin" not in default.headers
+
+
+def test_a_web_page_cannot_use_the_keyless_loopback_server(server):
+    """No key on 127.0.0.1 is safe only if a browser cannot reach in: a page may POST text/plain without a
+    CORS preflight (415 here), or point its own DNS name at 127.0.0.1 (that Host gets 421)."""
+    url = f"{server.base_url}/chat/completions"
+    body = json.dumps({"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    simple = httpx.post(url, content=body, headers={"Content-Type": "text/plain"})
+    assert simple.status_code == 415 and simple.json()["error"]["code"] == "unsupported_media_type"
+    rebound = httpx.get(f"{server.base_url}/models", headers={"Host": "attacker.example:8181"})
+    assert rebound.status_code == 421
+    port = server.base_url.split(":")[2].split("/")[0]
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+        assert httpx.get(f"{server.base_url}/models", headers={"Host": host}).status_code == 200
+    assert httpx.post(url, content=body, headers={"Content-Type": "application/json"}).status_code == 200
+
+
+def test_cors_for_every_origin_needs_a_key():
+    with pytest.raises(ConfigError, match="every web page"):
+        check(ServerConfig(cors_origins=("*",)))
+    check(ServerConfig(cors_origins=("*",), api_key=KEY))
