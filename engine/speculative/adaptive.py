@@ -78,6 +78,9 @@ class AdaptiveDepth:
     probe_every: int = PROBE_FIRST
     plain_steps: int = 0
     probing: bool = False
+    # False: the costs stay as given (verify_s, draft_step_s, overhead_s) and only acceptance is learned —
+    # for tests, whose outcome must not hang on how fast this machine happened to be
+    timed: bool = True
 
     def __post_init__(self) -> None:
         self.reached = [0.0] * self.n_max
@@ -172,6 +175,18 @@ class AdaptiveDepth:
 
     def observe(self, n_drafted: int, n_accepted: int, verify_s: float, draft_s: float, round_s: float) -> None:
         """What one round measured: drafts proposed and accepted, and where its time went."""
+        if self.timed:
+            self._observe_costs(n_drafted, verify_s, draft_s, round_s)
+        for i in range(min(n_accepted + 1, n_drafted, self.n_max)):
+            self.reached[i] = DECAY * self.reached[i] + 1.0
+            self.accepted[i] = DECAY * self.accepted[i] + (1.0 if i < n_accepted else 0.0)
+        # positions past a draft fade, so a deeper draft is tried again some day; a plain
+        # step leaves them alone (position 0 is re-tried by the probes, with backoff)
+        for i in range(n_drafted if n_drafted else self.n_max, self.n_max):
+            self.reached[i] *= IDLE_DECAY
+            self.accepted[i] *= IDLE_DECAY
+
+    def _observe_costs(self, n_drafted: int, verify_s: float, draft_s: float, round_s: float) -> None:
         rows = n_drafted + 1
         # a size timed for the first time starts from what the others predict (when
         # they were timed), so one slow first sample cannot rule a depth out
@@ -182,14 +197,6 @@ class AdaptiveDepth:
         if n_drafted:
             self.draft_step_s = _average(self.draft_step_s, draft_s / n_drafted)
         self.overhead_s = _average(self.overhead_s, max(0.0, round_s - verify_s - draft_s))
-        for i in range(min(n_accepted + 1, n_drafted, self.n_max)):
-            self.reached[i] = DECAY * self.reached[i] + 1.0
-            self.accepted[i] = DECAY * self.accepted[i] + (1.0 if i < n_accepted else 0.0)
-        # positions past a draft fade, so a deeper draft is tried again some day; a plain
-        # step leaves them alone (position 0 is re-tried by the probes, with backoff)
-        for i in range(n_drafted if n_drafted else self.n_max, self.n_max):
-            self.reached[i] *= IDLE_DECAY
-            self.accepted[i] *= IDLE_DECAY
 
 
 def _average(old: float | None, sample: float) -> float:

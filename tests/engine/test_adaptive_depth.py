@@ -25,6 +25,16 @@ PROMPT = " the river model"
 ADAPTIVE = mtp(4, depth="adaptive")
 
 
+def fixed_costs(monkeypatch, n_max: int) -> adaptive.AdaptiveDepth:
+    """A policy whose costs are given, not timed: a verify row costs 0.15 of a one-row decode, a draft
+    step 0.05 (depth pays when drafts are accepted). The convergence tests then depend on acceptance
+    alone, never on how busy this machine was (timings decide the depth; tests must not)."""
+    policy = adaptive.AdaptiveDepth(n_max, verify_s={k: 1.0 + 0.15 * (k - 1) for k in range(1, n_max + 2)},
+                                    draft_step_s=0.05, overhead_s=0.0, timed=False)
+    monkeypatch.setattr(Session, "depth_policy", lambda _self, _settings: policy)
+    return policy
+
+
 def run(session: Session, spec, n: int = 48, **kw):
     return generate(session, GenerateRequest(prompt=PROMPT, max_tokens=n, speculative=spec, **kw))
 
@@ -47,10 +57,11 @@ def test_adaptive_depth_keeps_greedy_output_on_every_architecture(arch):
 
 
 @pytest.mark.parametrize("arch", ["glm4moe", "step35", "qwen35"])
-def test_a_head_that_always_agrees_keeps_drafting_deep(arch):
+def test_a_head_that_always_agrees_keeps_drafting_deep(arch, monkeypatch):
     session = Session(LoadOptions(path=str(synth(arch, "oracle", agree=1.0).path()), n_ctx=512))
     try:
         deepest = session.max_draft
+        fixed_costs(monkeypatch, min(4, deepest))
         result = run(session, mtp(min(4, deepest), depth="adaptive"), n=96, record_drafts=True)
         plain = run(session, SPECULATION_OFF, n=96)
         assert result.tokens == plain.tokens
@@ -65,9 +76,10 @@ def test_a_head_that_always_agrees_keeps_drafting_deep(arch):
 
 
 @pytest.mark.parametrize("arch", ["glm4moe", "step35"])
-def test_a_head_that_never_agrees_settles_on_plain_steps(arch):
+def test_a_head_that_never_agrees_settles_on_plain_steps(arch, monkeypatch):
     session = Session(LoadOptions(path=str(synth(arch, "oracle", agree=0.0).path()), n_ctx=512))
     try:
+        fixed_costs(monkeypatch, min(4, session.max_draft))
         n = 160
         result = run(session, mtp(min(4, session.max_draft), depth="adaptive"), n=n)
         assert result.tokens == run(session, SPECULATION_OFF, n=n).tokens
