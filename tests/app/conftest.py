@@ -28,3 +28,16 @@ def services(qtbot, isolated_dirs, tmp_path, monkeypatch) -> Iterator[object]:
 def start_and_load(qtbot, services) -> None:
     with qtbot.waitSignal(services.client.sig_loaded, timeout=60000):
         services.start()
+
+
+def reply_with_stats(qtbot, services, text: str = " the river model") -> tuple[list, list]:
+    """Send ``text`` and wait for the reply; the statistics streamed meanwhile and each final one."""
+    window = services.window
+    live: list = []
+    finals: list = []
+    services.client.sig_stats.connect(lambda ev: live.append(ev.stats))
+    services.client.sig_done.connect(lambda ev: finals.append(ev.stats))
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=120000):
+        window.composer.setPlainText(text)
+        window.send()
+    return live, finals

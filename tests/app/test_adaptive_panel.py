@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from engine.speculative import stats_text
 from engine.speculative.settings import mtp
-from engine.speculative.stats import StatsSnapshot
-from tests.app.conftest import start_and_load
+from tests.app.conftest import reply_with_stats, start_and_load
 from tests.engine.conftest import synth
 
 
@@ -20,13 +19,7 @@ def test_auto_uses_an_adaptive_profile_and_the_panel_shows_the_current_depth(qtb
     window = services.window
     window.chat.profile_speculative = mtp(4, depth="adaptive")  # what an autotune profile holds
     assert window.chat.speculative_settings().adaptive
-    live: list[StatsSnapshot] = []
-    services.client.sig_stats.connect(lambda ev: live.append(ev.stats))
-    finals: list[StatsSnapshot] = []
-    services.client.sig_done.connect(lambda ev: finals.append(ev.stats))
-    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=120000):
-        window.composer.setPlainText(" the river model")
-        window.send()
+    live, finals = reply_with_stats(qtbot, services)
     final = finals[-1]
     assert final.mode == "mtp(adaptive, n_max=4)" and final.rounds > 0
     assert final.draft_depth is not None and 0 <= final.draft_depth <= 4

@@ -4,8 +4,7 @@ synthetic MTP model."""
 from __future__ import annotations
 
 from engine.speculative import stats_text
-from engine.speculative.stats import StatsSnapshot
-from tests.app.conftest import start_and_load
+from tests.app.conftest import reply_with_stats, start_and_load
 from tests.engine.conftest import synth
 
 
@@ -18,13 +17,7 @@ def test_live_per_position_acceptance_matches_the_engines_final_counts(qtbot, se
     start_and_load(qtbot, services)
     window = services.window
     assert window.models.model.mtp == "single"
-    live: list[StatsSnapshot] = []
-    services.client.sig_stats.connect(lambda ev: live.append(ev.stats))
-    finals: list[StatsSnapshot] = []
-    services.client.sig_done.connect(lambda ev: finals.append(ev.stats))
-    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=120000):
-        window.composer.setPlainText(" the river model")
-        window.send()
+    live, finals = reply_with_stats(qtbot, services)
     final = finals[-1]
     assert live, "statistics streamed while the reply was generated"
     assert final.rounds > 0 and len(final.acceptance_per_pos) == 3
@@ -75,11 +68,7 @@ def test_the_panel_shows_which_source_proposed_the_accepted_tokens(qtbot, servic
     window = services.window
     asked = window.chat.speculative_settings()
     assert (asked.mode, asked.n_max) == ("mtp+ngram", 6)
-    finals: list[StatsSnapshot] = []
-    services.client.sig_done.connect(lambda ev: finals.append(ev.stats))
-    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=120000):
-        window.composer.setPlainText(" the river model")
-        window.send()
+    _live, finals = reply_with_stats(qtbot, services)
     final = finals[-1]
     assert final.mode == "mtp+ngram(n_max=6)" and final.rounds > 0
     assert set(final.drafted_by_source) == {"mtp", "ngram"}, final.drafted_by_source
