@@ -19,9 +19,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench-policies", help="benchmark drafting policies: categories, driver, threads, verify-cost")
     p.add_argument("part", choices=("categories", "driver", "threads", "verify-cost"))
     p.add_argument("--arch", default="glm4moe", choices=ALL_ARCHITECTURES)
-    p.add_argument("--size", default="bench", help="synthetic size: bench, bench-q8_0, bench-q4_0, tiny")
+    p.add_argument("--size", default="bench", help="synthetic size: bench, bench-q8_0, bench-q4_0, bench-q4_k_m, tiny")
     p.add_argument("--weights", default="mixed", choices=("oracle", "mixed", "random"))
     p.add_argument("--agree", type=float, default=0.7, help="head agreement of the synthetic model")
+    p.add_argument("--agree-run", type=int, default=0,
+                   help="agreement per stretch of this many tokens (easy and hard stretches; 0: per token)")
     p.add_argument("--model", help="a GGUF instead of a synthetic model")
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=2)
@@ -32,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ngram", action="store_true", help="also n-gram and MTP+n-gram (when the engine has them)")
     p.add_argument("--thread-options", default="", help="threads to sweep (default: 1..cores)")
     p.add_argument("--busy", default="", help="threads part: cores to keep busy, e.g. 1 (quiet run first, always)")
-    p.add_argument("--sizes", default="bench,bench-q8_0,bench-q4_0", help="verify-cost: sizes (weight types)")
+    p.add_argument("--sizes", default="bench,bench-q8_0,bench-q4_0,bench-q4_k_m",
+                   help="verify-cost: sizes (weight types)")
     p.set_defaults(func=run)
 
 
@@ -46,7 +49,7 @@ def _path(args: argparse.Namespace, size: str | None = None) -> Path:
     from engine.synth import HeadMap, SynthModel, SynthSpec
     from engine.synth.spec import default_heads
 
-    head = HeadMap("token", args.agree)
+    head = HeadMap("token", args.agree, args.agree_run)
     return SynthModel(SynthSpec(arch=args.arch, size=size or args.size, n_heads=default_heads(args.arch),
                                 weights=args.weights, heads=(head,))).path()
 
@@ -67,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
         return _verify_cost(args)
     path = _path(args)
     _say(f"## {path.parent.name}/{path.name}" + ("" if args.model else
-                                                 f" — {args.weights} weights, agreement {args.agree}"))
+                                                 f" — {args.weights} weights, agreement {args.agree}"
+                                                 + (f" in stretches of {args.agree_run}" if args.agree_run else "")))
     if args.part == "threads":
         return _threads(args, path)
     session = _session(path, args.threads)

@@ -18,6 +18,16 @@ The model behind a choice of depth ``n`` (0 is a plain step):
   (plain steps leave the counts alone: the probes re-try position 0).
   Expected tokens from a round of ``n``: ``E(n) = 1 + sum_{i<n} prod_{j<=i} q_j``
   (the target's own token always counts).
+- acceptance comes in stretches: quoted code is easy for a while, reasoning
+  hard for a while. So ``q_i`` is also counted per *context* — whether the
+  last round that drafted kept every draft (:data:`AFTER_FULL`) or lost one
+  (:data:`AFTER_MISS`) — and the round uses its context's counts, with the
+  pooled ``q_i`` above as their prior (:data:`CONTEXT_PRIOR_WEIGHT`). On
+  text whose difficulty does not come in stretches both contexts learn the
+  pooled values and nothing changes; where it does, the first miss of a hard
+  stretch switches to what hard stretches cost last time instead of waiting
+  for the decayed pooled counts to fall (several full-depth rounds that each
+  keep one token), and the first full accept switches back.
 - cost: ``T(n) = verify(n + 1) + n * draft_step + overhead``. ``verify(k)`` is
   the measured time of a verify batch of ``k`` rows (a moving average per
   ``k``; a ``k`` never measured comes from a line through the measured ones,
@@ -43,9 +53,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-DECAY = 0.9  # per observation of a position: ~10 recent rounds carry most weight
+DECAY = 0.95  # per observation of a position: ~20 recent rounds carry most weight (stretches: the contexts)
 IDLE_DECAY = 0.97  # per round whose draft stops short of a position: its evidence fades back to the prior
 PRIOR_WEIGHT = 1.0  # pseudo-observations behind the prior of each position
+AFTER_FULL, AFTER_MISS = 0, 1  # contexts: the last drafting round kept every draft / lost one
+CONTEXT_PRIOR_WEIGHT = 2.0  # pseudo-observations of the pooled q_i behind a context's own
 PRIOR_FIRST = 0.6  # prior acceptance of position 0: optimistic enough to try drafting at all
 PRIOR_ROW_SLOPE = 0.4  # verify(k) / verify(1) - 1 per extra row before two sizes were measured
 PRIOR_DRAFT_SHARE = 0.2  # one draft step / one verify row, before a draft was timed
@@ -54,6 +66,7 @@ COST_EMA = 0.2  # weight of the newest timing in the moving averages
 # preempted decode (another program took the core) must not make a depth look
 # slow for good, since a depth judged slow is not tried again soon.
 COST_CLIP = 1.5
+CLIP_AFTER = 3  # samples behind an average before its samples are clipped
 PROBE_FIRST = 8  # plain steps before the first probe when drafting does not pay
 PROBE_MAX = 64  # the longest wait between probes
 RECHECK_PLAIN = 4  # between plain steps the choice is made again every this many (it costs ~0.1 ms)
@@ -71,7 +84,11 @@ class AdaptiveDepth:
     n_max: int
     reached: list[float] = field(default_factory=list)  # decayed rounds that drafted position i after i-1 accepted
     accepted: list[float] = field(default_factory=list)  # of those, decayed rounds that accepted position i
+    # the same counts per context (AFTER_FULL, AFTER_MISS): (reached, accepted)
+    by_context: dict[int, tuple[list[float], list[float]]] = field(default_factory=dict)
+    context: int = AFTER_FULL  # the context of the next round
     verify_s: dict[int, float] = field(default_factory=dict)  # rows -> moving average seconds
+    verify_n: dict[int, int] = field(default_factory=dict)  # rows -> samples behind that average
     draft_step_s: float | None = None
     overhead_s: float | None = None
     depth: int = 0  # the last choice
@@ -85,10 +102,11 @@ class AdaptiveDepth:
     def __post_init__(self) -> None:
         self.reached = [0.0] * self.n_max
         self.accepted = [0.0] * self.n_max
+        self.by_context = {c: ([0.0] * self.n_max, [0.0] * self.n_max) for c in (AFTER_FULL, AFTER_MISS)}
 
     # -- the model ----------------------------------------------------------
-    def acceptance(self) -> list[float]:
-        """``q_i`` for every position: recent counts plus a prior at the position before."""
+    def pooled_acceptance(self) -> list[float]:
+        """``q_i`` over every round: recent counts plus a prior at the position before."""
         out: list[float] = []
         prior = PRIOR_FIRST
         for r, a in zip(self.reached, self.accepted, strict=True):
@@ -96,6 +114,12 @@ class AdaptiveDepth:
             out.append(q)
             prior = q
         return out
+
+    def acceptance(self, context: int | None = None) -> list[float]:
+        """``q_i`` in ``context`` (default: the next round's): its own counts, the pooled ``q_i`` as prior."""
+        reached, accepted = self.by_context[self.context if context is None else context]
+        return [(a + CONTEXT_PRIOR_WEIGHT * q) / (r + CONTEXT_PRIOR_WEIGHT)
+                for r, a, q in zip(reached, accepted, self.pooled_acceptance(), strict=True)]
 
     def expected_tokens(self, n: int, q: list[float] | None = None) -> float:
         q = self.acceptance() if q is None else q
@@ -135,9 +159,9 @@ class AdaptiveDepth:
         overhead = self.overhead_s if self.overhead_s is not None else 0.0
         return self.verify_cost(n + 1) + n * step + overhead
 
-    def best(self, cap: int) -> int:
+    def best(self, cap: int, context: int | None = None) -> int:
         """The depth in ``0..cap`` with the most expected tokens per second (ties: the shallower)."""
-        q = self.acceptance()
+        q = self.acceptance(context)
         verify = [self.verify_cost(k) for k in range(1, cap + 2)]
         step = self.draft_step_s if self.draft_step_s is not None else PRIOR_DRAFT_SHARE * verify[0]
         overhead = self.overhead_s or 0.0
@@ -164,7 +188,10 @@ class AdaptiveDepth:
             self.plain_steps += 1
             if self.plain_steps >= self.probe_every:
                 self.plain_steps = 0
-                self.probe_every = min(PROBE_MAX, 2 * self.probe_every)
+                # Back off while probes fail, unless easy stretches pay when they come (then one
+                # found late is the larger loss): text without any keeps the rare probes.
+                stretches_pay = self.context == AFTER_MISS and self.best(cap, AFTER_FULL) > 0
+                self.probe_every = PROBE_FIRST if stretches_pay else min(PROBE_MAX, 2 * self.probe_every)
                 self.probing = True
                 n = 1
         elif n:
@@ -177,31 +204,42 @@ class AdaptiveDepth:
         """What one round measured: drafts proposed and accepted, and where its time went."""
         if self.timed:
             self._observe_costs(n_drafted, verify_s, draft_s, round_s)
-        for i in range(min(n_accepted + 1, n_drafted, self.n_max)):
-            self.reached[i] = DECAY * self.reached[i] + 1.0
-            self.accepted[i] = DECAY * self.accepted[i] + (1.0 if i < n_accepted else 0.0)
-        # positions past a draft fade, so a deeper draft is tried again some day; a plain
-        # step leaves them alone (position 0 is re-tried by the probes, with backoff)
-        for i in range(n_drafted if n_drafted else self.n_max, self.n_max):
-            self.reached[i] *= IDLE_DECAY
-            self.accepted[i] *= IDLE_DECAY
+        for reached, accepted in ((self.reached, self.accepted), self.by_context[self.context]):
+            for i in range(min(n_accepted + 1, n_drafted, self.n_max)):
+                reached[i] = DECAY * reached[i] + 1.0
+                accepted[i] = DECAY * accepted[i] + (1.0 if i < n_accepted else 0.0)
+            # positions past a draft fade, so a deeper draft is tried again some day; a plain
+            # step leaves them alone (position 0 is re-tried by the probes, with backoff)
+            for i in range(n_drafted if n_drafted else self.n_max, self.n_max):
+                reached[i] *= IDLE_DECAY
+                accepted[i] *= IDLE_DECAY
+        if n_drafted:  # a plain step says nothing about the text: the context stays
+            self.context = AFTER_FULL if n_accepted >= n_drafted else AFTER_MISS
 
     def _observe_costs(self, n_drafted: int, verify_s: float, draft_s: float, round_s: float) -> None:
         rows = n_drafted + 1
-        # a size timed for the first time starts from what the others predict (when
-        # they were timed), so one slow first sample cannot rule a depth out
-        old = self.verify_s.get(rows)
-        if old is None and self.verify_s:
-            old = self.verify_cost(rows)
-        self.verify_s[rows] = _average(old, verify_s)
+        # A size timed for the first time starts from what two or more timed sizes predict, as
+        # one pseudo-sample, so one slow first sample cannot rule a depth out. Not from the prior
+        # slope: that is a CPU's, and on hardware where rows are cheap it would stick to the size.
+        old, seen = self.verify_s.get(rows), self.verify_n.get(rows, 0)
+        if old is None and len(self.verify_s) >= 2:
+            old, seen = self.verify_cost(rows), 1
+        self.verify_s[rows] = _average(old, verify_s, seen)
+        self.verify_n[rows] = seen + 1
         if n_drafted:
             self.draft_step_s = _average(self.draft_step_s, draft_s / n_drafted)
         self.overhead_s = _average(self.overhead_s, max(0.0, round_s - verify_s - draft_s))
 
 
-def _average(old: float | None, sample: float) -> float:
-    """The moving average after ``sample``, clipped to :data:`COST_CLIP` times the average."""
+def _average(old: float | None, sample: float, seen: int = CLIP_AFTER) -> float:
+    """The average after ``sample``, given ``seen`` samples (or pseudo-samples) behind ``old``.
+
+    The first few are a plain mean (a young estimate must move fast), later ones
+    an exponential average; once :data:`CLIP_AFTER` samples stand behind it, a
+    sample is clipped to :data:`COST_CLIP` times the average.
+    """
     if old is None:
         return sample
-    sample = min(max(sample, old / COST_CLIP), old * COST_CLIP) if old > 0 else sample
-    return old + COST_EMA * (sample - old)
+    if old > 0 and seen >= CLIP_AFTER:
+        sample = min(max(sample, old / COST_CLIP), old * COST_CLIP)
+    return old + max(COST_EMA, 1.0 / (seen + 1)) * (sample - old)

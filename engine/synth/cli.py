@@ -21,6 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reads", choices=("token", "hidden"), default="token",
                    help="oracle heads read the input token or the trunk hidden state")
     p.add_argument("--agree", type=float, default=1.0, help="fraction of tokens the head gets right")
+    p.add_argument("--agree-run", type=int, default=0,
+                   help="decide agreement per stretch of this many tokens of the target's text (0: per token)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dense", action="store_true", help="dense FFN trunk (glm4moe)")
     p.add_argument("--layout", choices=LAYOUTS, action="append",
@@ -33,7 +35,7 @@ def spec_from_args(args: argparse.Namespace) -> SynthSpec:
     heads = args.heads if args.heads is not None else default_heads(args.arch)
     weights = args.weights or ("random" if args.arch in DERIVED_ARCHITECTURES else "oracle")
     return SynthSpec(arch=args.arch, size=args.size, weights=weights, n_heads=heads,
-                     heads=(HeadMap(args.reads, args.agree),), seed=args.seed, dense=args.dense)
+                     heads=(HeadMap(args.reads, args.agree, args.agree_run),), seed=args.seed, dense=args.dense)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -41,13 +41,36 @@ def build_maps(spec: SynthSpec, n_normal: int, first_word: int = 256) -> OracleM
         ideal = [f[f[t]] for t in range(n_normal)] if hm.reads == "hidden" else list(f)
         g = list(ideal)
         head_rng = random.Random(spec.seed * 104729 + 31 * i + 5)
+        easy = _stretches(f, first_word, n_normal, hm.agree, hm.run, head_rng) if hm.run else None
         for t in range(n_normal):
-            if head_rng.random() >= hm.agree:
+            if (head_rng.random() >= hm.agree) if easy is None else not easy[t]:
                 wrong = head_rng.randrange(first_word, n_normal - 1)
                 g[t] = wrong if wrong < ideal[t] else wrong + 1  # any word but the ideal
         heads.append(g)
         reads.append(hm.reads)
     return OracleMaps(f=f, heads=heads, reads=reads, n_normal=n_normal)
+
+
+def _stretches(f: list[int], first_word: int, n_normal: int, agree: float, run: int,
+               rng: random.Random) -> list[bool]:
+    """Which tokens the head gets right when agreement comes in stretches of ``run``.
+
+    Generated text follows f (each word's successor is f of it), so walking
+    each cycle of the permutation in order and deciding per ``run`` words
+    makes easy and hard stretches of the text itself. Byte tokens (only in
+    prompts) are decided one by one.
+    """
+    easy = [rng.random() < agree for _ in range(n_normal)]
+    seen = [False] * n_normal
+    for start in range(first_word, n_normal):
+        t, k, state = start, 0, False
+        while not seen[t]:
+            if k % run == 0:
+                state = rng.random() < agree
+            seen[t] = True
+            easy[t] = state
+            t, k = f[t], k + 1
+    return easy
 
 
 def simulate(maps: OracleMaps, prompt_last: int, prompt_prev: int | None, n_generate: int,

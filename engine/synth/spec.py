@@ -37,10 +37,18 @@ class HeadMap:
             embedding) or "hidden" (eh_proj = [0 | I]: only the trunk hidden state).
         agree: fraction of tokens on which the head's map equals the target's
             (token reads) or equals f∘f (hidden reads); 1.0 = every draft accepted.
+        run: 0 draws each token's agreement on its own, so easy and hard tokens
+            alternate at random. ``run > 0`` draws it per stretch of ``run``
+            consecutive tokens of the target's own text (its orbit under f):
+            a whole stretch is easy (every draft accepted) with probability
+            ``agree``, else hard (none). That is text that mixes regimes within
+            one reply — quoted code, then reasoning — where the right draft
+            depth changes from stretch to stretch.
     """
 
     reads: str = "token"
     agree: float = 1.0
+    run: int = 0
 
 
 @dataclass(frozen=True)
@@ -118,7 +126,11 @@ class SynthSpec:
         return self.heads[i] if len(self.heads) > 1 else self.heads[0]
 
     def key(self) -> str:
-        blob = json.dumps({"v": GENERATOR_VERSION, **asdict(self)}, sort_keys=True)
+        fields = asdict(self)
+        for head in fields["heads"]:  # a field added with its default must not rename every cached model
+            if not head["run"]:
+                del head["run"]
+        blob = json.dumps({"v": GENERATOR_VERSION, **fields}, sort_keys=True)
         digest = hashlib.sha256(blob.encode()).hexdigest()[:10]
         return f"{self.arch}-{self.size}-{self.weights}-s{self.seed}-{digest}"
 
