@@ -63,7 +63,7 @@ class Size:
     n_expert: int = 4
     n_expert_used: int = 2
     n_ff_exp: int = 64
-    dtype: str = "f32"  # f32 | f16 | q8_0 | q4_0 (engine/synth/quant.py)
+    dtype: str = "f32"  # f32 | f16 | q8_0 | q4_0 | q4_k_m | q5_k_m | q6_k (engine/synth/quant.py)
 
 
 SIZES = {
@@ -78,6 +78,13 @@ SIZES = {
 for _quant in ("q8_0", "q4_0"):
     SIZES[f"bench-{_quant}"] = replace(SIZES["bench"], dtype=_quant)
     SIZES[f"tiny-{_quant}"] = replace(SIZES["tiny"], dtype=_quant)
+
+# K-quants, by llama.cpp's own quantizer from the f16 file (engine/synth/native_quant.py).
+# K-quant blocks hold 256 values: tiny's 64-wide rows would all fall back to Q5_0 / Q8_0,
+# so the tiny K-quant sizes are 256 wide (every matrix row splits into 256-blocks).
+for _quant in ("q4_k_m", "q5_k_m", "q6_k"):
+    SIZES[f"bench-{_quant}"] = replace(SIZES["bench"], dtype=_quant)
+    SIZES[f"tiny-{_quant}"] = replace(SIZES["tiny"], n_embd=256, head_dim=64, n_ff=256, n_ff_exp=256, dtype=_quant)
 
 # Sizes of "another model", for sidecars made for the wrong target.
 for _base, _size in list(SIZES.items()):

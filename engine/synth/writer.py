@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from engine import paths
-from engine.synth import archs, derived, quant
+from engine.synth import archs, derived, native_quant, quant
 from engine.synth.archs import TensorSpec
 from engine.synth.kv import add_arch_keys, add_vocabulary
 from engine.synth.oracle import OracleMaps, build_maps
@@ -58,7 +58,9 @@ def synth_dir() -> Path:
 
 def _write(path: Path, spec: SynthSpec, vocab: Vocabulary, tensors: Iterable[tuple[str, np.ndarray]],
            name: str, keys: dict[str, Any], *, split_max_tensors: int = 0,
-           keep_f32: frozenset[str] = frozenset()) -> None:
+           keep_f32: frozenset[str] = frozenset(), stored: dict[int, tuple[np.ndarray, Any]] | None = None) -> None:
+    """Write one file. ``stored`` (natively quantized sizes): the data and type llama.cpp's quantizer
+    stored for each array, keyed by ``id(array)`` so renamed copies (sidecar layouts) find theirs."""
     import gguf
 
     writer = gguf.GGUFWriter(path, spec.arch, split_max_tensors=split_max_tensors)
@@ -66,9 +68,13 @@ def _write(path: Path, spec: SynthSpec, vocab: Vocabulary, tensors: Iterable[tup
     add_arch_keys(writer, spec.arch, keys)
     add_vocabulary(writer, vocab)
     for tname, arr in tensors:
+        if stored is not None:
+            data, raw = stored[id(arr)]
+            writer.add_tensor(tname, data, raw_dtype=raw)
+            continue
         # norms and biases stay f32, as converters write them
         wide = arr.ndim > 1 and tname not in keep_f32
-        data, raw = quant.encode(arr, spec.dims.dtype) if wide else (arr.astype(np.float32), None)
+        data, raw = quant.encode(arr, quant.written_as(spec.dims.dtype)) if wide else (arr.astype(np.float32), None)
         writer.add_tensor(tname, data, raw_dtype=raw)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -86,6 +92,7 @@ class SynthModel:
         self._maps: OracleMaps | None = None
         self._specs: list[TensorSpec] | None = None
         self._dir: Path | None = None
+        self._native: dict[str, tuple[np.ndarray, Any]] | None = None
 
     @property
     def dir(self) -> Path:
@@ -147,17 +154,55 @@ class SynthModel:
             self._arrays = {t.name: filler.array(t) for t in self._tensor_specs()}
             if self.spec.weights == "oracle":
                 assert maps is not None
-                dtype = self.spec.dims.dtype
-                embd = quant.stored(self._arrays["token_embd.weight"], dtype)
+                embd = self._stored("token_embd.weight")
                 heads = [
-                    effective_map(quant.stored(
-                        self._arrays[f"blk.{self.spec.dims.n_trunk + i}.nextn.shared_head_head.weight"], dtype),
-                        embd, maps.n_normal)
+                    effective_map(self._stored(f"blk.{self.spec.dims.n_trunk + i}.nextn.shared_head_head.weight"),
+                                  embd, maps.n_normal)
                     for i in range(self.spec.n_heads)
                 ]
-                f = effective_map(quant.stored(self._arrays["output.weight"], dtype), embd, maps.n_normal)
+                f = effective_map(self._stored("output.weight"), embd, maps.n_normal)
                 self._maps = OracleMaps(f=f, heads=heads, reads=maps.reads, n_normal=maps.n_normal)
         return self._arrays
+
+    @property
+    def native(self) -> bool:
+        """Quantized by llama.cpp's own quantizer (K-quants), not by the Python writer."""
+        return self.spec.dims.dtype in quant.NATIVE_TYPES
+
+    def _stored(self, name: str) -> np.ndarray:
+        """What the file holds for a matrix, as float32 (oracle maps are recomputed from it)."""
+        if not self.native:
+            assert self._arrays is not None
+            return quant.stored(self._arrays[name], self.spec.dims.dtype)
+        from gguf import GGMLQuantizationType, quants
+
+        data, raw = self._native_tensors()[name]
+        if raw is None:
+            return data.astype(np.float32)
+        return quants.dequantize(data, GGMLQuantizationType(raw)).astype(np.float32)
+
+    def _native_tensors(self) -> dict[str, tuple[np.ndarray, Any]]:
+        """Every tensor of the natively quantized combined file: name -> (data, raw type or None for floats)."""
+        if self._native is None:
+            target = self.dir / "combined.gguf"
+            if not target.exists():
+                self.dir.mkdir(parents=True, exist_ok=True)
+                with tempfile.TemporaryDirectory(dir=self.dir) as tmp:
+                    self._quantize_natively(Path(tmp) / "combined.gguf")
+                    os.replace(Path(tmp) / "combined.gguf", target)
+            self._native = _read_stored(target)
+        return self._native
+
+    def _quantize_natively(self, out: Path) -> None:
+        """The combined layout: written f16, then quantized by llama.cpp (in a child process) to ``out``."""
+        arrays = self._build()
+        f16 = out.with_name(out.stem + "-f16.gguf")
+        _write(f16, self.spec, self.vocab, arrays.items(), f"synthetic {self.spec.arch} {self.spec.size} "
+               f"{self.spec.weights}", self.metadata(), keep_f32=self._keep_f32())
+        try:
+            native_quant.quantize(f16, out, self.spec.dims.dtype)
+        finally:
+            f16.unlink(missing_ok=True)
 
     def description(self) -> dict[str, Any]:
         path = self.dir / "model.json"
@@ -197,8 +242,18 @@ class SynthModel:
         label = f"synthetic {spec.arch} {spec.size} {spec.weights}"
         keys, trunk_keys, keep_f32 = self.metadata(), self.metadata(with_mtp=False), self._keep_f32()
 
+        stored = None
+        if self.native:
+            if layout == "combined":
+                self._quantize_natively(out)
+                return
+            # the other layouts hold the very bytes llama.cpp's quantizer wrote into the combined file
+            native = self._native_tensors()
+            stored = {id(arr): native[n] for n, arr in arrays.items()}
+
         def write(tensors: Iterable[tuple[str, np.ndarray]], name: str, **kw: Any) -> None:
-            _write(out, spec, self.vocab, tensors, name, kw.pop("keys", keys), keep_f32=keep_f32, **kw)
+            _write(out, spec, self.vocab, tensors, name, kw.pop("keys", keys), keep_f32=keep_f32, stored=stored,
+                   **kw)
 
         def items(select: Any) -> list[tuple[str, np.ndarray]]:
             return [(n, a) for n, a in arrays.items() if select(n)]
@@ -245,6 +300,18 @@ class SynthModel:
         else:  # sidecar-other-*: a sidecar generated for a different model
             other = _other_model(spec, layout)
             shutil.copyfile(SynthModel(other).path("sidecar"), out)
+
+
+def _read_stored(path: Path) -> dict[str, tuple[np.ndarray, Any]]:
+    """A GGUF's tensors as the writer takes them back: floats as numpy arrays, the rest as raw bytes and type."""
+    import gguf
+
+    floats = (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16)
+    out: dict[str, tuple[np.ndarray, Any]] = {}
+    for t in gguf.GGUFReader(path).tensors:
+        data = np.array(t.data)  # a copy: the file may be replaced later
+        out[t.name] = (data, None) if t.tensor_type in floats else (data, t.tensor_type)
+    return out
 
 
 def _renumber(name: str, delta: int) -> str:
