@@ -38,9 +38,11 @@ The model behind a choice of depth ``n`` (0 is a plain step):
 
 The round drafts ``argmax_n E(n) / T(n)``; the drafter's ``p_min`` still
 stops a draft early at an unsure token (the second brake). When the answer
-is 0 the policy probes with one draft token now and then (after
-:data:`PROBE_FIRST` plain steps, doubling to :data:`PROBE_MAX` while probes
-keep failing), so a stretch of easy text is found again.
+is 0 the policy probes with one draft token now and then, so a stretch of
+easy text is found again: after a miss, when easy stretches pay, at the gap
+that weighs a probe's cost against finding a stretch late
+(:meth:`AdaptiveDepth.probe_gap`); otherwise after :data:`PROBE_FIRST`
+plain steps, doubling to :data:`PROBE_MAX` while probes keep failing.
 
 It never changes output: every draft is verified by the target as before,
 and the depth only decides how many rows a verify batch has. The choice
@@ -69,6 +71,9 @@ COST_CLIP = 1.5
 CLIP_AFTER = 3  # samples behind an average before its samples are clipped
 PROBE_FIRST = 8  # plain steps before the first probe when drafting does not pay
 PROBE_MAX = 64  # the longest wait between probes
+HAZARD_PRIOR = 1 / 32  # easy stretches found per plain step searched, before any were counted
+HAZARD_PRIOR_STEPS = 32.0  # plain steps' worth of weight behind that prior
+HAZARD_DECAY = 0.99  # per plain step searched
 RECHECK_PLAIN = 4  # between plain steps the choice is made again every this many (it costs ~0.1 ms)
 
 
@@ -87,6 +92,8 @@ class AdaptiveDepth:
     # the same counts per context (AFTER_FULL, AFTER_MISS): (reached, accepted)
     by_context: dict[int, tuple[list[float], list[float]]] = field(default_factory=dict)
     context: int = AFTER_FULL  # the context of the next round
+    steps_searched: float = 0.0  # decayed plain steps after a miss
+    stretches_found: float = 0.0  # decayed drafting rounds after a miss that kept every draft
     verify_s: dict[int, float] = field(default_factory=dict)  # rows -> moving average seconds
     verify_n: dict[int, int] = field(default_factory=dict)  # rows -> samples behind that average
     draft_step_s: float | None = None
@@ -130,28 +137,45 @@ class AdaptiveDepth:
         return total
 
     def verify_cost(self, rows: int) -> float:
-        """Seconds for a verify batch of ``rows`` rows: measured, else from a line through what was."""
+        """Seconds for a verify batch of ``rows`` rows: measured, else from the sizes that were.
+
+        A size never timed lies on the line between its timed neighbours; past
+        the largest timed size it grows by :meth:`row_slope`, which leans
+        optimistic, so an untried depth is tried and then judged on its own
+        timing. No size costs more than a larger one timed cheaper: one slow
+        sample (another program took the core) is capped by its neighbours
+        instead of ruling a depth out.
+        """
         seen = sorted(self.verify_s.items())
         if not seen:
             return 1.0 + PRIOR_ROW_SLOPE * (rows - 1)  # unitless until timed: only ratios matter
+        below = [(k, t) for k, t in seen if k < rows]
+        above = [(k, t) for k, t in seen if k > rows]
         if rows in self.verify_s:
             cost = self.verify_s[rows]
-        elif len(seen) == 1:
-            k0, t0 = seen[0]
-            cost = t0 * (1 + PRIOR_ROW_SLOPE * (rows - 1)) / (1 + PRIOR_ROW_SLOPE * (k0 - 1))
+        elif below and above:
+            (k0, t0), (k1, t1) = below[-1], above[0]
+            cost = t0 + (t1 - t0) * (rows - k0) / (k1 - k0)
+        elif below:
+            k0, t0 = below[-1]
+            cost = t0 + self.row_slope() * (rows - k0)
         else:
-            ks = [k for k, _ in seen]
-            ts = [t for _, t in seen]
-            mk, mt = sum(ks) / len(ks), sum(ts) / len(ts)
-            var = sum((k - mk) ** 2 for k in ks)
-            slope = max(0.0, sum((k - mk) * (t - mt) for k, t in zip(ks, ts, strict=True)) / var)
-            cost = max(mt + slope * (rows - mk), 0.25 * min(ts))
-        # more rows never cost less than fewer (noise must not make depth look free)
-        below = [t for k, t in seen if k < rows]
-        above = [t for k, t in seen if k > rows]
-        if rows not in self.verify_s and above:
-            cost = min([cost, *above])
-        return max([cost, *below])
+            k1, t1 = above[0]
+            cost = t1 * (1 + PRIOR_ROW_SLOPE * (rows - 1)) / (1 + PRIOR_ROW_SLOPE * (k1 - 1))
+        return min([cost, *(t for _, t in above)])
+
+    def row_slope(self) -> float:
+        """Seconds one more verify row adds, past the largest size timed.
+
+        The smallest slope between timed neighbours, and at most
+        :data:`PRIOR_ROW_SLOPE` of a one-row verify — optimistic on purpose: on
+        a mixture-of-experts model the second row alone doubles the experts
+        read, and later rows add much less.
+        """
+        sizes = sorted(self.verify_s.items())
+        slopes = [(t1 - t0) / (k1 - k0) for (k0, t0), (k1, t1) in zip(sizes, sizes[1:], strict=False)]
+        one = self.verify_s.get(1) or sizes[0][1]
+        return max(0.0, min([PRIOR_ROW_SLOPE * one, *slopes]))
 
     def round_cost(self, n: int) -> float:
         v1 = self.verify_cost(1)
@@ -159,21 +183,53 @@ class AdaptiveDepth:
         overhead = self.overhead_s if self.overhead_s is not None else 0.0
         return self.verify_cost(n + 1) + n * step + overhead
 
-    def best(self, cap: int, context: int | None = None) -> int:
-        """The depth in ``0..cap`` with the most expected tokens per second (ties: the shallower)."""
+    def rates(self, cap: int, context: int | None = None) -> list[float]:
+        """Expected tokens per second of a round of each depth ``0..cap`` in ``context``."""
         q = self.acceptance(context)
         verify = [self.verify_cost(k) for k in range(1, cap + 2)]
         step = self.draft_step_s if self.draft_step_s is not None else PRIOR_DRAFT_SHARE * verify[0]
         overhead = self.overhead_s or 0.0
-        best_n, best_rate, expected, reach = 0, 0.0, 1.0, 1.0
+        out, expected, reach = [], 1.0, 1.0
         for n in range(cap + 1):
             if n:
                 reach *= q[n - 1]
                 expected += reach
-            rate = expected / (verify[n] + n * step + overhead)
-            if rate > best_rate:
-                best_n, best_rate = n, rate
-        return best_n
+            out.append(expected / (verify[n] + n * step + overhead))
+        return out
+
+    def best(self, cap: int, context: int | None = None) -> int:
+        """The depth in ``0..cap`` with the most expected tokens per second (ties: the shallower)."""
+        rates = self.rates(cap, context)
+        return rates.index(max(rates))
+
+    def probe_gap(self, cap: int) -> int:
+        """Plain steps until the next probe.
+
+        After a miss, when easy stretches pay (drafting after a full accept is
+        faster than plain steps): probing every ``m`` steps costs ``c / m`` per
+        step (``c``: a probe's extra verify row and draft step, in plain steps)
+        and finds a new easy stretch ``m / 2`` tokens late on average, each
+        token losing ``g`` (the share of a plain step drafting saves there);
+        with easy stretches starting at a rate ``h`` per plain step that is
+        ``c / m + h * g * m / 2``, least at ``m = sqrt(2 c / (h g))``. ``h`` is
+        counted (probes that found one per plain step searched). Otherwise
+        probes back off, doubling up to :data:`PROBE_MAX`: text without easy
+        stretches keeps them rare.
+        """
+        doubled = min(PROBE_MAX, 2 * self.probe_every)
+        if self.context != AFTER_MISS or cap < 1:
+            return doubled
+        full = self.rates(cap, AFTER_FULL)
+        plain = full[0]
+        if max(full) <= plain:
+            return doubled
+        gain = 1.0 - plain / max(full)
+        v1 = self.verify_cost(1) + (self.overhead_s or 0.0)
+        step = self.draft_step_s if self.draft_step_s is not None else PRIOR_DRAFT_SHARE * v1
+        cost = max(0.0, self.verify_cost(2) - self.verify_cost(1) + step) / v1
+        hazard = (self.stretches_found + HAZARD_PRIOR * HAZARD_PRIOR_STEPS) / (self.steps_searched
+                                                                             + HAZARD_PRIOR_STEPS)
+        return int(min(PROBE_MAX, max(2.0, (2.0 * cost / (hazard * gain)) ** 0.5)))
 
     # -- the loop's calls ---------------------------------------------------
     def choose(self, room: int) -> int:
@@ -188,10 +244,7 @@ class AdaptiveDepth:
             self.plain_steps += 1
             if self.plain_steps >= self.probe_every:
                 self.plain_steps = 0
-                # Back off while probes fail, unless easy stretches pay when they come (then one
-                # found late is the larger loss): text without any keeps the rare probes.
-                stretches_pay = self.context == AFTER_MISS and self.best(cap, AFTER_FULL) > 0
-                self.probe_every = PROBE_FIRST if stretches_pay else min(PROBE_MAX, 2 * self.probe_every)
+                self.probe_every = self.probe_gap(cap)
                 self.probing = True
                 n = 1
         elif n:
@@ -213,6 +266,12 @@ class AdaptiveDepth:
             for i in range(n_drafted if n_drafted else self.n_max, self.n_max):
                 reached[i] *= IDLE_DECAY
                 accepted[i] *= IDLE_DECAY
+        if self.context == AFTER_MISS:  # searching for the next easy stretch (see probe_gap)
+            if not n_drafted:
+                self.steps_searched = HAZARD_DECAY * self.steps_searched + 1.0
+                self.stretches_found *= HAZARD_DECAY
+            elif n_accepted >= n_drafted:
+                self.stretches_found += 1.0
         if n_drafted:  # a plain step says nothing about the text: the context stays
             self.context = AFTER_FULL if n_accepted >= n_drafted else AFTER_MISS
 

@@ -112,7 +112,23 @@ def test_verify_cost_never_falls_with_more_rows():
     policy.observe(2, 2, 0.015, 0.004, 0.020)
     costs = [policy.verify_cost(k) for k in range(1, 10)]
     assert costs == sorted(costs)
-    assert policy.verify_cost(2) == pytest.approx(0.020)
+    # the slow sample is capped by the larger batch timed cheaper, not the other way round
+    assert policy.verify_cost(2) == pytest.approx(0.015)
+
+
+def test_one_slow_sample_does_not_rule_deeper_drafts_out():
+    # a CPU mixture-of-experts model: the second row doubles the experts read, later rows add less
+    true = {1: 6.0, 2: 14.0, 3: 15.5, 4: 17.5, 5: 19.5, 6: 22.0, 7: 26.0, 8: 28.0, 9: 30.0}
+    policy = AdaptiveDepth(8)
+    policy.observe(0, 0, true[1] / 1000, 0.0, true[1] / 1000)
+    policy.observe(1, 1, true[2] / 1000, 0.001, true[2] / 1000 + 0.001)
+    policy.observe(2, 2, 2 * true[3] / 1000, 0.002, 2 * true[3] / 1000 + 0.002)  # preempted: twice its cost
+    # past what was timed, a row adds no more than the prior's share of a one-row verify
+    assert policy.verify_cost(9) <= (true[3] * 2 + 6 * 0.4 * true[1]) / 1000
+    # with every draft accepted, drafting deep still looks worth trying
+    for _ in range(10):
+        policy.observe(2, 2, true[3] / 1000, 0.002, true[3] / 1000 + 0.002)
+    assert policy.best(8) == 8
 
 
 def test_without_timings_the_prior_tries_drafting():
