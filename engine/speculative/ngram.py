@@ -18,9 +18,10 @@ draft model and no MTP head. Two sources, tried in this order:
    copy the previous one, and an earlier turn that left the context window
    still drafts. Constant work per token (one dict write per n), bounded in
    size (:data:`MAP_CAPACITY` tokens of history; past that the older half is
-   dropped). It is cleared when a prompt does not continue the previous
-   context (another conversation), and belongs to one loaded model: a new
-   model gets a new drafter.
+   dropped); each reply feeds it only what is new since the previous
+   context (``NgramDrafter._sync_map``). It is cleared when a prompt does
+   not continue the previous context (another conversation), and belongs to
+   one loaded model: a new model gets a new drafter.
 
 A gate keeps short matches out of text they do not predict
 (:class:`NgramDrafter`, docs/mtp.md). Drafts never change the output: the
@@ -229,6 +230,7 @@ class NgramDrafter:
         self._n = 0
         self._fed = 0  # context tokens already in the map
         self._previous = np.zeros(0, dtype=np.int32)  # the last generation's context
+        self._previous_in_map = False
         self._checked = False
         self._verified: list[int] = []
 
@@ -245,6 +247,7 @@ class NgramDrafter:
             self._previous = self._ctx[:self._n].copy()
             if self._checked and self._fed < self._n:  # the last reply's tail, accepted after its last draft
                 self.map.extend(self._ctx[self._fed:self._n])
+            self._previous_in_map = self._checked  # the map's history ends with that whole context
         self._n = self._fed = 0
         self._checked = False
         self.last_match = 0
@@ -300,6 +303,7 @@ class NgramDrafter:
         self.map.clear()
         self._n = self._fed = 0
         self._previous = np.zeros(0, dtype=np.int32)
+        self._previous_in_map = False
 
     def close(self) -> None:
         self.map.clear()
@@ -316,9 +320,17 @@ class NgramDrafter:
         self._fed = min(self._fed, pos)
 
     def _sync_map(self) -> None:
-        """Feed the map what the context gained since the last draft; on a
-        generation's first draft, forget the map when this prompt does not
-        continue the previous context (another conversation)."""
+        """Feed the map what the context gained since the last draft.
+
+        On a generation's first draft, compare this prompt with the previous
+        context, which the map's history ends with: a prompt that continues it
+        (the next turn) carries on the same segment with only the new tokens;
+        one that shares a prefix (an edit, a regenerated reply) starts a new
+        segment from just before the point where they part (so n-grams across
+        it exist), the prefix's n-grams still pointing at the old continuation;
+        one that shares little (another conversation) forgets the map. So a
+        reply feeds the map what is new, not the whole conversation again.
+        """
         if not self._checked:
             self._checked = True
             prev = self._previous
@@ -327,7 +339,12 @@ class NgramDrafter:
             shared = int(differs[0]) if differs.size else n
             if prev.shape[0] and shared < n // 2:
                 self.map.clear()
-            self.map.break_segment()
+            if self._previous_in_map and shared and shared == prev.shape[0]:
+                self._fed = max(self._fed, shared)
+            else:
+                self.map.break_segment()
+                if self._previous_in_map and shared:
+                    self._fed = max(self._fed, shared - (self.map.ngram_max - 1))
         if self._fed < self._n:
             self.map.extend(self._ctx[self._fed:self._n])
             self._fed = self._n

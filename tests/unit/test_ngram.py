@@ -155,3 +155,35 @@ def test_the_chat_command_asks_for_ngram_and_the_composition():
     assert spec_mode(parse(["chat", "hi", "--ngram"])) == NGRAM
     assert spec_mode(parse(["chat", "hi", "--mtp", "--ngram"])) == MTP_NGRAM
     assert spec_mode(parse(["chat", "hi", "--mtp"])) == "mtp" and spec_mode(parse(["chat", "hi"])) == "off"
+
+
+def test_each_turn_feeds_the_map_only_what_is_new():
+    drafter = NgramDrafter()
+    prompt, reply = [1, 2, 3, 4], [10, 11, 12, 13, 14, 15]
+    drafter.begin(ngram(8))
+    feed(drafter, prompt, reply)
+    context = prompt + reply
+    for turn in range(3):  # each turn's prompt is the conversation so far plus a new message
+        drafter.begin(ngram(8))
+        before = len(drafter.map)
+        message, answer = [20 + turn, 30 + turn, 40 + turn], [50 + turn, 60 + turn, 70 + turn]
+        feed(drafter, context + message, answer)
+        drafter.begin(ngram(8))  # the tail of the reply reaches the map at the next generation
+        context = context + message + answer
+        assert len(drafter.map) - before == len(message) + len(answer), (turn, drafter.map.history)
+    # n-grams across the turns are there: what followed [13, 14, 15, 20] in the first turn's context
+    assert drafter.map.lookup([14, 15, 20], 2) == ([30, 40], 3)
+
+
+def test_a_regenerated_reply_feeds_the_map_from_where_it_parts():
+    drafter = NgramDrafter()
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8]
+    drafter.begin(ngram(8))
+    feed(drafter, prompt, [10, 11, 12, 13, 14])
+    drafter.begin(ngram(8))
+    before = len(drafter.map)
+    second = feed(drafter, prompt, [10, 11, 90, 91, 92])  # regenerated: parts from the old reply at 90
+    drafter.begin(ngram(8))
+    assert second[0][:2] == [10, 11]  # the old reply is still drafted from the map
+    # a break, the last ngram_max - 1 prompt tokens again (n-grams across the parting), then the new reply
+    assert len(drafter.map) - before == 1 + (ngram(8).ngram_max - 1) + 5, drafter.map.history
