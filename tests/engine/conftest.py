@@ -20,9 +20,9 @@ def heads_for(arch: str) -> int:
 
 
 def synth(arch: str, weights: str = "oracle", agree: float = 1.0, reads: str = "token", seed: int = 0,
-          n_heads: int | None = None) -> SynthModel:
+          n_heads: int | None = None, run: int = 0) -> SynthModel:
     return SynthModel(SynthSpec(arch=arch, n_heads=heads_for(arch) if n_heads is None else n_heads,
-                                weights=weights, heads=(HeadMap(reads, agree),), seed=seed))
+                                weights=weights, heads=(HeadMap(reads, agree, run),), seed=seed))
 
 
 @pytest.fixture(scope="session")

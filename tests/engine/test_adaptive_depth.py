@@ -5,7 +5,9 @@
    as the fixed depths are in test_mtp_every_arch.py).
 2. On oracle models it converges: with a head that always agrees it keeps
    drafting deep and every draft is accepted; with one that never agrees it
-   settles on plain steps, drafting only the occasional one-token probe.
+   settles on plain steps, drafting only the occasional one-token probe; on
+   text that is easy and hard in stretches it drafts deep in the easy ones
+   and stops at a hard one's first miss.
 3. Sampling with a seed gives the same reply with adaptive depth as without
    speculation (the sampler draws once per emitted token, whatever the depth).
 """
@@ -90,6 +92,33 @@ def test_a_head_that_never_agrees_settles_on_plain_steps(arch, monkeypatch):
         assert all(d == 1 for d in result.drafted_per_round[3:]), result.drafted_per_round
         assert result.stats.rounds <= 3 + n // adaptive.PROBE_FIRST
         assert result.stats.draft_depth == 0
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "qwen35"])
+def test_text_in_easy_and_hard_stretches_is_followed(arch, monkeypatch):
+    # the head agrees on whole stretches of 16 tokens of the target's text, or on none of them
+    # (seed 2: the reply cycles through 88 tokens of the target's text, easy and hard stretches both)
+    session = Session(LoadOptions(path=str(synth(arch, "oracle", agree=0.6, run=16, seed=2).path()), n_ctx=1024))
+    try:
+        policy = fixed_costs(monkeypatch, 4)
+        n = 320
+        plain = run(session, SPECULATION_OFF, n=n)
+        fixed = run(session, mtp(4), n=n)
+        run(session, mtp(4, depth="adaptive"), n=n)  # the policy learns both kinds of stretch
+        result = run(session, mtp(4, depth="adaptive"), n=n)
+        assert result.tokens == plain.tokens == fixed.tokens
+        wasted = result.stats.drafted - result.stats.accepted
+        fixed_wasted = fixed.stats.drafted - fixed.stats.accepted
+        # it drafts deep where the text is easy: most of what a fixed depth of 4 gets accepted ...
+        assert result.stats.accepted >= 0.7 * fixed.stats.accepted, (result.stats, fixed.stats)
+        assert max(result.drafted_per_round) == 4
+        # ... and stops at a hard stretch's first miss: a fraction of the drafts a fixed depth wastes
+        assert wasted <= 0.35 * fixed_wasted, (wasted, fixed_wasted)
+        assert result.stats.plain_steps > 0
+        # it learned that a miss starts a hard stretch
+        assert policy.acceptance(adaptive.AFTER_MISS)[0] < 0.5 < policy.acceptance(adaptive.AFTER_FULL)[0]
     finally:
         session.close()
 
