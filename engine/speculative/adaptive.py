@@ -29,12 +29,13 @@ The model behind a choice of depth ``n`` (0 is a plain step):
   for the decayed pooled counts to fall (several full-depth rounds that each
   keep one token), and the first full accept switches back.
 - cost: ``T(n) = verify(n + 1) + n * draft_step + overhead``. ``verify(k)`` is
-  the measured time of a verify batch of ``k`` rows (a moving average per
-  ``k``; a ``k`` never measured comes from a line through the measured ones,
-  or from :data:`PRIOR_ROW_SLOPE` before there are two), ``draft_step`` the
-  measured time of one draft token, ``overhead`` the rest of a round
-  (catch-up, sampling, the loop). On a CPU a verify batch of 5 rows costs
-  ~2.3x one row (docs/benchmarks.md), which is what makes depth expensive.
+  the measured time of a verify batch of ``k`` rows (an average per ``k``;
+  a ``k`` never measured comes from its measured neighbours,
+  :meth:`AdaptiveDepth.verify_cost`), ``draft_step`` the measured time of
+  one draft token, ``overhead`` the rest of a round (catch-up, sampling, the
+  loop). On this project's CPU a verify batch of 5 rows costs ~3.3x one row
+  on a mixture-of-experts model (docs/benchmarks.md), which is what makes
+  depth expensive; on a GPU it costs about one row.
 
 The round drafts ``argmax_n E(n) / T(n)``; the drafter's ``p_min`` still
 stops a draft early at an unsure token (the second brake). When the answer
@@ -61,7 +62,9 @@ PRIOR_WEIGHT = 1.0  # pseudo-observations behind the prior of each position
 AFTER_FULL, AFTER_MISS = 0, 1  # contexts: the last drafting round kept every draft / lost one
 CONTEXT_PRIOR_WEIGHT = 2.0  # pseudo-observations of the pooled q_i behind a context's own
 PRIOR_FIRST = 0.6  # prior acceptance of position 0: optimistic enough to try drafting at all
-PRIOR_ROW_SLOPE = 0.4  # verify(k) / verify(1) - 1 per extra row before two sizes were measured
+# verify(k) / verify(1) - 1 per extra row before two sizes were measured, and the most
+# a row past the largest timed size is assumed to add (AdaptiveDepth.row_slope)
+PRIOR_ROW_SLOPE = 0.4
 PRIOR_DRAFT_SHARE = 0.2  # one draft step / one verify row, before a draft was timed
 COST_EMA = 0.2  # weight of the newest timing in the moving averages
 # A timing is clipped to this factor of its average before it counts: one
