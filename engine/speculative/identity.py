@@ -27,6 +27,13 @@ when a batch shape nudges its input, and the logits then jump by whole units
 tokens rarely hits such a router tie, so :func:`classify_along` measures the
 noise again, along the prompt and output that parted, before it calls a
 parting a defect.
+
+Quantized kernels that switch paths by batch size (K-quants on x86 take
+another one from 4 rows on) write the KV cache and recurrent state with other
+rounding, and the difference builds up along the text: no window that starts
+from a shared prefix sees it. So the last check replays plain's own tokens
+in verify-sized batches, with no drafter at all (:func:`measure_noise_replay`):
+what the target's own batch shapes do to the parting row is noise too.
 """
 
 from __future__ import annotations
@@ -157,4 +164,56 @@ def classify_along(session: Session, prompt_tokens: list[int], plain_tokens: lis
     row0 = len(prompt_tokens) - 1 + verdict.index  # position of the row that produced the parting token
     along = measure_noise_along(session, full[:row0], len(prompt_tokens) - 1, rows)
     at = [measure_noise(session, full[:row0 + k], k) for k in range(2, rows + 1) if row0 + k <= len(full)]
-    return classify(plain_tokens, plain_margins, spec_tokens, max(noise, along, *at))
+    verdict = classify(plain_tokens, plain_margins, spec_tokens, max(noise, along, *at))
+    if verdict.kind != DEFECT or verdict.index is None:
+        return verdict
+    replay = measure_noise_replay(session, prompt_tokens, plain_tokens, verdict.index, rows)
+    return classify(plain_tokens, plain_margins, spec_tokens, max(verdict.noise, replay))
+
+
+def measure_noise_replay(session: Session, prompt_tokens: list[int], plain_tokens: list[int], index: int,
+                         rows: int = 9) -> float:
+    """How far the row that produced ``plain_tokens[index]`` moves when plain's own tokens are
+    decoded in batches of 2..``rows`` rows instead of one at a time.
+
+    No drafter and no rollback take part: the same tokens at the same
+    positions, only the batch shapes of a verify. Every row a batch computes
+    writes the KV cache (and a recurrent target's state) with that shape's
+    rounding, so differences build up along the text; the row-by-row windows
+    above start each window from the same prefix and cannot see that.
+    Measured on a Q4_K_M model, whose CPU kernels take another path from 4
+    rows on: logits identical for 26 tokens, then apart by 0.12-0.37 for
+    every later row (docs/mtp.md, "Identity").
+    """
+    from engine.runtime import Batch
+
+    if index < 1:
+        return 0.0  # the first token comes from the prompt's last row: no batch shape of ours touched it
+    session.prepare(mtp=False)
+    target = session.target
+    n_vocab = session.model.n_vocab
+    fed = plain_tokens[:index]  # tokens whose rows lead up to the parting row, which is the last
+    batch = Batch(max(target.n_batch, rows))
+
+    def last_row(chunk: int) -> np.ndarray:
+        target.clear()
+        for start in range(0, len(prompt_tokens), target.n_batch):
+            part = prompt_tokens[start:start + target.n_batch]
+            batch.clear()
+            for k, tok in enumerate(part):
+                batch.add(tok, start + k, False)
+            target.decode(batch)
+        pos = len(prompt_tokens)
+        for start in range(0, len(fed), chunk):
+            part = fed[start:start + chunk]
+            batch.clear()
+            for k, tok in enumerate(part):
+                batch.add(tok, pos + k, True)
+            target.decode(batch)
+            pos += len(part)
+        return np.ctypeslib.as_array(target.logits(batch.n - 1), shape=(n_vocab,)).copy()
+
+    alone = last_row(1)
+    moved = max(float(np.abs(last_row(k) - alone).max()) for k in range(2, max(2, rows) + 1))
+    target.clear()
+    return moved

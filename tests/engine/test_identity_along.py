@@ -42,3 +42,46 @@ def test_noise_along_covers_each_window_and_a_wrong_token_is_still_a_defect():
         assert verdict.index == index and verdict.noise >= noise
     finally:
         session.close()
+
+
+def test_a_parting_that_the_targets_own_batch_shapes_cause_is_a_near_tie():
+    # Q4_K_M on x86 takes another matmul path from 4 rows on; the KV cache and recurrent state
+    # written that way build up a difference along the text, which no window from a shared prefix sees.
+    from engine.speculative.settings import mtp
+    from tests.engine.test_synth_native_quant import model_of
+
+    session = Session(LoadOptions(path=str(model_of("qwen35", weights="mixed").path()), n_ctx=512))
+    try:
+        request = GenerateRequest(prompt=PROMPT, max_tokens=48, record_margins=True)
+        plain = generate(session, request)
+        prompt, _ = render_prompt(session, request, lambda: False)
+        spec = generate(session, GenerateRequest(prompt=PROMPT, max_tokens=48, speculative=mtp(4)))
+        noise = identity.measure_noise(session)
+        verdict = identity.classify_along(session, prompt, plain.tokens, plain.margins, spec.tokens, noise)
+        assert verdict.acceptable, verdict.describe()
+        if verdict.kind == identity.NEAR_TIE:
+            # the parting is the target's own: plain's tokens, no drafter, in batches of 4 rows give
+            # the speculative run's token at that row
+            from engine.runtime import Batch
+
+            session.prepare(mtp=False)
+            target, at = session.target, verdict.index
+            batch = Batch(max(target.n_batch, 4))
+            target.clear()
+            batch.clear()
+            for k, tok in enumerate(prompt):
+                batch.add(tok, k, False)
+            target.decode(batch)
+            fed = plain.tokens[:at]
+            for start in range(0, len(fed), 4):
+                batch.clear()
+                for k, tok in enumerate(fed[start:start + 4]):
+                    batch.add(tok, len(prompt) + start + k, True)
+                target.decode(batch)
+            import numpy as np
+
+            logits = np.ctypeslib.as_array(target.logits(batch.n - 1), shape=(session.model.n_vocab,))
+            assert int(logits.argmax()) == spec.tokens[at] != plain.tokens[at]
+            target.clear()
+    finally:
+        session.close()
