@@ -233,6 +233,8 @@ def generate(
     policy = session.depth_policy(spec) if drafter is not None and spec.adaptive else None
     if policy is not None:
         stats.mode = f"{spec.mode}(adaptive, n_max={spec.n_max})"
+        # its probes draft without verifying where the drafter allows it (the MTP head alone)
+        policy.shadow = getattr(drafter, "shadow_probes", False)
     stats.rollback = session.rollback_strategy if drafter else "none"
     rollback = TargetRollback(target, session.rollback_strategy if drafter else "kv")
     n_vocab = session.model.n_vocab
@@ -316,6 +318,7 @@ def generate(
                 break
             room = min(request.max_tokens - len(out.tokens) - 1, ctx_room)
             drafts: list[int] = []
+            shadow: list[int] = []  # a shadow probe's draft: compared with the plain step's token, not verified
             t_round, drafted_s = time.perf_counter(), 0.0
             if policy is not None:
                 room = policy.choose(room)
@@ -323,6 +326,8 @@ def generate(
                 drafted_s = drafter.seconds["draft"]
                 drafts = drafter.draft(id_last, pos0, room)
                 drafted_s = drafter.seconds["draft"] - drafted_s
+                if policy is not None and policy.probing and policy.shadow:
+                    shadow, drafts = drafts, []
 
             verified = [id_last, *drafts]
             batch.clear()
@@ -364,7 +369,11 @@ def generate(
                 drafter.accept(accepted, pos0)
             stats.record_round(len(drafts), accepted, drafter.source if drafter is not None else "mtp")
             if policy is not None:
-                policy.observe(len(drafts), accepted, verify_s, drafted_s, time.perf_counter() - t_round)
+                if shadow:
+                    hit = int(accepts_draft(0, new_tokens[0], shadow[:1], session.model.is_eog))
+                    policy.observe(1, hit, verify_s, drafted_s, time.perf_counter() - t_round, shadow=True)
+                else:
+                    policy.observe(len(drafts), accepted, verify_s, drafted_s, time.perf_counter() - t_round)
                 stats.draft_depth = policy.depth
             elif drafter is not None:
                 stats.draft_depth = len(drafts)

@@ -108,6 +108,9 @@ class AdaptiveDepth:
     # False: the costs stay as given (verify_s, draft_step_s, overhead_s) and only acceptance is learned —
     # for tests, whose outcome must not hang on how fast this machine happened to be
     timed: bool = True
+    # True: a probe is a shadow probe — drafted, not verified; the plain step's own token tells
+    # whether the draft would have been accepted (the loop sets it when its drafter allows it)
+    shadow: bool = False
 
     def __post_init__(self) -> None:
         self.reached = [0.0] * self.n_max
@@ -215,7 +218,8 @@ class AdaptiveDepth:
         token losing ``g`` (the share of a plain step drafting saves there);
         with easy stretches starting at a rate ``h`` per plain step that is
         ``c / m + h * g * m / 2``, least at ``m = sqrt(2 c / (h g))``. ``h`` is
-        counted (probes that found one per plain step searched). Otherwise
+        counted (probes that found one per plain step searched). A shadow
+        probe (:attr:`shadow`) costs only its draft step. Otherwise
         probes back off, doubling up to :data:`PROBE_MAX`: text without easy
         stretches keeps them rare.
         """
@@ -229,7 +233,8 @@ class AdaptiveDepth:
         gain = 1.0 - plain / max(full)
         v1 = self.verify_cost(1) + (self.overhead_s or 0.0)
         step = self.draft_step_s if self.draft_step_s is not None else PRIOR_DRAFT_SHARE * v1
-        cost = max(0.0, self.verify_cost(2) - self.verify_cost(1) + step) / v1
+        extra_row = 0.0 if self.shadow else self.verify_cost(2) - self.verify_cost(1)
+        cost = max(0.0, extra_row + step) / v1
         hazard = (self.stretches_found + HAZARD_PRIOR * HAZARD_PRIOR_STEPS) / (self.steps_searched
                                                                              + HAZARD_PRIOR_STEPS)
         return int(min(PROBE_MAX, max(2.0, (2.0 * cost / (hazard * gain)) ** 0.5)))
@@ -256,10 +261,15 @@ class AdaptiveDepth:
         self.depth = n
         return n
 
-    def observe(self, n_drafted: int, n_accepted: int, verify_s: float, draft_s: float, round_s: float) -> None:
-        """What one round measured: drafts proposed and accepted, and where its time went."""
+    def observe(self, n_drafted: int, n_accepted: int, verify_s: float, draft_s: float, round_s: float,
+                shadow: bool = False) -> None:
+        """What one round measured: drafts proposed and accepted, and where its time went.
+
+        ``shadow``: the round was a plain step with a shadow probe — ``n_drafted``
+        drafts not verified, ``n_accepted`` of them equal to what the target produced.
+        """
         if self.timed:
-            self._observe_costs(n_drafted, verify_s, draft_s, round_s)
+            self._observe_costs(0 if shadow else n_drafted, n_drafted, verify_s, draft_s, round_s)
         for reached, accepted in ((self.reached, self.accepted), self.by_context[self.context]):
             for i in range(min(n_accepted + 1, n_drafted, self.n_max)):
                 reached[i] = DECAY * reached[i] + 1.0
@@ -270,16 +280,17 @@ class AdaptiveDepth:
                 reached[i] *= IDLE_DECAY
                 accepted[i] *= IDLE_DECAY
         if self.context == AFTER_MISS:  # searching for the next easy stretch (see probe_gap)
-            if not n_drafted:
+            if not n_drafted or shadow:
                 self.steps_searched = HAZARD_DECAY * self.steps_searched + 1.0
                 self.stretches_found *= HAZARD_DECAY
-            elif n_accepted >= n_drafted:
+            if n_drafted and n_accepted >= n_drafted:
                 self.stretches_found += 1.0
         if n_drafted:  # a plain step says nothing about the text: the context stays
             self.context = AFTER_FULL if n_accepted >= n_drafted else AFTER_MISS
 
-    def _observe_costs(self, n_drafted: int, verify_s: float, draft_s: float, round_s: float) -> None:
-        rows = n_drafted + 1
+    def _observe_costs(self, n_verified: int, n_drafted: int, verify_s: float, draft_s: float,
+                       round_s: float) -> None:
+        rows = n_verified + 1
         # A size timed for the first time starts from what two or more timed sizes predict, as
         # one pseudo-sample, so one slow first sample cannot rule a depth out. Not from the prior
         # slope: that is a CPU's, and on hardware where rows are cheap it would stick to the size.

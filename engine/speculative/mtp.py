@@ -97,6 +97,9 @@ class MTPDrafter:
     """
 
     source = "mtp"  # what proposed the drafts (statistics count accepted tokens per source)
+    # A draft may go unverified (adaptive depth's shadow probe): its MTP decode wrote only
+    # position pos0 with the right inputs, and the plain step's catch-up writes it again.
+    shadow_probes = True
 
     def __init__(self, target_ctx: Context, mtp_model: Model, fold: bool = True, n_threads: int | None = None) -> None:
         self.target = target_ctx

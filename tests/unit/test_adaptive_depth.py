@@ -202,3 +202,26 @@ def test_acceptance_is_learned_per_context():
     StretchWorld(32, 0.6, 0.1, 0.1, n_tokens=3000).play(policy)
     after_full, after_miss = policy.acceptance(adaptive.AFTER_FULL), policy.acceptance(adaptive.AFTER_MISS)
     assert after_full[0] > 0.8 and after_miss[0] < 0.5, (after_full, after_miss)
+
+
+def test_a_shadow_probe_is_cheaper_so_it_probes_more_often():
+    # a CPU where a second verify row costs more than a whole decode (MoE) and a draft step little
+    def searching(shadow: bool) -> AdaptiveDepth:
+        policy = AdaptiveDepth(8, verify_s={1: 1.0, 2: 2.2, 9: 5.0}, draft_step_s=0.15, overhead_s=0.0,
+                               timed=False, shadow=shadow)
+        for _ in range(20):  # easy stretches pay: full accepts at depth 8 ...
+            policy.observe(8, 8, 5.0, 1.2, 6.2)
+        policy.observe(8, 0, 5.0, 1.2, 6.2)  # ... then a miss: searching for the next one
+        return policy
+
+    verified, shadow = searching(False), searching(True)
+    assert verified.context == shadow.context == adaptive.AFTER_MISS
+    assert 2 <= shadow.probe_gap(8) < verified.probe_gap(8) <= adaptive.PROBE_MAX
+
+
+def test_a_shadow_probe_teaches_acceptance_like_a_verified_one_and_times_a_plain_step():
+    policy = AdaptiveDepth(4, shadow=True)
+    policy.observe(2, 0, 0.020, 0.002, 0.023)  # a miss: searching
+    policy.observe(1, 1, 0.010, 0.001, 0.012, shadow=True)  # the plain step's token was the draft
+    assert policy.context == adaptive.AFTER_FULL and policy.stretches_found == 1.0
+    assert set(policy.verify_s) == {1, 3}  # the probe's verify had one row, and is timed as one
