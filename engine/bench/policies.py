@@ -8,7 +8,8 @@
 - ``threads``: decode speed by thread count, on a quiet machine and with
   busy processes pinned to cores (what ``default_threads`` is chosen from);
 - ``verify-cost``: the time of a verify batch of k rows against a one-token
-  decode, per weight type (the adaptive policy's cost model in numbers).
+  decode, per weight type (the adaptive policy's cost model in numbers);
+- ``probes``: adaptive depth with shadow probes vs verified ones.
 
 Figures that matter are ratios within one repeat; repeats are interleaved.
 """
@@ -141,6 +142,54 @@ def _decode_span_tps(result: GenerateResult) -> float:
     s = result.stats
     span = (s.t_end or 0.0) - (s.t_first_token or 0.0)
     return s.generated_tokens / span if span > 0 else 0.0
+
+
+# -- probes -------------------------------------------------------------------
+def probes(session: Session, prompts: list[tuple[str, str]], n_max: int, n_tokens: int, repeats: int,
+           say: Say) -> None:
+    """Adaptive depth with shadow probes vs verified probes (engine/speculative/adaptive.py), side by
+    side on one loaded model, interleaved; each kind keeps its own policy between its replies, as a
+    chat does. Prints each kind's speed relative to plain per prompt, and shadow / verified."""
+    from engine.speculative.adaptive import AdaptiveDepth
+    from engine.speculative.settings import mtp
+
+    drafter = session.drafter
+    if drafter is None or not getattr(drafter, "shadow_probes", False):
+        say("(this model has no MTP drafter that can shadow-probe)")
+        return
+    spec = mtp(n_max, depth="adaptive")
+    policies = {"shadow": AdaptiveDepth(spec.n_max), "verified": AdaptiveDepth(spec.n_max)}
+
+    def run(kind: str, messages: list[dict[str, str]], n: int) -> float:
+        if kind == "off":
+            return _tps(_run(session, messages, None, n, SPECULATION_OFF))
+        drafter.shadow_probes = kind == "shadow"
+        session.depth_policy = lambda _settings: policies[kind]  # type: ignore[method-assign]
+        try:
+            return _tps(_run(session, messages, None, n, spec))
+        finally:
+            del session.depth_policy
+            del drafter.shadow_probes  # back to the class's own
+
+    kinds = ["off", "shadow", "verified"]
+    chats = [(category, [{"role": "user", "content": text}]) for category, text in prompts]
+    for kind in kinds:  # each policy learns the model before anything is timed
+        for _, messages in chats:
+            run(kind, messages, n_tokens // 2)
+    tps: dict[tuple[str, str], list[float]] = {(k, c): [] for k in kinds for c, _ in chats}
+    pairs: list[float] = []
+    for rep in range(repeats):
+        for category, messages in chats:
+            got = {k: run(k, messages, n_tokens) for k in (kinds if rep % 2 == 0 else kinds[::-1])}
+            for k, v in got.items():
+                tps[(k, category)].append(v)
+            pairs.append(got["shadow"] / got["verified"] if got["verified"] else 0.0)
+    say(f"{'category':<17} {'plain tok/s':>11} {'shadow probes':>14} {'verified probes':>16}")
+    for category, _ in chats:
+        plain = statistics.median(tps[("off", category)])
+        cells = " ".join(f"{statistics.median(tps[(k, category)]) / plain:15.3f}x" for k in kinds[1:])
+        say(f"{category:<17} {plain:11.1f} {cells}")
+    say(f"shadow / verified, per pair: median {statistics.median(pairs):.3f}x over {len(pairs)} pairs")
 
 
 # -- threads ------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """``mtp-studio bench-policies PART``: the drafting-policy benchmarks of
-engine/bench/policies.py (categories, driver, threads, verify-cost), each
+engine/bench/policies.py (categories, driver, threads, verify-cost, probes), each
 printing ratios measured side by side in one run."""
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ PROMPT = " the river model light"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench-policies", help="benchmark drafting policies: categories, driver, threads, verify-cost")
-    p.add_argument("part", choices=("categories", "driver", "threads", "verify-cost"))
+    p = sub.add_parser("bench-policies",
+                       help="benchmark drafting policies: categories, driver, threads, verify-cost, probes")
+    p.add_argument("part", choices=("categories", "driver", "threads", "verify-cost", "probes"))
     p.add_argument("--arch", default="glm4moe", choices=ALL_ARCHITECTURES)
     p.add_argument("--size", default="bench", help="synthetic size: bench, bench-q8_0, bench-q4_0, bench-q4_k_m, tiny")
     p.add_argument("--weights", default="mixed", choices=("oracle", "mixed", "random"))
@@ -83,6 +84,10 @@ def run(args: argparse.Namespace) -> int:
             settings = [s for s in candidates_for(session, args.adaptive_max, p_grid=(), ngram=args.ngram)
                         if s.enabled and (s.adaptive or s.n_max in depths or s.mode != "mtp")]
             policies.categories(session, load_prompts(args.prompts), settings, args.tokens, args.repeats, _say)
+        elif args.part == "probes":
+            from engine.autotune.cli import load_prompts
+
+            policies.probes(session, load_prompts(args.prompts), args.adaptive_max, args.tokens, args.repeats, _say)
         else:
             binary = _driver()
             if binary is None:

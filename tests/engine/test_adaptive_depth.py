@@ -173,3 +173,19 @@ def test_adaptive_depth_with_ngram_drafting_keeps_greedy_output(arch, mode):
         assert result.stats.mode.startswith(f"{mode}(adaptive")
     finally:
         session.close()
+
+
+def test_the_probes_benchmark_compares_both_kinds_and_restores_the_session():
+    from engine.bench import policies
+
+    session = Session(LoadOptions(path=str(synth("glm4moe", "oracle", agree=0.6, run=16, seed=2).path()), n_ctx=512))
+    try:
+        lines: list[str] = []
+        prompts = [("a", "the river"), ("b", "a model of light")]
+        policies.probes(session, prompts, 4, 24, 1, lines.append)
+        assert lines[0].split()[:2] == ["category", "plain"] and [ln.split()[0] for ln in lines[1:3]] == ["a", "b"]
+        assert lines[-1].startswith("shadow / verified, per pair: median") and "over 2 pairs" in lines[-1]
+        # what it swapped in for the comparison is gone again
+        assert session.drafter.shadow_probes is True and "depth_policy" not in vars(session)
+    finally:
+        session.close()
