@@ -99,6 +99,8 @@ class AdaptiveDepth:
     stretches_found: float = 0.0  # decayed drafting rounds after a miss that kept every draft
     verify_s: dict[int, float] = field(default_factory=dict)  # rows -> moving average seconds
     verify_n: dict[int, int] = field(default_factory=dict)  # rows -> samples behind that average
+    plain_round_s: float | None = None  # average time of a plain step
+    probe_round_s: float | None = None  # average time of a probe's round, whatever the kind of probe
     draft_step_s: float | None = None
     overhead_s: float | None = None
     depth: int = 0  # the last choice
@@ -218,8 +220,11 @@ class AdaptiveDepth:
         token losing ``g`` (the share of a plain step drafting saves there);
         with easy stretches starting at a rate ``h`` per plain step that is
         ``c / m + h * g * m / 2``, least at ``m = sqrt(2 c / (h g))``. ``h`` is
-        counted (probes that found one per plain step searched). A shadow
-        probe (:attr:`shadow`) costs only its draft step. Otherwise
+        counted (probes that found one per plain step searched); ``c`` is
+        measured too, once probes were timed (a probe's round against a plain
+        step: the MTP catch-up of the plain steps before it rides along), and
+        modelled before (a shadow probe, :attr:`shadow`, costs its draft step;
+        a verified one also its second verify row). Otherwise
         probes back off, doubling up to :data:`PROBE_MAX`: text without easy
         stretches keeps them rare.
         """
@@ -231,10 +236,15 @@ class AdaptiveDepth:
         if max(full) <= plain:
             return doubled
         gain = 1.0 - plain / max(full)
-        v1 = self.verify_cost(1) + (self.overhead_s or 0.0)
-        step = self.draft_step_s if self.draft_step_s is not None else PRIOR_DRAFT_SHARE * v1
-        extra_row = 0.0 if self.shadow else self.verify_cost(2) - self.verify_cost(1)
-        cost = max(0.0, extra_row + step) / v1
+        if self.plain_round_s and self.probe_round_s is not None:
+            # measured: everything a probe's round adds to a plain step, the MTP catch-up decode
+            # of the plain steps before it included (a batch of a few rows costs more per row)
+            cost = max(0.0, self.probe_round_s - self.plain_round_s) / self.plain_round_s
+        else:
+            v1 = self.verify_cost(1) + (self.overhead_s or 0.0)
+            step = self.draft_step_s if self.draft_step_s is not None else PRIOR_DRAFT_SHARE * v1
+            extra_row = 0.0 if self.shadow else self.verify_cost(2) - self.verify_cost(1)
+            cost = max(0.0, extra_row + step) / v1
         hazard = (self.stretches_found + HAZARD_PRIOR * HAZARD_PRIOR_STEPS) / (self.steps_searched
                                                                              + HAZARD_PRIOR_STEPS)
         return int(min(PROBE_MAX, max(2.0, (2.0 * cost / (hazard * gain)) ** 0.5)))
@@ -270,6 +280,10 @@ class AdaptiveDepth:
         """
         if self.timed:
             self._observe_costs(0 if shadow else n_drafted, n_drafted, verify_s, draft_s, round_s)
+            if self.probing:
+                self.probe_round_s = _average(self.probe_round_s, round_s)
+            elif not n_drafted:
+                self.plain_round_s = _average(self.plain_round_s, round_s)
         for reached, accepted in ((self.reached, self.accepted), self.by_context[self.context]):
             for i in range(min(n_accepted + 1, n_drafted, self.n_max)):
                 reached[i] = DECAY * reached[i] + 1.0
