@@ -338,8 +338,8 @@ class NgramDrafter:
             differs = np.flatnonzero(prev[:n] != self._ctx[:n])
             shared = int(differs[0]) if differs.size else n
             if prev.shape[0] and shared < n // 2:
-                self.map.clear()
-            if self._previous_in_map and shared and shared == prev.shape[0]:
+                self.map.clear()  # and the whole context is fed below
+            elif self._previous_in_map and shared and shared == prev.shape[0]:
                 self._fed = max(self._fed, shared)
             else:
                 self.map.break_segment()

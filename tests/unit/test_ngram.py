@@ -187,3 +187,15 @@ def test_a_regenerated_reply_feeds_the_map_from_where_it_parts():
     assert second[0][:2] == [10, 11]  # the old reply is still drafted from the map
     # a break, the last ngram_max - 1 prompt tokens again (n-grams across the parting), then the new reply
     assert len(drafter.map) - before == 1 + (ngram(8).ngram_max - 1) + 5, drafter.map.history
+
+
+def test_another_conversation_feeds_its_whole_context_to_the_fresh_map():
+    drafter = NgramDrafter()
+    drafter.begin(ngram(8))
+    first = list(range(100, 130))
+    feed(drafter, first, [20, 21, 22])
+    drafter.begin(ngram(8))
+    # shares its first 8 of 30 tokens only: another conversation, so the map starts over with all of it
+    feed(drafter, first[:8] + list(range(200, 222)), [60])
+    assert drafter.map.history[:8] == first[:8], drafter.map.history
+    assert drafter.map.lookup(first[:2], 1) == ([first[2]], 2)
