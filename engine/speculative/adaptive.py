@@ -282,7 +282,7 @@ class AdaptiveDepth:
             self._observe_costs(0 if shadow else n_drafted, n_drafted, verify_s, draft_s, round_s)
             if self.probing:
                 self.probe_round_s = _average(self.probe_round_s, round_s)
-            elif not n_drafted:
+            elif not self.depth:  # a plain step by choice (a draft the drafter declined costs its decode)
                 self.plain_round_s = _average(self.plain_round_s, round_s)
         for reached, accepted in ((self.reached, self.accepted), self.by_context[self.context]):
             for i in range(min(n_accepted + 1, n_drafted, self.n_max)):
@@ -294,7 +294,7 @@ class AdaptiveDepth:
                 reached[i] *= IDLE_DECAY
                 accepted[i] *= IDLE_DECAY
         if self.context == AFTER_MISS:  # searching for the next easy stretch (see probe_gap)
-            if not n_drafted or shadow:
+            if not n_drafted or self.probing:  # a probe's round is a step of the search too
                 self.steps_searched = HAZARD_DECAY * self.steps_searched + 1.0
                 self.stretches_found *= HAZARD_DECAY
             if n_drafted and n_accepted >= n_drafted:
@@ -309,6 +309,13 @@ class AdaptiveDepth:
         # one pseudo-sample, so one slow first sample cannot rule a depth out. Not from the prior
         # slope: that is a CPU's, and on hardware where rows are cheap it would stick to the size.
         old, seen = self.verify_s.get(rows), self.verify_n.get(rows, 0)
+        if seen < CLIP_AFTER:
+            # A young estimate is not clipped against itself, but a slow sample is still capped at
+            # COST_CLIP times what the other sizes predict (the prior slope's line when only one
+            # size was timed: at worst too generous). Else one preempted decode of the largest
+            # size timed would make it, and every deeper size extrapolated from it, look too
+            # slow to try again; a shadow probe never re-times two rows.
+            verify_s = min(verify_s, COST_CLIP * self._predicted(rows))
         if old is None and len(self.verify_s) >= 2:
             old, seen = self.verify_cost(rows), 1
         self.verify_s[rows] = _average(old, verify_s, seen)
@@ -317,16 +324,35 @@ class AdaptiveDepth:
             self.draft_step_s = _average(self.draft_step_s, draft_s / n_drafted)
         self.overhead_s = _average(self.overhead_s, max(0.0, round_s - verify_s - draft_s))
 
+    def _predicted(self, rows: int) -> float:
+        """What the timed sizes other than ``rows`` say a verify of ``rows`` rows costs."""
+        own, count = self.verify_s.pop(rows, None), self.verify_n.pop(rows, None)
+        try:
+            if not self.verify_s:
+                return float("inf")  # nothing else timed: nothing to cap by
+            if len(self.verify_s) == 1:
+                (k0, t0), = self.verify_s.items()
+                return t0 * (1 + PRIOR_ROW_SLOPE * (rows - 1)) / (1 + PRIOR_ROW_SLOPE * (k0 - 1))
+            return self.verify_cost(rows)
+        finally:
+            if own is not None:
+                self.verify_s[rows] = own
+            if count is not None:
+                self.verify_n[rows] = count
 
-def _average(old: float | None, sample: float, seen: int = CLIP_AFTER) -> float:
+
+def _average(old: float | None, sample: float, seen: int | None = None) -> float:
     """The average after ``sample``, given ``seen`` samples (or pseudo-samples) behind ``old``.
 
     The first few are a plain mean (a young estimate must move fast), later ones
-    an exponential average; once :data:`CLIP_AFTER` samples stand behind it, a
-    sample is clipped to :data:`COST_CLIP` times the average.
+    an exponential average (:data:`COST_EMA`); once :data:`CLIP_AFTER` samples
+    stand behind it (``seen`` None: an established average), a sample is
+    clipped to :data:`COST_CLIP` times the average.
     """
     if old is None:
         return sample
-    if old > 0 and seen >= CLIP_AFTER:
-        sample = min(max(sample, old / COST_CLIP), old * COST_CLIP)
+    if seen is None or seen >= CLIP_AFTER:
+        if old > 0:
+            sample = min(max(sample, old / COST_CLIP), old * COST_CLIP)
+        return old + COST_EMA * (sample - old)
     return old + max(COST_EMA, 1.0 / (seen + 1)) * (sample - old)

@@ -33,7 +33,8 @@ another one from 4 rows on) write the KV cache and recurrent state with other
 rounding, and the difference builds up along the text: no window that starts
 from a shared prefix sees it. So the last check replays plain's own tokens
 in verify-sized batches, with no drafter at all (:func:`measure_noise_replay`):
-what the target's own batch shapes do to the parting row is noise too.
+where the target itself then produces the speculative run's token at the
+parting row, the parting is the target's arithmetic, a near tie.
 """
 
 from __future__ import annotations
@@ -167,14 +168,18 @@ def classify_along(session: Session, prompt_tokens: list[int], plain_tokens: lis
     verdict = classify(plain_tokens, plain_margins, spec_tokens, max(noise, along, *at))
     if verdict.kind != DEFECT or verdict.index is None:
         return verdict
-    replay = measure_noise_replay(session, prompt_tokens, plain_tokens, verdict.index, rows)
+    if verdict.index >= len(spec_tokens):
+        return verdict  # the speculative output ended early: no token of its own to reproduce
+    replay = measure_noise_replay(session, prompt_tokens, plain_tokens, verdict.index, spec_tokens[verdict.index],
+                                  rows)
     return classify(plain_tokens, plain_margins, spec_tokens, max(verdict.noise, replay))
 
 
 def measure_noise_replay(session: Session, prompt_tokens: list[int], plain_tokens: list[int], index: int,
-                         rows: int = 9) -> float:
+                         token: int, rows: int = 9) -> float:
     """How far the row that produced ``plain_tokens[index]`` moves when plain's own tokens are
-    decoded in batches of 2..``rows`` rows instead of one at a time.
+    decoded in batches of 2..``rows`` rows instead of one at a time — counted only for batch
+    shapes under which that row's greedy token becomes ``token`` (the speculative run's), else 0.
 
     No drafter and no rollback take part: the same tokens at the same
     positions, only the batch shapes of a verify. Every row a batch computes
@@ -183,10 +188,14 @@ def measure_noise_replay(session: Session, prompt_tokens: list[int], plain_token
     above start each window from the same prefix and cannot see that.
     Measured on a Q4_K_M model, whose CPU kernels take another path from 4
     rows on: logits identical for 26 tokens, then apart by 0.12-0.37 for
-    every later row (docs/mtp.md, "Identity").
+    every later row (docs/mtp.md, "Identity"). A drifting state of the
+    loop's own making (a rollback slightly off) shows the same drift, so a
+    drift alone excuses nothing: the target, fed plain's tokens, must itself
+    produce the speculative token there.
     """
     from engine.runtime import Batch
 
+    rows = max(2, min(rows, session.target.params.n_outputs_max or rows))
     if index < 1:
         return 0.0  # the first token comes from the prompt's last row: no batch shape of ours touched it
     session.prepare(mtp=False)
@@ -214,6 +223,10 @@ def measure_noise_replay(session: Session, prompt_tokens: list[int], plain_token
         return np.ctypeslib.as_array(target.logits(batch.n - 1), shape=(n_vocab,)).copy()
 
     alone = last_row(1)
-    moved = max(float(np.abs(last_row(k) - alone).max()) for k in range(2, max(2, rows) + 1))
+    moved = 0.0
+    for k in range(2, rows + 1):
+        batched = last_row(k)
+        if int(batched.argmax()) == token:
+            moved = max(moved, float(np.abs(batched - alone).max()))
     target.clear()
     return moved

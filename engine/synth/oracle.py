@@ -36,12 +36,17 @@ def build_maps(spec: SynthSpec, n_normal: int, first_word: int = 256) -> OracleM
     f = [rng.choice(words) for _ in range(first_word)] + perm
     heads: list[list[int]] = []
     reads: list[str] = []
+    stretches: dict[tuple[float, int], list[bool]] = {}  # chained heads share them: a stretch is easy for all
     for i in range(spec.n_heads):
         hm = spec.head(i)
         ideal = [f[f[t]] for t in range(n_normal)] if hm.reads == "hidden" else list(f)
         g = list(ideal)
         head_rng = random.Random(spec.seed * 104729 + 31 * i + 5)
-        easy = _stretches(f, first_word, n_normal, hm.agree, hm.run, head_rng) if hm.run else None
+        easy = None
+        if hm.run:
+            if (hm.agree, hm.run) not in stretches:
+                stretches[(hm.agree, hm.run)] = _stretches(f, first_word, n_normal, hm.agree, hm.run, head_rng)
+            easy = stretches[(hm.agree, hm.run)]
         for t in range(n_normal):
             if (head_rng.random() >= hm.agree) if easy is None else not easy[t]:
                 wrong = head_rng.randrange(first_word, n_normal - 1)

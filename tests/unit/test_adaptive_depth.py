@@ -225,3 +225,35 @@ def test_a_shadow_probe_teaches_acceptance_like_a_verified_one_and_times_a_plain
     policy.observe(1, 1, 0.010, 0.001, 0.012, shadow=True)  # the plain step's token was the draft
     assert policy.context == adaptive.AFTER_FULL and policy.stretches_found == 1.0
     assert set(policy.verify_s) == {1, 3}  # the probe's verify had one row, and is timed as one
+
+
+@pytest.mark.parametrize("shadow", [False, True])
+@pytest.mark.parametrize("slow_rows", [2, 4])
+def test_one_slow_first_timing_does_not_stop_drafting_for_good(shadow, slow_rows):
+    # every draft would be accepted; verify rows cost 0.005 s each after the first (0.010 s)
+    def verify(rows: int) -> float:
+        return 0.010 + 0.005 * (rows - 1)
+
+    policy = AdaptiveDepth(8, shadow=shadow)
+    for rows in range(1, slow_rows):  # the sizes below are timed well ...
+        policy.observe(rows - 1, rows - 1, verify(rows), 0.001 * (rows - 1), verify(rows) + 0.001 * (rows - 1))
+    # ... the first verify of slow_rows rows is preempted: 10x its cost
+    policy.observe(slow_rows - 1, slow_rows - 1, 10 * verify(slow_rows), 0.001, 10 * verify(slow_rows))
+    depths = []
+    for _ in range(300):
+        n = policy.choose(1000)
+        depths.append(n)
+        if shadow and policy.probing:  # a shadow probe: a plain step whose token was the draft
+            policy.observe(1, 1, verify(1), 0.001, verify(1) + 0.001, shadow=True)
+            continue
+        policy.observe(n, n, verify(n + 1), 0.001 * n, verify(n + 1) + 0.001 * n)
+    assert depths[-20:] == [8] * 20, depths
+
+
+def test_the_plain_step_time_leaves_out_rounds_whose_draft_the_drafter_declined():
+    policy = AdaptiveDepth(4)
+    policy.depth, policy.probing = 0, False
+    policy.observe(0, 0, 0.010, 0.0, 0.010)  # a plain step
+    policy.depth = 2
+    policy.observe(0, 0, 0.010, 0.004, 0.030)  # asked for 2 drafts, the drafter gave none (it still decoded)
+    assert policy.plain_round_s == pytest.approx(0.010)
