@@ -235,6 +235,7 @@ def generate(
         stats.mode = f"{spec.mode}(adaptive, n_max={spec.n_max})"
         # its probes draft without verifying where the drafter allows it (the MTP head alone)
         policy.shadow = getattr(drafter, "shadow_probes", False)
+        policy.new_reply()
     stats.rollback = session.rollback_strategy if drafter else "none"
     rollback = TargetRollback(target, session.rollback_strategy if drafter else "kv")
     n_vocab = session.model.n_vocab

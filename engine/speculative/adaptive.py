@@ -27,7 +27,8 @@ The model behind a choice of depth ``n`` (0 is a plain step):
   pooled values and nothing changes; where it does, the first miss of a hard
   stretch switches to what hard stretches cost last time instead of waiting
   for the decayed pooled counts to fall (several full-depth rounds that each
-  keep one token), and the first full accept switches back.
+  keep one token), and the first full accept switches back. A reply starts
+  from the pooled counts (:meth:`AdaptiveDepth.new_reply`).
 - cost: ``T(n) = verify(n + 1) + n * draft_step + overhead``. ``verify(k)`` is
   the measured time of a verify batch of ``k`` rows (an average per ``k``;
   a ``k`` never measured comes from its measured neighbours,
@@ -60,6 +61,7 @@ DECAY = 0.95  # per observation of a position: ~20 recent rounds carry most weig
 IDLE_DECAY = 0.97  # per round whose draft stops short of a position: its evidence fades back to the prior
 PRIOR_WEIGHT = 1.0  # pseudo-observations behind the prior of each position
 AFTER_FULL, AFTER_MISS = 0, 1  # contexts: the last drafting round kept every draft / lost one
+FRESH = 2  # a reply's first rounds, before it drafted: the pooled counts (the last reply's end says little)
 CONTEXT_PRIOR_WEIGHT = 2.0  # pseudo-observations of the pooled q_i behind a context's own
 PRIOR_FIRST = 0.6  # prior acceptance of position 0: optimistic enough to try drafting at all
 # verify(k) / verify(1) - 1 per extra row before two sizes were measured, and the most
@@ -132,7 +134,10 @@ class AdaptiveDepth:
 
     def acceptance(self, context: int | None = None) -> list[float]:
         """``q_i`` in ``context`` (default: the next round's): its own counts, the pooled ``q_i`` as prior."""
-        reached, accepted = self.by_context[self.context if context is None else context]
+        context = self.context if context is None else context
+        if context == FRESH:
+            return self.pooled_acceptance()
+        reached, accepted = self.by_context[context]
         return [(a + CONTEXT_PRIOR_WEIGHT * q) / (r + CONTEXT_PRIOR_WEIGHT)
                 for r, a, q in zip(reached, accepted, self.pooled_acceptance(), strict=True)]
 
@@ -250,6 +255,14 @@ class AdaptiveDepth:
         return int(min(PROBE_MAX, max(2.0, (2.0 * cost / (hazard * gain)) ** 0.5)))
 
     # -- the loop's calls ---------------------------------------------------
+    def new_reply(self) -> None:
+        """A generation starts: its first rounds use the pooled counts, not the context the
+        last reply ended in (a reply that ended in a hard stretch says little about how the
+        next one starts), and a plain-step streak does not carry over."""
+        self.context = FRESH
+        self.plain_steps = 0
+        self.probing = False
+
     def choose(self, room: int) -> int:
         """This round's draft length, at most ``room`` (what is left of the reply and context)."""
         cap = max(0, min(self.n_max, room))
@@ -284,7 +297,10 @@ class AdaptiveDepth:
                 self.probe_round_s = _average(self.probe_round_s, round_s)
             elif not self.depth:  # a plain step by choice (a draft the drafter declined costs its decode)
                 self.plain_round_s = _average(self.plain_round_s, round_s)
-        for reached, accepted in ((self.reached, self.accepted), self.by_context[self.context]):
+        counts = [(self.reached, self.accepted)]
+        if self.context in self.by_context:
+            counts.append(self.by_context[self.context])
+        for reached, accepted in counts:
             for i in range(min(n_accepted + 1, n_drafted, self.n_max)):
                 reached[i] = DECAY * reached[i] + 1.0
                 accepted[i] = DECAY * accepted[i] + (1.0 if i < n_accepted else 0.0)

@@ -257,3 +257,13 @@ def test_the_plain_step_time_leaves_out_rounds_whose_draft_the_drafter_declined(
     policy.depth = 2
     policy.observe(0, 0, 0.010, 0.004, 0.030)  # asked for 2 drafts, the drafter gave none (it still decoded)
     assert policy.plain_round_s == pytest.approx(0.010)
+
+
+def test_a_new_reply_starts_from_the_pooled_counts_not_the_last_replys_end():
+    policy = AdaptiveDepth(8, verify_s={k: 1.0 + 0.1 * (k - 1) for k in range(1, 10)}, draft_step_s=0.1,
+                           overhead_s=0.0, timed=False)
+    StretchWorld(32, 0.8, 0.1, 0.1, n_tokens=3000).play(policy)
+    policy.observe(8, 0, 1.8, 0.8, 2.6)  # the reply ends at a miss: a hard stretch was starting
+    assert policy.best(8) == 0  # within that reply: plain steps until a probe finds easy text
+    policy.new_reply()
+    assert policy.context == adaptive.FRESH and policy.best(8) >= 4  # mostly easy text: draft
