@@ -102,13 +102,21 @@ def cmake_args(backend: str) -> list[str]:
     return _BACKEND_ARGS[backend] + _COMMON_ARGS + cpu_isa_args()
 
 
-def patch_series() -> list[Path]:
-    return sorted(PATCH_DIR.glob("*.patch"))
+def patch_series(backend: str = "cpu") -> list[Path]:
+    """The patches a build for ``backend`` applies, in order.
+
+    Every build applies ``patches/*.patch``; a build for a GPU backend then
+    applies ``patches/<backend>/*.patch`` too. A patch that touches only one
+    backend's source lives in that backend's folder, so it is keyed into
+    that backend's wheel alone and a fix for Debian's Vulkan headers does not
+    rebuild every CPU engine.
+    """
+    return sorted(PATCH_DIR.glob("*.patch")) + sorted((PATCH_DIR / backend).glob("*.patch"))
 
 
-def patch_hash() -> str:
+def patch_hash(backend: str = "cpu") -> str:
     digest = hashlib.sha256()
-    for patch in patch_series():
+    for patch in patch_series(backend):
         digest.update(patch.name.encode())
         digest.update(patch.read_bytes())
     return digest.hexdigest()[:12]
@@ -120,7 +128,7 @@ def cache_key(backend: str) -> str:
             "version": LLAMA_CPP_PYTHON_VERSION,
             "backend": backend,
             "cmake_args": cmake_args(backend),
-            "patches": patch_hash(),
+            "patches": patch_hash(backend),
             "python": f"{sys.version_info.major}.{sys.version_info.minor}",
             "machine": platform.machine(),
         },
@@ -163,11 +171,16 @@ class PatchError(SystemExit):
     """A patch of the series does not apply: the build stops before compiling."""
 
 
-def apply_patch_series(tree: Path) -> None:
-    """Apply every patch to ``tree``/vendor/llama.cpp, or stop with a clear message."""
+def apply_patch_series(tree: Path, backend: str = "cpu") -> None:
+    """Apply every patch to ``tree``/vendor/llama.cpp, or stop with a clear message.
+
+    Without fuzz: a hunk whose context only matches loosely was made against
+    other code and may land in the wrong place, which compiles and then
+    misbehaves (tests/unit/test_patches.py holds the series to the same rule).
+    """
     vendor = tree / "vendor" / "llama.cpp"
-    for patch in patch_series():
-        proc = subprocess.run(["patch", "-p1", "--forward", "--batch", "-i", str(patch)], cwd=vendor,
+    for patch in patch_series(backend):
+        proc = subprocess.run(["patch", "-p1", "--forward", "--batch", "--fuzz=0", "-i", str(patch)], cwd=vendor,
                               capture_output=True, text=True)
         if proc.returncode != 0:
             raise PatchError(
@@ -178,12 +191,12 @@ def apply_patch_series(tree: Path) -> None:
         print(f"applied {patch.name}", flush=True)
 
 
-def _apply_patches(sdist: Path, workdir: Path) -> Path:
-    """Unpack the sdist and apply the patch series; return the source tree."""
+def _apply_patches(sdist: Path, workdir: Path, backend: str) -> Path:
+    """Unpack the sdist and apply the backend's patch series; return the source tree."""
     with tarfile.open(sdist) as tar:
         tar.extractall(workdir, filter="data")
     tree = next(p for p in workdir.iterdir() if p.is_dir() and p.name.startswith("llama_cpp_python"))
-    apply_patch_series(tree)
+    apply_patch_series(tree, backend)
     return tree
 
 
@@ -195,7 +208,7 @@ def build_wheel(backend: str, dest: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="mtp-engine-build-") as tmp:
         work = Path(tmp)
         sdist = _fetch_sdist(work)
-        source: Path = _apply_patches(sdist, work) if patch_series() else sdist
+        source: Path = _apply_patches(sdist, work, backend) if patch_series(backend) else sdist
         out = work / "wheel"
         _run(
             [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", str(source), "-w", str(out)],
@@ -222,8 +235,8 @@ def write_build_record(backend: str, wheel: Path) -> Path:
         "llama_cpp_python": LLAMA_CPP_PYTHON_VERSION,
         "backend": backend,
         "cmake_args": cmake_args(backend),
-        "patch_hash": patch_hash(),
-        "patches": [p.name for p in patch_series()],
+        "patch_hash": patch_hash(backend),
+        "patches": [p.relative_to(PATCH_DIR).as_posix() for p in patch_series(backend)],
         "cache_key": cache_key(backend),
         "wheel": wheel.name,
         "wheel_sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),

@@ -133,7 +133,7 @@ def targets(gpu: str | None) -> list[str]:
 def cache_key(gpu: str | None) -> str:
     spec = json.dumps(
         {"version": build_engine.LLAMA_CPP_PYTHON_VERSION, "cmake_args": cmake_args(gpu), "targets": targets(gpu),
-         "patches": build_engine.patch_hash(), "machine": platform.machine(), "os": sys.platform},
+         "patches": build_engine.patch_hash(gpu or "cpu"), "machine": platform.machine(), "os": sys.platform},
         sort_keys=True,
     )
     short = hashlib.sha256(spec.encode()).hexdigest()[:16]
@@ -159,12 +159,12 @@ def work_dir(gpu: str | None) -> Path:
     return build_engine.cache_root().parent / "engine-libs" / name
 
 
-def _series() -> list[list[str]]:
-    return [[p.name, hashlib.sha256(p.read_bytes()).hexdigest()] for p in build_engine.patch_series()]
+def _series(gpu: str | None) -> list[list[str]]:
+    return [[p.name, hashlib.sha256(p.read_bytes()).hexdigest()] for p in build_engine.patch_series(gpu or "cpu")]
 
 
 def _apply(vendor: Path, patch: Path) -> None:
-    proc = subprocess.run(["patch", "-p1", "--forward", "--batch", "-i", str(patch)], cwd=vendor,
+    proc = subprocess.run(["patch", "-p1", "--forward", "--batch", "--fuzz=0", "-i", str(patch)], cwd=vendor,
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise build_engine.PatchError(f"error: {patch.name} does not apply to the llama.cpp vendored in "
@@ -173,17 +173,17 @@ def _apply(vendor: Path, patch: Path) -> None:
     print(f"applied {patch.name}", flush=True)
 
 
-def _source_tree(folder: Path, sdist: Path | None) -> Path:
+def _source_tree(folder: Path, sdist: Path | None, gpu: str | None) -> Path:
     """The unpacked sdist with the whole patch series applied (see :func:`work_dir`)."""
     tree = folder / "src"
     ready = folder / "src.applied.json"
-    want = _series()
+    want = _series(gpu)
     try:
         have = json.loads(ready.read_text())
     except (OSError, ValueError):
         have = None
     if have is not None and tree.exists() and want[: len(have)] == have:
-        by_name = {p.name: p for p in build_engine.patch_series()}
+        by_name = {p.name: p for p in build_engine.patch_series(gpu or "cpu")}
         for name, _digest in want[len(have):]:
             _apply(tree / "vendor" / "llama.cpp", by_name[name])
             have.append([name, _digest])
@@ -197,7 +197,7 @@ def _source_tree(folder: Path, sdist: Path | None) -> Path:
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data")
         unpacked = next(p for p in Path(tmp).iterdir() if p.is_dir() and p.name.startswith("llama_cpp_python"))
-        for patch in build_engine.patch_series():
+        for patch in build_engine.patch_series(gpu or "cpu"):
             _apply(unpacked / "vendor" / "llama.cpp", patch)
         shutil.move(str(unpacked), tree)
     ready.write_text(json.dumps(want))
@@ -218,7 +218,7 @@ def _shared_libs(build: Path, gpu: str | None) -> list[Path]:
 
 def build(gpu: str | None, sdist: Path | None, jobs: int) -> Path:
     folder = cache_dir(gpu)  # keyed by the patch series as it is now, which is what gets applied
-    series, phash = [p.name for p in build_engine.patch_series()], build_engine.patch_hash()
+    series, phash = [p.name for p in build_engine.patch_series(gpu or "cpu")], build_engine.patch_hash(gpu or "cpu")
     lib = folder / "lib"
     if (lib / RECORD_NAME).exists():
         print(f"engine libs: using cached {lib}")
@@ -226,7 +226,7 @@ def build(gpu: str | None, sdist: Path | None, jobs: int) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     work = work_dir(gpu)
     work.mkdir(parents=True, exist_ok=True)
-    tree = _source_tree(work, sdist)
+    tree = _source_tree(work, sdist, gpu)
     vendor = tree / "vendor" / "llama.cpp"
     bdir = work / "build"
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []

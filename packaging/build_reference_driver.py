@@ -79,7 +79,7 @@ def build(backend: str) -> Path:
             tar.extractall(work, filter="data")
         tree = next(p for p in work.iterdir() if p.is_dir() and p.name.startswith("llama_cpp_python"))
         src = tree / "vendor" / "llama.cpp"
-        build_engine.apply_patch_series(tree)
+        build_engine.apply_patch_series(tree, backend)
         build_dir = work / "build"
         cmake = [cmake_binary(), "-S", str(src), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
                  "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DBUILD_SHARED_LIBS=OFF",

@@ -16,6 +16,11 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+# The GPU tier (tests/gpu) runs on the Vulkan engine in its own environment,
+# through scripts/gpu_tier.sh, which sets MTP_STUDIO_GPU_TIER=1; the default
+# run on the CPU engine does not collect it (tests/gpu/conftest.py).
+collect_ignore = [] if os.environ.get("MTP_STUDIO_GPU_TIER") == "1" else ["gpu"]
 # No desktop keyring in tests: the real backends may wait on D-Bus.
 os.environ.setdefault("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
 

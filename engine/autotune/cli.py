@@ -19,6 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=1, help="threads to load with: the baseline thread counts must beat")
     p.add_argument("--thread-options", default="auto",
                    help="thread counts to time, comma-separated (auto: 1, cores-1, cores, half; 'none': skip)")
+    p.add_argument("--gpu-layers", type=int, default=0, help="layers on the GPU, as the chat loads them (999: all)")
     p.add_argument("--tokens", type=int, default=96, help="tokens generated per prompt and setting")
     p.add_argument("--prompts", type=int, default=9, help="how many prompts of the suite to use")
     p.add_argument("--n-max", type=int, default=None, help="deepest n_max to try (default: what the model drafts)")
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.jsonl and any(p.outdated for p in old):
         print(f"An existing profile for this model was {profiles.OUTDATED_TEXT}; tuning again.")
     session = Session(LoadOptions(path=str(args.model), n_ctx=2048, n_threads=args.threads,
-                                  sidecar=str(args.sidecar) if args.sidecar else None))
+                                  n_gpu_layers=args.gpu_layers, sidecar=str(args.sidecar) if args.sidecar else None))
     thread_choices = []
     try:
         prompts = [[{"role": "user", "content": text}] for _, text in load_prompts(args.prompts)]

@@ -33,6 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--gpu-layers", type=int, default=0,
+                   help="layers on the GPU (999: all); a software Vulkan device needs MTP_STUDIO_SOFTWARE_GPU=1")
     p.add_argument("--dense", action="store_true", help="dense FFN trunk (glm4moe; the MTP block stays MoE)")
     p.add_argument("--model", help="benchmark this GGUF instead of synthetic ones")
     p.add_argument("--reference", choices=("auto", "skip", "only"), default="auto",
@@ -102,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
                 _say(fold.format_table(fold_rows))
                 continue
             session = Session(LoadOptions(path=str(path), n_ctx=2048, n_threads=args.threads,
-                                          fold=args.fold == "on"))
+                                          n_gpu_layers=args.gpu_layers, fold=args.fold == "on"))
             try:
                 rows = measure.compare(session, PROMPT, args.tokens, depths if session.drafter else [],
                                        args.repeats)
@@ -125,7 +127,8 @@ def _drafters(args: argparse.Namespace, heads: int) -> int:
     for path, kind, prompt in targets:
         synthetic = prompt == PROMPT  # byte-token prompts: no echo prompt (engine/bench/drafters.py)
         _say(f"\n## {path.parent.name}/{path.name}" + (f" — {kind}" if kind else ""))
-        session = Session(LoadOptions(path=str(path), n_ctx=2048, n_threads=args.threads))
+        session = Session(LoadOptions(path=str(path), n_ctx=2048, n_threads=args.threads,
+                                      n_gpu_layers=args.gpu_layers))
         try:
             drafters.compare(session, prompt, args.tokens, args.repeats, drafters.MTP_N_MAX, drafters.NGRAM_N_MAX,
                              _say, echo=not synthetic)
@@ -154,7 +157,8 @@ def _reference(args: argparse.Namespace, heads: int) -> int:
     _say(f"\n## ours vs llama.cpp's llama-speculative-simple — {path.parent.name}/{path.name}{kind}")
     _say(f"{'n_max':>5} {'ours tok/s':>10} {'llama.cpp':>10} {'ours/llama.cpp':>14} {'ours d/a':>9} "
          f"{'theirs d/a':>10} {'rounds':>7}  per round: position, drafts, accepted, next token")
-    session = Session(LoadOptions(path=str(path), n_ctx=2048, n_threads=args.threads))
+    session = Session(LoadOptions(path=str(path), n_ctx=2048, n_threads=args.threads,
+                                      n_gpu_layers=args.gpu_layers))
     try:
         for n_max in (int(x) for x in args.reference_n_max.split(",") if x):
             comp = reference.compare(session, binary, path, PROMPT, args.tokens, n_max, args.repeats, args.threads)

@@ -17,8 +17,9 @@ PROMPT = " the river model light"
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench-policies",
-                       help="benchmark drafting policies: categories, driver, threads, verify-cost, probes")
-    p.add_argument("part", choices=("categories", "driver", "threads", "verify-cost", "probes"))
+                       help="benchmark drafting policies: categories, driver, threads, verify-cost, probes, "
+                            "graph-reuse")
+    p.add_argument("part", choices=("categories", "driver", "threads", "verify-cost", "probes", "graph-reuse"))
     p.add_argument("--arch", default="glm4moe", choices=ALL_ARCHITECTURES)
     p.add_argument("--size", default="bench", help="synthetic size: bench, bench-q8_0, bench-q4_0, bench-q4_k_m, tiny")
     p.add_argument("--weights", default="mixed", choices=("oracle", "mixed", "random"))
@@ -29,6 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--gpu-layers", type=int, default=0,
+                   help="layers on the GPU (999: all); a software Vulkan device needs MTP_STUDIO_SOFTWARE_GPU=1")
     p.add_argument("--n-max", default="1,2,3,4", help="fixed depths to compare")
     p.add_argument("--adaptive-max", type=int, default=8, help="n_max of adaptive depth")
     p.add_argument("--prompts", type=int, default=9, help="categories of the autotune suite to use")
@@ -55,10 +58,10 @@ def _path(args: argparse.Namespace, size: str | None = None) -> Path:
                                 weights=args.weights, heads=(head,))).path()
 
 
-def _session(path: Path, threads: int):  # -> Session
+def _session(path: Path, threads: int, gpu_layers: int = 0):  # -> Session
     from engine.generation.session import LoadOptions, Session
 
-    return Session(LoadOptions(path=str(path), n_ctx=2048, n_threads=threads))
+    return Session(LoadOptions(path=str(path), n_ctx=2048, n_threads=threads, n_gpu_layers=gpu_layers))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
                                                  + (f" in stretches of {args.agree_run}" if args.agree_run else "")))
     if args.part == "threads":
         return _threads(args, path)
-    session = _session(path, args.threads)
+    session = _session(path, args.threads, args.gpu_layers)
     try:
         if args.part == "categories":
             from engine.autotune.cli import load_prompts
@@ -84,6 +87,15 @@ def run(args: argparse.Namespace) -> int:
             settings = [s for s in candidates_for(session, args.adaptive_max, p_grid=(), ngram=args.ngram)
                         if s.enabled and (s.adaptive or s.n_max in depths or s.mode != "mtp")]
             policies.categories(session, load_prompts(args.prompts), settings, args.tokens, args.repeats, _say)
+        elif args.part == "graph-reuse":
+            from engine.bench import graph_reuse
+            from engine.speculative.settings import SPECULATION_OFF, mtp
+
+            settings = [("plain", SPECULATION_OFF)]
+            if session.drafter is not None:
+                settings += [(f"mtp n_max {n}", mtp(n)) for n in depths]
+                settings.append((f"adaptive (max {args.adaptive_max})", mtp(args.adaptive_max, depth="adaptive")))
+            graph_reuse.compare(session, PROMPT, args.tokens, settings, _say)
         elif args.part == "probes":
             from engine.autotune.cli import load_prompts
 
@@ -118,7 +130,7 @@ def _threads(args: argparse.Namespace, path: Path) -> int:
     cores = os.cpu_count() or 1
     options = [int(x) for x in args.thread_options.split(",") if x] or list(range(1, cores + 1))
     busy_cores = [int(x) for x in args.busy.split(",") if x]
-    session = _session(path, options[0])
+    session = _session(path, options[0], args.gpu_layers)
     try:
         specs = [("plain", SPECULATION_OFF, False)]
         if session.drafter is not None:
@@ -154,7 +166,7 @@ def _verify_cost(args: argparse.Namespace) -> int:
     _say(f"{'weights':<12} {'1 row ms':>8} " + " ".join(f"{k:>5}" for k in rows[1:]) + "   (k rows / 1 row)")
     for size in [s for s in args.sizes.split(",") if s]:
         path = _path(args, size)
-        session = _session(path, args.threads)
+        session = _session(path, args.threads, args.gpu_layers)
         try:
             costs = policies.verify_costs(session, rows, repeats=args.repeats * 10)
         finally:

@@ -20,6 +20,7 @@ class GPU:
     memory_mib: int | None = None
     driver: str | None = None
     api: str = ""  # cuda | rocm | vulkan | metal
+    software: bool = False  # a software renderer (lavapipe), listed only when asked for
 
 
 def parse_nvidia_smi_csv(text: str) -> list[GPU]:
@@ -37,10 +38,12 @@ def parse_nvidia_smi_csv(text: str) -> list[GPU]:
     return gpus
 
 
-def parse_vulkaninfo_summary(text: str) -> list[GPU]:
+def parse_vulkaninfo_summary(text: str, software: bool = False) -> list[GPU]:
     """``vulkaninfo --summary``: the "Devices:" section, one ``GPUn:`` block per device.
 
     Software renderers (llvmpipe and friends) are left out: they are the CPU.
+    With ``software`` (``MTP_STUDIO_SOFTWARE_GPU=1``) they are listed, marked
+    ``software``, so the device code paths can be run on a machine without a GPU.
     """
     gpus = []
     for block in re.split(r"\n\s*GPU\d+:\s*\n", "\n" + text)[1:]:
@@ -50,13 +53,16 @@ def parse_vulkaninfo_summary(text: str) -> list[GPU]:
             if m:
                 fields.setdefault(m.group(1), m.group(2).strip())
         name = fields.get("deviceName", "")
-        if not name or any(s in name.lower() for s in SOFTWARE_RENDERERS):
+        if not name:
             continue
-        if fields.get("deviceType", "").startswith("PHYSICAL_DEVICE_TYPE_CPU"):
+        is_software = (any(s in name.lower() for s in SOFTWARE_RENDERERS)
+                       or fields.get("deviceType", "").startswith("PHYSICAL_DEVICE_TYPE_CPU"))
+        if is_software and not software:
             continue
         vendor_id = fields.get("vendorID", "").lower()
         vendor = {"0x10de": "nvidia", "0x1002": "amd", "0x8086": "intel", "0x106b": "apple"}.get(vendor_id, "other")
-        gpus.append(GPU(vendor, name, None, fields.get("driverInfo") or fields.get("driverVersion"), "vulkan"))
+        gpus.append(GPU(vendor, name, None, fields.get("driverInfo") or fields.get("driverVersion"), "vulkan",
+                        software=is_software))
     return gpus
 
 

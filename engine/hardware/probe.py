@@ -79,6 +79,8 @@ def _read(path: str) -> str:
 
 
 def _gpus(notes: list[str]) -> list[GPU]:
+    from engine.runtime import native
+
     gpus: list[GPU] = _nvidia_gpus()
     kfd = Path("/sys/class/kfd/kfd/topology/nodes")
     if kfd.is_dir():
@@ -93,7 +95,8 @@ def _gpus(notes: list[str]) -> list[GPU]:
     out = _run(["vulkaninfo", "--summary"])
     if out:
         known = {g.name for g in gpus}
-        gpus += [g for g in parsers.parse_vulkaninfo_summary(out) if g.name not in known]
+        listed = parsers.parse_vulkaninfo_summary(out, software=native.software_gpu_requested())
+        gpus += [g for g in listed if g.name not in known]
     if not gpus:
         notes.append("No GPU found (NVML, nvidia-smi, ROCm topology, vulkaninfo).")
     return gpus

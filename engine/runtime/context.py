@@ -102,13 +102,39 @@ class Context:
         self.n_rs_seq = int(lib.llama_n_rs_seq(handle))
         self.n_vocab = model.n_vocab
         self.threads = params.n_threads
+        self.n_ubatch = int(lib.llama_n_ubatch(handle))
+        self.graphs = 0  # compute graphs run (one per ubatch), against graphs_reused()
 
     def decode(self, batch: Batch) -> None:
+        """Decode ``batch`` and wait until the device has finished it.
+
+        ``llama_decode`` only submits the work on a GPU backend (Vulkan, CUDA,
+        Metal): it returns after graph build and launch, and the wait lands
+        on the next call or the first logits read. Every clock the policy,
+        autotune and the statistics read sits around a decode, so without the
+        wait here a verify of k rows would look as cheap as its launch and the
+        adaptive policy would draft too deep (measured on lavapipe: verify
+        1.2 ms against "host" 329 ms). The loop reads the logits or the hidden
+        state right after every decode anyway, so nothing is lost by waiting;
+        on the CPU backend the call returns at once.
+        """
         batch.raw.n_tokens = batch.n
         rc = self._lib.llama_decode(self.handle, batch.raw)
         if rc != 0:
             detail = "; ".join(native.recent_log(2)) or ""
             raise ContextError(f"llama_decode failed with code {rc} ({batch.n} tokens). {detail}".strip())
+        self._lib.llama_synchronize(self.handle)
+        self.graphs += -(-batch.n // self.n_ubatch)
+
+    def graphs_reused(self) -> int:
+        """How many of this context's compute graphs llama.cpp reused instead of building.
+
+        llama.cpp keeps only the last graph: a decode whose shape differs from
+        the previous one's (another verify size, a catch-up row then a draft
+        row) builds its graph again, and on CUDA leaves CUDA graphs unused.
+        ``graphs - graphs_reused()`` is the number of builds (engine/bench/graph_reuse.py).
+        """
+        return int(self._lib.llama_perf_context(self.handle).n_reused)
 
     def set_threads(self, n_threads: int) -> None:
         """Decode with ``n_threads`` from now on (autotune times thread counts without reloading)."""

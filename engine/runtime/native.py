@@ -31,12 +31,40 @@ def llama() -> Any:
 
     with _lock:
         if not _initialised:
+            expose_software_devices()
             _log_callback = llama_cpp.llama_log_callback(_on_native_log)
             llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
             _load_backend_libraries(llama_cpp)
             llama_cpp.llama_backend_init()
             _initialised = True
     return llama_cpp
+
+
+SOFTWARE_GPU_ENV = "MTP_STUDIO_SOFTWARE_GPU"
+
+
+def software_gpu_requested() -> bool:
+    """Whether the user (or a test) asked to count a software renderer as a device.
+
+    Mesa's lavapipe is a real Vulkan device that runs on the CPU: 40-230x
+    slower than the CPU backend, so never a GPU by default. The GPU tier
+    (scripts/gpu_tier.sh) and a developer checking the device code paths on
+    a machine without a GPU set ``MTP_STUDIO_SOFTWARE_GPU=1``.
+    """
+    return os.environ.get(SOFTWARE_GPU_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def expose_software_devices() -> None:
+    """Let ggml-vulkan list a CPU-type device when a software GPU was asked for.
+
+    ggml-vulkan skips devices that are neither discrete nor integrated GPUs
+    unless ``GGML_VK_VISIBLE_DEVICES`` names them; it reads the variable when
+    the backend first initialises, so this runs before ``llama_backend_init``.
+    A value the user set is left alone; otherwise the first Vulkan device is
+    named, which on a machine without a GPU is the software one.
+    """
+    if software_gpu_requested() and "GGML_VK_VISIBLE_DEVICES" not in os.environ:
+        os.environ["GGML_VK_VISIBLE_DEVICES"] = "0"
 
 
 def engine_lib_dir(llama_cpp: Any) -> Path:

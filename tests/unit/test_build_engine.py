@@ -45,6 +45,31 @@ def test_cache_key_changes_with_backend_and_patch_series(build_engine):
     assert build_engine.cache_key("cpu") != cpu
 
 
+def test_a_backend_patch_changes_that_backends_key_only_and_is_applied_after_the_common_series(build_engine):
+    cpu, vulkan, cuda = (build_engine.cache_key(b) for b in ("cpu", "vulkan", "cuda"))
+    (build_engine.PATCH_DIR / "0001-common.patch").write_text("--- a/x\n+++ b/x\n")
+    (build_engine.PATCH_DIR / "vulkan").mkdir()
+    (build_engine.PATCH_DIR / "vulkan" / "0001-headers.patch").write_text("--- a/y\n+++ b/y\n")
+    assert [p.name for p in build_engine.patch_series("vulkan")] == ["0001-common.patch", "0001-headers.patch"]
+    assert [p.name for p in build_engine.patch_series("cpu")] == ["0001-common.patch"]
+    with_common = build_engine.cache_key("cpu")
+    assert with_common != cpu and build_engine.cache_key("cuda") != cuda
+    (build_engine.PATCH_DIR / "vulkan" / "0002-more.patch").write_text("--- a/z\n+++ b/z\n")
+    assert build_engine.cache_key("cpu") == with_common  # a Vulkan-only patch leaves the CPU wheel alone
+    assert build_engine.cache_key("vulkan") not in (vulkan, with_common)
+
+
+def test_patches_are_applied_without_fuzz(build_engine, tmp_path):
+    # a hunk whose outer context line differs applies "with fuzz 1" by default: refused here, not guessed
+    vendor = tmp_path / "tree" / "vendor" / "llama.cpp"
+    vendor.mkdir(parents=True)
+    (vendor / "f.c").write_text("a\nb\nc\nd\ne\nf\ng\n")
+    loose = "--- a/f.c\n+++ b/f.c\n@@ -1,7 +1,7 @@\n X\n b\n c\n-d\n+D\n e\n f\n g\n"
+    (build_engine.PATCH_DIR / "0001-loose.patch").write_text(loose)
+    with pytest.raises(SystemExit, match="0001-loose.patch does not apply"):
+        build_engine.apply_patch_series(tmp_path / "tree")
+
+
 def test_a_cached_wheel_is_found_and_a_partial_one_is_not(build_engine):
     folder = build_engine.cache_root() / build_engine.cache_key("cpu")
     folder.mkdir(parents=True)

@@ -30,6 +30,15 @@ def test_vulkaninfo_summary_skips_software_renderers():
     assert gpus[0].driver == "Mesa 24.1.2"
 
 
+def test_a_software_vulkan_device_is_listed_only_when_asked_for():
+    # Captured here: lavapipe is the machine's only Vulkan device, of type CPU.
+    assert parsers.parse_vulkaninfo_summary(sample("vulkaninfo-lavapipe.txt")) == []
+    gpus = parsers.parse_vulkaninfo_summary(sample("vulkaninfo-lavapipe.txt"), software=True)
+    assert [(g.name, g.api, g.software) for g in gpus] == [("llvmpipe (LLVM 15.0.6, 256 bits)", "vulkan", True)]
+    mixed = parsers.parse_vulkaninfo_summary(sample("vulkaninfo-summary.txt"), software=True)
+    assert [g.software for g in mixed] == [False, True]
+
+
 def test_kfd_topology_ignores_cpu_nodes():
     nodes = {"0": sample("kfd-node0.properties"), "1": sample("kfd-node1.properties")}
     assert parsers.parse_kfd_topology(nodes) == [GPU("amd", "AMD gfx1151", None, None, "rocm")]

@@ -32,6 +32,10 @@ def _load_build_engine():
 
 build_engine = _load_build_engine()
 SERIES = build_engine.patch_series()
+# A backend with patches of its own (packaging/patches/<backend>/) applies the common series, then those.
+BACKEND_SERIES = {b: build_engine.patch_series(b) for b in build_engine.BACKENDS
+                  if b == "cpu" or (build_engine.PATCH_DIR / b).is_dir()}
+ALL_PATCHES = sorted({p for series in BACKEND_SERIES.values() for p in series})
 
 
 def _targets(patch: Path) -> set[str]:
@@ -70,7 +74,7 @@ def sdist(tmp_path_factory) -> Path:
 def pristine_tree(sdist, tmp_path_factory) -> Path:
     """Only the files the series touches, unpacked as the build would see them (never modified)."""
     root = tmp_path_factory.mktemp("tree")
-    wanted = set().union(*(_targets(p) for p in SERIES)) if SERIES else set()
+    wanted = set().union(*(_targets(p) for p in ALL_PATCHES)) if ALL_PATCHES else set()
     with tarfile.open(sdist) as tar:
         for member in tar:
             parts = member.name.split("/", 3)
@@ -91,29 +95,40 @@ def tree(pristine_tree, tmp_path) -> Path:
 
 def test_the_series_is_not_empty_and_named_in_order():
     assert SERIES, "packaging/patches/ has no patches, but the engine is documented as patched"
-    for patch in SERIES:
+    for patch in ALL_PATCHES:
         assert re.fullmatch(r"\d{4}-[a-z0-9-]+\.patch", patch.name), patch.name
 
 
-@pytest.mark.parametrize("patch", SERIES, ids=lambda p: p.name)
+def test_a_backend_patch_is_keyed_into_its_own_backend_only():
+    for backend, series in BACKEND_SERIES.items():
+        own = [p for p in series if p.parent != build_engine.PATCH_DIR]
+        assert all(p.parent.name == backend for p in own), (backend, own)
+        others = [b for b in build_engine.BACKENDS if b != backend and not (build_engine.PATCH_DIR / b).is_dir()]
+        if own and others:  # the series (and so the cache key) of a backend without the folder leaves them out
+            assert not set(own) & set(build_engine.patch_series(others[0]))
+
+
+@pytest.mark.parametrize("patch", ALL_PATCHES, ids=lambda p: p.relative_to(build_engine.PATCH_DIR).as_posix())
 def test_each_patch_says_what_why_upstream_and_how_it_is_tested(patch):
     header = _header(patch).lower()
     missing = [w for w in HEADER_WORDS if w not in header]
     assert not missing, f"{patch.name}: its header (before the first diff) does not mention {missing}"
 
 
-def test_the_series_applies_to_the_pinned_sdist_as_the_build_applies_it(tree):
-    build_engine.apply_patch_series(tree)  # raises PatchError with patch's output otherwise
-    for patch in SERIES:
+@pytest.mark.parametrize("backend", sorted(BACKEND_SERIES))
+def test_the_series_applies_to_the_pinned_sdist_as_the_build_applies_it(tree, backend):
+    build_engine.apply_patch_series(tree, backend)  # raises PatchError with patch's output otherwise
+    for patch in BACKEND_SERIES[backend]:
         for name in _targets(patch):
             assert (tree / "vendor" / "llama.cpp" / name).is_file(), f"{patch.name} left no {name}"
 
 
-def test_the_series_applies_without_fuzz(tree):
-    # Stricter than the build: context that only matches with fuzz means the
-    # patch was made against other code and may have landed in the wrong place.
+@pytest.mark.parametrize("backend", sorted(BACKEND_SERIES))
+def test_the_series_applies_without_fuzz(tree, backend):
+    # The build applies with --fuzz=0 too; this says which hunk of which patch
+    # only matched loosely: made against other code, it may land in the wrong place.
     vendor = tree / "vendor" / "llama.cpp"
-    for patch in SERIES:
+    for patch in BACKEND_SERIES[backend]:
         proc = subprocess.run(["patch", "-p1", "--forward", "--batch", "--fuzz=0", "-i", str(patch)],
                               cwd=vendor, capture_output=True, text=True)
         assert proc.returncode == 0, f"{patch.name} does not apply without fuzz:\n{proc.stdout}{proc.stderr}"
