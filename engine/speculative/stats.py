@@ -60,6 +60,14 @@ class StatsSnapshot:
     draft_depth: int | None = None
 
     @property
+    def tokens_per_step(self) -> float | None:
+        """Tokens each target decode produced: a round gives its accepted drafts + 1, a
+        plain step 1. Not ``mean_accepted_length`` (per round only): ten plain steps and
+        one fully accepted round of 3 are 14 / 11 = 1.27 tokens per step, not 4."""
+        steps = self.rounds + self.plain_steps
+        return (self.accepted + steps) / steps if steps else None
+
+    @property
     def speculative(self) -> bool:
         """Did MTP draft in this generation ("none" is how replies stored before "off" had one name say off)."""
         return self.mode not in ("off", "none")

@@ -111,7 +111,7 @@ def headline(s: StatsSnapshot, speedup: float | None = None, source: str = "auto
             return f"{who}: {speedup:.1f}× faster than without ({source})"
         return f"{who}: about as fast as without ({source})"
     if s.rounds:
-        return f"{who}: {s.mean_accepted_length or 1:.2f} tokens per step (speedup not measured)"
+        return f"{who}: {s.tokens_per_step or 1:.2f} tokens per step (speedup not measured)"
     return f"{who}: no drafts yet"
 
 

@@ -46,3 +46,15 @@ def test_plain_decoding_reads_as_off():
     assert stats_text.status_line(snap) == "" and "[mtp]" not in stats_text.report(snap, "stop")
     stored_before_off_had_one_name = StatsSnapshot(mode="none")
     assert not stored_before_off_had_one_name.speculative
+
+
+def test_tokens_per_step_counts_plain_steps_too():
+    s = GenerationStats(mode="mtp(n_max=3)", generated_tokens=15)
+    for _ in range(10):
+        s.record_round(0, 0)  # ten plain steps: declined drafts, adaptive depth at 0
+    s.record_round(3, 3)  # one fully accepted round of 3
+    snap = s.snapshot()
+    assert snap.mean_accepted_length == 4.0  # per round, as its name says
+    assert snap.tokens_per_step == 14 / 11  # what each target decode produced
+    assert "1.27 tokens per step" in stats_text.headline(snap)
+    assert GenerationStats().snapshot().tokens_per_step is None
