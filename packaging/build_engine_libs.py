@@ -173,7 +173,7 @@ def _apply(vendor: Path, patch: Path) -> None:
     print(f"applied {patch.name}", flush=True)
 
 
-def _source_tree(folder: Path, sdist: Path | None, gpu: str | None) -> Path:
+def _source_tree(folder: Path, sdist: Path | None, gpu: str | None = None) -> Path:
     """The unpacked sdist with the whole patch series applied (see :func:`work_dir`)."""
     tree = folder / "src"
     ready = folder / "src.applied.json"

@@ -208,6 +208,12 @@ def _ended_early(stats: GenerationStats, finish_reason: str, prompt_mode: str,
     return GenerateResult(text="", tokens=[], finish_reason=finish_reason, stats=stats, prompt_mode=prompt_mode)
 
 
+def _chunks(start: int, end: int, size: int, split: int) -> list[tuple[int, int]]:
+    """``[start, end)`` in pieces of at most ``size``, one of them ending at ``split`` (when inside)."""
+    bounds = sorted({*range(start, end, size), *([split] if start < split < end else []), end})
+    return list(zip(bounds, bounds[1:], strict=False))
+
+
 def generate(
     session: Session,
     request: GenerateRequest,
@@ -277,23 +283,41 @@ def generate(
     try:
         # -- prefill, in chunks of n_batch; the drafter catches up on each chunk
         t0 = time.perf_counter()
-        target.clear()
-        if drafter is not None:
-            drafter.begin(spec)
         held = request.hold_last_prompt_token and len(tokens) > 1
         prefill = tokens[:-1] if held else tokens
+        # the MTP head needs the target's hidden state at every position it catches up on:
+        # with it, both contexts start empty (engine/generation/prefix_cache.py)
+        reuse = drafter is None or not spec.uses_mtp
+        if reuse:
+            reused = session.prefix.start(target, prefill, session.is_hybrid)
+        else:
+            session.prefix.forget()
+            target.clear()
+            reused = 0
+        # a hybrid keeps its recurrent state from just before the prompt's last token, so a
+        # regenerated reply (or a resent one that tokenizes otherwise) restarts there
+        checkpoint_at = len(prefill) - 1 if reuse and session.is_hybrid and len(prefill) - 1 > reused else -1
+        stats.prompt_reused = reused
+        kept = list(prefill[:reused])  # what the target context holds, position by position
+        if drafter is not None:
+            drafter.begin(spec)
+            if reused:
+                drafter.process(kept, 0)  # the n-gram drafter reads tokens only
         if on_prefill is not None:
-            on_prefill(0, len(prefill))
-        for start in range(0, len(prefill), target.n_batch):
-            chunk = prefill[start:start + target.n_batch]
+            on_prefill(0, len(prefill) - reused)
+        for start, end in _chunks(reused, len(prefill), target.n_batch, checkpoint_at):
+            chunk = prefill[start:end]
             batch.clear()
             for k, tok in enumerate(chunk):
                 batch.add(tok, start + k, start + k == len(prefill) - 1)
             target.decode(batch)
+            kept.extend(chunk)
+            if end == checkpoint_at:
+                session.prefix.save_checkpoint(target, end)
             if drafter is not None:
                 drafter.process(chunk, start)
             if on_prefill is not None:
-                on_prefill(start + len(chunk), len(prefill))
+                on_prefill(start + len(chunk) - reused, len(prefill) - reused)
             if should_stop():
                 out.finish = "cancelled"
                 break
@@ -358,6 +382,7 @@ def generate(
                 break
             stats.phase_seconds["sampling"] += time.perf_counter() - t_sample
 
+            kept.extend(verified[:accepted + 1])
             if drafts:
                 t_rollback = time.perf_counter()
                 rollback.after_verify(verified, pos0, accepted)
@@ -392,8 +417,12 @@ def generate(
                 last_stats = now
                 book_drafter()
                 on_stats(stats)
+    except BaseException:
+        session.prefix.forget()  # a decode failed or was interrupted: what the context holds is unknown
+        raise
     finally:
         sampler.close()
+    session.prefix.keep(target, kept)
     out.close()
     book_drafter()
     stats.generated_tokens = len(out.tokens)

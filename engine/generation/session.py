@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine import gguf_info, sidecar
 from engine.errors import ContextError, SpeculativeUnavailable
+from engine.generation.prefix_cache import PrefixCache
 from engine.runtime import Context, ContextParams, Model
 from engine.speculative import rollback
 from engine.speculative.adaptive import AdaptiveDepth
@@ -118,6 +119,8 @@ class Session:
         self.rollback_strategy = "kv"
         self._hybrid = self.model.is_hybrid or self.model.is_recurrent
         self.target = Context(self.model, self._target_params(want_mtp))
+        # what the target context holds between generations, for the next prompt to reuse
+        self.prefix = PrefixCache()
         self.prepared_for_mtp = want_mtp
         self.prepared_for_drafts = want_mtp
         # None until a context asked for recurrent snapshots (llama.cpp clamps
@@ -157,8 +160,8 @@ class Session:
         speculation with no drafts: speed ratios against it would be biased.
         Without MTP the target stops exporting hidden states; a hybrid target
         gets recurrent snapshots while drafting and is recreated without them
-        when not (each generation starts from an empty context anyway, so
-        nothing is lost but the allocation).
+        when not (a recreated context starts empty: the prefix cache holds
+        nothing for it).
         """
         mtp = mtp and self.drafter is not None
         drafts = mtp if drafts is None else drafts
@@ -225,6 +228,11 @@ class Session:
                                   n_threads=self.options.n_threads_draft or self.options.n_threads)
         self.rollback_strategy = rollback.choose(self.target, self._hybrid, MAX_DRAFT)
         self.mtp_status = "chained" if self.drafter.chained else "single"
+
+    @property
+    def is_hybrid(self) -> bool:
+        """The target keeps recurrent state (hybrid or recurrent): it rolls back only where state was kept."""
+        return self._hybrid
 
     @property
     def n_heads(self) -> int:

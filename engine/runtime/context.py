@@ -104,6 +104,9 @@ class Context:
         self.threads = params.n_threads
         self.n_ubatch = int(lib.llama_n_ubatch(handle))
         self.graphs = 0  # compute graphs run (one per ubatch), against graphs_reused()
+        # bumped by everything that changes the memory: a record of what the context holds
+        # (engine/generation/prefix_cache.py) is only trusted while this is unchanged
+        self.edits = 0
 
     def decode(self, batch: Batch) -> None:
         """Decode ``batch`` and wait until the device has finished it.
@@ -119,6 +122,7 @@ class Context:
         on the CPU backend the call returns at once.
         """
         batch.raw.n_tokens = batch.n
+        self.edits += 1
         rc = self._lib.llama_decode(self.handle, batch.raw)
         if rc != 0:
             detail = "; ".join(native.recent_log(2)) or ""
@@ -147,9 +151,11 @@ class Context:
 
     # -- memory -----------------------------------------------------------
     def seq_rm(self, p0: int, p1: int = -1, seq: int = 0) -> bool:
+        self.edits += 1
         return bool(self._lib.llama_memory_seq_rm(self.memory, seq, p0, p1))
 
     def clear(self) -> None:
+        self.edits += 1
         self._lib.llama_memory_clear(self.memory, True)
 
     # -- state checkpoints (for hybrid targets without n_rs_seq) ----------
@@ -171,6 +177,7 @@ class Context:
         return buf
 
     def state_restore(self, buf: Any, seq: int = 0, flags: int = 1) -> None:
+        self.edits += 1
         read = self._lib.llama_state_seq_set_data_ext(self.handle, buf, len(buf), seq, flags)
         if read == 0:
             raise ContextError("restoring a state checkpoint failed")

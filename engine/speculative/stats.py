@@ -36,6 +36,7 @@ class StatsSnapshot:
     rollback: str = "none"
     prompt_tokens: int = 0
     generated_tokens: int = 0
+    prompt_reused: int = 0  # prompt tokens the target context already held (not decoded again)
     prompt_tps: float | None = None
     decode_tps: float | None = None
     end_to_end_tps: float | None = None
@@ -80,6 +81,7 @@ class StatsSnapshot:
 class GenerationStats:
     prompt_tokens: int = 0
     generated_tokens: int = 0
+    prompt_reused: int = 0
     rounds: int = 0
     plain_steps: int = 0
     drafted: int = 0
@@ -145,8 +147,9 @@ class GenerationStats:
         return (self.generated_tokens - 1) / span if span > 0 else None
 
     def prompt_tps(self) -> float | None:
-        t = self.phase_seconds["prefill"]
-        return self.prompt_tokens / t if t > 0 and self.prompt_tokens else None
+        """Prompt tokens decoded per second of prefill (reused ones were not decoded)."""
+        t, n = self.phase_seconds["prefill"], self.prompt_tokens - self.prompt_reused
+        return n / t if t > 0 and n > 0 else None
 
     def end_to_end_tps(self, now: float | None = None) -> float | None:
         span = self.elapsed(now)
@@ -158,6 +161,7 @@ class GenerationStats:
             rollback=self.rollback,
             prompt_tokens=self.prompt_tokens,
             generated_tokens=self.generated_tokens,
+            prompt_reused=self.prompt_reused,
             prompt_tps=self.prompt_tps(),
             decode_tps=self.decode_tps(now),
             end_to_end_tps=self.end_to_end_tps(now),

@@ -160,7 +160,8 @@ def panel_lines(s: StatsSnapshot) -> list[str]:
 
 def report(s: StatsSnapshot, finish: str) -> str:
     """The CLI's report after a reply: one line, plus MTP and timing lines under MTP."""
-    text = (f"[{finish}] {s.prompt_tokens} prompt tokens ({_num(s.prompt_tps)} tok/s), "
+    reused = f", {s.prompt_reused} reused" if s.prompt_reused else ""
+    text = (f"[{finish}] {s.prompt_tokens} prompt tokens{reused} ({_num(s.prompt_tps)} tok/s), "
             f"{s.generated_tokens} generated, decode {_num(s.decode_tps)} tok/s, "
             f"end-to-end {_num(s.end_to_end_tps)} tok/s, {s.elapsed:.2f} s")
     if s.rounds:

@@ -1,0 +1,127 @@
+"""A generation reuses what the target context holds from the last one.
+
+Continue (the prompt extends the last context), regenerate (the same prompt
+again), edit (the prompt parts in the middle) and switch (another prompt in
+between), on an attention-only target, hybrids and the built-in model (SWA):
+greedy output is the output without reuse (judged as engine/speculative/identity.py
+judges MTP, since a prompt decoded in two batches is a different batch
+shape), and the statistics say how many prompt tokens were reused.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.generation.generator import GenerateRequest, generate
+from engine.generation.session import LoadOptions, Session
+from engine.speculative import identity
+from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp, ngram
+from tests.engine.conftest import synth
+
+TOKENS = 24
+FIRST = " the river model light and the"
+EDITED = " the river model LIGHT and the"
+OTHER = " far away from here a"
+
+
+def run(session: Session, prompt: str, spec: SpeculativeSettings = SPECULATION_OFF, **kw) -> object:
+    return generate(session, GenerateRequest(prompt=prompt, max_tokens=TOKENS, speculative=spec, **kw))
+
+
+def fresh(session: Session, prompt: str, spec: SpeculativeSettings = SPECULATION_OFF) -> object:
+    """The same generation from an empty context: what reuse must equal."""
+    session.prefix.forget()
+    result = run(session, prompt, spec, record_margins=True)
+    assert result.stats.prompt_reused == 0
+    return result
+
+
+def same(session: Session, reused: object, baseline: object) -> None:
+    verdict = identity.classify(baseline.tokens, baseline.margins, reused.tokens, identity.measure_noise(session))
+    assert verdict.acceptable, verdict.describe()
+
+
+def conversation(session: Session, spec: SpeculativeSettings = SPECULATION_OFF) -> dict[str, int]:
+    """Continue, regenerate, edit, switch and back; each checked against a fresh run.
+
+    Returns the prompt tokens each step reused, and under ``"<step> of"`` its prompt's length.
+    """
+    reused = {}
+    first = run(session, FIRST, spec)
+    follow = FIRST + first.text + " and then"
+    steps = [("continue", follow), ("regenerate", follow), ("edit", EDITED), ("switch", OTHER), ("back", follow)]
+    for name, prompt in steps:
+        got = run(session, prompt, spec)
+        reused[name], reused[f"{name} of"] = got.stats.prompt_reused, got.stats.prompt_tokens
+        assert got.stats.prompt_tokens > reused[name], name  # the last prompt token is always decoded again
+        held = list(session.prefix.tokens)
+        same(session, got, fresh(session, prompt, spec))
+        session.prefix.forget()
+        run(session, prompt, spec)  # leave the context as the reusing run left it
+        assert session.prefix.tokens == held, name  # and so are the tokens it holds
+    return reused
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "step35"])
+def test_an_attention_target_reuses_every_common_prefix(arch):
+    session = Session(LoadOptions(path=str(synth(arch, "random", seed=4).path()), n_ctx=512))
+    try:
+        reused = conversation(session)
+        assert reused["continue"] > 0
+        assert reused["regenerate"] == reused["regenerate of"] - 1  # all but the token whose logits start the reply
+        assert reused["edit"] > 0  # up to the edited word
+        assert reused["switch"] == 0 or reused["switch"] < reused["edit"]
+        assert reused["back"] == 0 or reused["back"] < reused["regenerate"]
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "qwen3next"])
+def test_a_hybrid_target_reuses_up_to_its_checkpoint_and_restarts_where_it_cannot_roll_back(arch):
+    session = Session(LoadOptions(path=str(synth(arch, "mixed", seed=1).path()), n_ctx=512))
+    try:
+        reused = conversation(session)
+        assert reused["continue"] > 0  # back to the checkpoint before the last prompt's final token, or further
+        assert reused["regenerate"] == reused["regenerate of"] - 1  # exactly that checkpoint
+        assert reused["edit"] == 0  # parted before the checkpoint, and no snapshots without drafting: start over
+    finally:
+        session.close()
+
+
+def test_the_n_gram_drafter_reuses_the_prefix_and_mtp_does_not_yet():
+    session = Session(LoadOptions(path=str(synth("glm4moe", "mixed", seed=2).path()), n_ctx=512))
+    try:
+        reused = conversation(session, ngram(4))
+        assert reused["continue"] > 0 and reused["regenerate"] == reused["regenerate of"] - 1
+        first = run(session, FIRST, mtp(3))
+        again = run(session, FIRST, mtp(3))
+        assert again.stats.prompt_reused == 0 and again.tokens == first.tokens  # documented: MTP starts empty
+        after = run(session, FIRST)  # an MTP generation still leaves the target holding exactly what it kept
+        assert after.stats.prompt_reused == after.stats.prompt_tokens - 1
+        same(session, after, fresh(session, FIRST))
+    finally:
+        session.close()
+
+
+def test_the_built_in_model_prefills_only_what_is_new(default_model):
+    session = Session(LoadOptions(path=str(default_model), n_ctx=1024))
+    try:
+        reused = conversation(session)
+        assert reused["continue"] > 0 and reused["regenerate"] > 0 and reused["edit"] > 0
+        prompt = FIRST * 8
+        cold = run(session, prompt)
+        warm = run(session, prompt)
+        assert warm.stats.prompt_reused == warm.stats.prompt_tokens - 1
+        assert warm.tokens == cold.tokens
+    finally:
+        session.close()
+
+
+def test_another_use_of_the_context_is_never_mistaken_for_the_last_generation():
+    session = Session(LoadOptions(path=str(synth("glm4moe", "random", seed=4).path()), n_ctx=512))
+    try:
+        run(session, FIRST)
+        identity.measure_noise(session)  # decodes on the target and clears it
+        assert run(session, FIRST).stats.prompt_reused == 0
+    finally:
+        session.close()
