@@ -285,12 +285,16 @@ def generate(
         t0 = time.perf_counter()
         held = request.hold_last_prompt_token and len(tokens) > 1
         prefill = tokens[:-1] if held else tokens
-        # the MTP head needs the target's hidden state at every position it catches up on:
-        # with it, both contexts start empty (engine/generation/prefix_cache.py)
-        reuse = drafter is None or not spec.uses_mtp
-        if reuse:
+        # what the contexts hold from the last generation (engine/generation/prefix_cache.py): the MTP
+        # head needs h_target at each position it catches up on, so its context keeps one row more
+        mtp_drafter = drafter if drafter is not None and drafter is session.drafter else None
+        reuse = drafter is None or not spec.uses_mtp or mtp_drafter is not None
+        if mtp_drafter is not None:
+            reused = session.prefix.start(target, prefill, session.is_hybrid,
+                                          limit=session.prefix.mtp_limit(mtp_drafter.ctx, prefill))
+        elif reuse:
             reused = session.prefix.start(target, prefill, session.is_hybrid)
-        else:
+        else:  # MTP + n-gram: both contexts start empty
             session.prefix.forget()
             target.clear()
             reused = 0
@@ -299,7 +303,9 @@ def generate(
         checkpoint_at = len(prefill) - 1 if reuse and session.is_hybrid and len(prefill) - 1 > reused else -1
         stats.prompt_reused = reused
         kept = list(prefill[:reused])  # what the target context holds, position by position
-        if drafter is not None:
+        if mtp_drafter is not None:
+            mtp_drafter.begin(spec, keep=reused + 1 if reused else 0)
+        elif drafter is not None:
             drafter.begin(spec)
             if reused:
                 drafter.process(kept, 0)  # the n-gram drafter reads tokens only
@@ -314,7 +320,9 @@ def generate(
             kept.extend(chunk)
             if end == checkpoint_at:
                 session.prefix.save_checkpoint(target, end)
-            if drafter is not None:
+            if mtp_drafter is not None and reused and start == reused:
+                mtp_drafter.resume(chunk, start)  # its row at ``reused`` is kept: catch up from the next
+            elif drafter is not None:
                 drafter.process(chunk, start)
             if on_prefill is not None:
                 on_prefill(start + len(chunk) - reused, len(prefill) - reused)
@@ -423,6 +431,8 @@ def generate(
     finally:
         sampler.close()
     session.prefix.keep(target, kept)
+    if mtp_drafter is not None:
+        session.prefix.keep_mtp(mtp_drafter.ctx, kept[:mtp_drafter.exact_end])
     out.close()
     book_drafter()
     stats.generated_tokens = len(out.tokens)

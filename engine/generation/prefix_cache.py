@@ -26,10 +26,13 @@ What can be kept depends on the memory:
 At least the prompt's last token is always decoded again: its logits give
 the first token of the reply.
 
-Not yet with the MTP head: the MTP context needs the target's hidden state
-at every position it catches up on, and those of a reused prefix are not
-kept, so a generation that drafts with MTP clears both contexts as before
-(the n-gram drafter, which reads tokens only, reuses).
+With the MTP head, the MTP context is reused too: its rows are (x_p,
+h_target(p-1)), exact only for positions a catch-up wrote for the same
+tokens (``MTPDrafter.exact_end``), and the hidden states of a reused prefix
+are not kept. So the target keeps one row fewer than the MTP context: it
+decodes position n again, which gives h_target(n), and the MTP catch-up
+resumes at n + 1 (``MTPDrafter.resume``). The composition of MTP and n-gram
+drafting still starts both contexts empty.
 """
 
 from __future__ import annotations
@@ -60,12 +63,18 @@ class PrefixCache:
         # a hybrid's recurrent state after tokens[:checkpoint_pos], and its buffer (reused)
         self.checkpoint_pos = 0
         self._checkpoint: Any = None
+        # the MTP context: the tokens of its exact rows, trusted while it is not used otherwise
+        self.mtp_tokens: list[int] = []
+        self._mtp_context: Context | None = None
+        self._mtp_edits = -1
 
     def forget(self) -> None:
-        """The context's contents are unknown (an error, an interrupted generation)."""
+        """The contexts' contents are unknown (an error, an interrupted generation)."""
         self.tokens = []
         self._context = None
         self.checkpoint_pos = 0
+        self.mtp_tokens = []
+        self._mtp_context = None
 
     def save_checkpoint(self, target: Context, pos: int) -> None:
         """Keep the recurrent state of ``target`` as it is after ``pos`` prompt tokens (hybrids)."""
@@ -86,9 +95,22 @@ class PrefixCache:
         self._context = target
         self._edits = target.edits
 
-    def start(self, target: Context, prompt: list[int], hybrid: bool) -> int:
+    def keep_mtp(self, ctx: Context, tokens: list[int]) -> None:
+        """After a generation that drafted with MTP: ``ctx`` holds exact rows for ``tokens``."""
+        self.mtp_tokens = tokens
+        self._mtp_context = ctx
+        self._mtp_edits = ctx.edits
+
+    def mtp_limit(self, ctx: Context, prompt: list[int]) -> int:
+        """How many target positions may be reused so that the MTP context keeps one row more."""
+        if self._mtp_context is not ctx or ctx.edits != self._mtp_edits:
+            return 0
+        return max(0, common_prefix(self.mtp_tokens, prompt) - 1)
+
+    def start(self, target: Context, prompt: list[int], hybrid: bool, limit: int | None = None) -> int:
         """Make ``target`` hold the longest reusable prefix of ``prompt``; return its length.
 
+        ``limit``: reuse no more positions than this (what the MTP context can follow).
         The context is cleared when nothing can be kept, so the caller
         prefills ``prompt[returned:]`` from the returned position either way.
         """
@@ -98,6 +120,8 @@ class PrefixCache:
         self._context = None
         checkpoint, self.checkpoint_pos = self.checkpoint_pos, 0
         n = min(common_prefix(held, prompt), len(prompt) - 1) if same else 0
+        if limit is not None:
+            n = min(n, limit)
         if n > 0 and (n == len(held) or target.seq_rm(n, -1)):
             return n
         if hybrid and 0 < checkpoint <= n:

@@ -138,11 +138,20 @@ class MTPDrafter:
         self._verify_buf = np.zeros((MAX_DRAFT + 1, self.n_embd), dtype=np.float32)
         self._row_bytes = 4 * self.n_embd
         self._n_vocab = mtp_model.n_vocab
+        # positions [0, exact_end) of the MTP context hold rows a catch-up wrote, (x_p, h_target(p-1))
+        # for the target's kept tokens: the next generation may keep them (engine/generation/prefix_cache.py)
+        self.exact_end = 0
 
     # -- Drafter interface --------------------------------------------------
-    def begin(self, settings: SpeculativeSettings) -> None:
+    def begin(self, settings: SpeculativeSettings, keep: int = 0) -> None:
+        """Start a generation; ``keep``: leading MTP rows still exact for this prompt (prefix reuse),
+        whose catch-up resumes with :meth:`resume` on the first prefill chunk."""
         self.settings = settings
-        self.ctx.clear()
+        if keep:
+            self.ctx.seq_rm(keep, -1)
+        else:
+            self.ctx.clear()
+        self.exact_end = keep
         self.pending_h[:] = 0.0
         self._fold_tokens = []
         self.seconds = {"draft": 0.0, "catch_up": 0.0}
@@ -160,14 +169,38 @@ class MTPDrafter:
         n = len(tokens)
         view = np.ctypeslib.as_array(self.target.embeddings_nextn(), shape=(n, self.n_embd))
         self.verify_h = view.copy()  # the target overwrites its buffer on the next decode
+        self._catch_up(tokens, pos_start, self.pending_h, self.verify_h[: n - 1])
+        self.pending_h[:] = self.verify_h[n - 1]
+        self.seconds["catch_up"] += time.perf_counter() - t0
+
+    def resume(self, tokens: list[int], pos_start: int) -> None:
+        """The first prefill chunk after a reused prefix (see :meth:`begin`'s ``keep``).
+
+        The target decoded ``tokens`` again from ``pos_start``, whose MTP row is
+        kept: its output row is h_target(pos_start), the input the next row
+        needs, so the catch-up starts one row later.
+        """
+        t0 = time.perf_counter()
+        n = len(tokens)
+        view = np.ctypeslib.as_array(self.target.embeddings_nextn(), shape=(n, self.n_embd))
+        self.verify_h = view.copy()
+        if n > 1:
+            self._catch_up(tokens[1:], pos_start + 1, self.verify_h[0], self.verify_h[1 : n - 1])
+        self.pending_h[:] = self.verify_h[n - 1]
+        self.seconds["catch_up"] += time.perf_counter() - t0
+
+    def _catch_up(self, tokens: list[int], pos_start: int, first_h: np.ndarray, rest_h: np.ndarray) -> None:
+        """Decode rows (token k, h) at ``pos_start + k``: ``first_h`` for row 0, ``rest_h[k-1]`` after."""
+        n = len(tokens)
         batch = self.batch
         batch.clear()
         for k, tok in enumerate(tokens):
             batch.add(tok, pos_start + k, False)
         base = batch.embd_row_address(0)
-        ctypes.memmove(base, self.pending_h.ctypes.data, self._row_bytes)
+        ctypes.memmove(base, np.ascontiguousarray(first_h).ctypes.data, self._row_bytes)
         if n > 1:
-            ctypes.memmove(base + self._row_bytes, self.verify_h.ctypes.data, self._row_bytes * (n - 1))
+            ctypes.memmove(base + self._row_bytes, np.ascontiguousarray(rest_h).ctypes.data,
+                           self._row_bytes * (n - 1))
         for head in range(self.n_heads if self.chained else 1):
             self.ctx.seq_rm(pos_start, -1)
             if self.chained:
@@ -175,8 +208,11 @@ class MTPDrafter:
             self.ctx.decode(batch)
         if self.chained:
             self.ctx.set_nextn_layer_offset(0)
-        self.pending_h[:] = self.verify_h[n - 1]
-        self.seconds["catch_up"] += time.perf_counter() - t0
+        self._exact_to(pos_start, pos_start + n)
+
+    def _exact_to(self, start: int, end: int) -> None:
+        """Rows [start, end) were just written by a catch-up (and everything after them dropped)."""
+        self.exact_end = end if start <= self.exact_end else min(self.exact_end, start)
 
     def verified(self, tokens: list[int], pos_start: int) -> None:
         """The target just decoded ``tokens`` (a verify batch): keep its hidden
@@ -213,6 +249,8 @@ class MTPDrafter:
             drafts = self._draft_looped(id_last, pos0, n_max, p_min)
         if len(drafts) < self.settings.n_min:
             drafts = []
+        # draft rows (and a chained head's pass over pos0) are not catch-up rows
+        self.exact_end = min(self.exact_end, pos0)
         self.seconds["draft"] += time.perf_counter() - t0
         return drafts
 
@@ -232,6 +270,7 @@ class MTPDrafter:
                 self.settle()  # many steps without a draft (adaptive depth): the batch must still hold them
         else:
             self.ctx.seq_rm(pos0 + n_accepted + 1, -1)
+            self.exact_end = min(self.exact_end, pos0 + n_accepted + 1)
         self.pending_h[:] = self.verify_h[n_accepted]
 
     def settle(self) -> None:
@@ -256,6 +295,7 @@ class MTPDrafter:
             self.ctx.decode(batch)
         if self.chained:
             self.ctx.set_nextn_layer_offset(0)
+        self._exact_to(self._fold_pos, self._fold_pos + len(self._fold_tokens))
         self._fold_tokens = []
         self.seconds["catch_up"] += time.perf_counter() - t0
 
@@ -298,6 +338,7 @@ class MTPDrafter:
             first = len(self._fold_tokens)
             ctypes.memmove(batch.embd_row_address(0), np.ascontiguousarray(self._fold_embd).ctypes.data,
                            self._row_bytes * first)
+            self._exact_to(self._fold_pos, self._fold_pos + first)  # written by the decode below
             self._fold_tokens = []
         else:
             self.ctx.seq_rm(pos0, -1)
