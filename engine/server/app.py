@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
@@ -37,6 +39,7 @@ from engine.server.generation import Gate, Generation
 from engine.server.metrics import Metrics, RequestRecord
 from engine.worker import protocol as P
 
+HEALTH_PROBE_TIMEOUT_S = 3.0  # a worker answers a ping from its reader thread in milliseconds, even mid-reply
 ROUTES = ("chat/completions", "completions", "models", "metrics")  # the log's names for refused calls (bounded)
 # worker error kinds that are the request's fault (400); others are the server's (500)
 CLIENT_ERRORS = {"context": "context_length_exceeded", "protocol": "invalid_request", "template": "template_error"}
@@ -59,11 +62,15 @@ def _engine_error(event: P.ErrorEvent | None) -> F.ApiError:
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
 
 
+# a name (or a bracketed IPv6 address) and at most a numeric port, nothing else: "[::1]evil.example" and
+# "127.0.0.1:1@evil.example" are not loopback names with something after them, they are other names
+_HOST_HEADER = re.compile(r"(\[[0-9a-f:.]*\]|[^:\[\]@/\\?#\s]*)(?::[0-9]{1,5})?")
+
+
 def _host_name(host_header: str) -> str:
-    """``127.0.0.1:8181`` -> ``127.0.0.1``; ``[::1]:8181`` -> ``[::1]``."""
-    if host_header.startswith("["):
-        return host_header[: host_header.find("]") + 1] if "]" in host_header else host_header
-    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+    """``127.0.0.1:8181`` -> ``127.0.0.1``; ``[::1]:8181`` -> ``[::1]``; anything else as it is."""
+    match = _HOST_HEADER.fullmatch(host_header)
+    return match.group(1) if match else host_header
 
 
 class LoopbackHostCheck:
@@ -117,6 +124,7 @@ class Api:
     def __init__(self, link: EngineLink, config: ServerConfig, metrics: Metrics) -> None:
         self.link, self.config, self.metrics = link, config, metrics
         self._gate: Gate | None = None
+        self._probe: asyncio.Future[bool] | None = None
 
     @property
     def gate(self) -> Gate:
@@ -135,9 +143,18 @@ class Api:
     # -- plain routes ------------------------------------------------------------
     async def health(self, request: Request) -> Response:
         if self.link.model() is None:
-            return JSONResponse({"status": "unavailable", "error": {"message": "The engine is (re)starting.",
-                                 "type": "unavailable_error", "code": 503}}, status_code=503)
+            return _unavailable("The engine is (re)starting.")
+        if not await self._responsive():
+            return _unavailable(f"The engine has not answered for {HEALTH_PROBE_TIMEOUT_S:g} s: it is stopped or "
+                                "stuck.")
         return JSONResponse({"status": "ok"})
+
+    async def _responsive(self) -> bool:
+        """One probe of the engine at a time, shared by every ``/health`` waiting (a flood of health
+        checks is one ping), on a thread: the probe blocks."""
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.ensure_future(asyncio.to_thread(self.link.responsive, HEALTH_PROBE_TIMEOUT_S))
+        return bool(await asyncio.shield(self._probe))
 
     async def models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": self._model_objects()})
@@ -179,18 +196,20 @@ class Api:
                                  code="engine_unavailable", headers={"Retry-After": str(self.config.retry_after_s)})
             parse = F.parse_chat if endpoint == "chat" else F.parse_completion
             parsed = parse(body, self.served_ids(), model.n_ctx)
+            # everything that can fail is made before the place in line is taken: from admit() on, each
+            # path out gives it back (the generation's own endings, or the handlers below)
+            gen = Generation(self.link, self.gate, self.config, self.metrics, endpoint, parsed.stream)
+            speculative = parsed.speculative or self.link.default_speculative()
+            # what this model can run: chained heads draft at most their count; without a head MTP is off
+            # and MTP + n-gram is n-gram (the report below then says what ran, not what was asked)
+            speculative = speculative.limited_to(model.max_draft if model.can_draft else 0)
+            message = P.GenerateRequestMsg(
+                id=gen.id, prompt=parsed.prompt, messages=parsed.messages, max_tokens=parsed.max_tokens,
+                stop=parsed.stop, speculative=speculative, **parsed.sampling)
             self.gate.admit()
         except F.ApiError as err:
             self._reject(endpoint, err)
             return error_response(err)
-        gen = Generation(self.link, self.gate, self.config, self.metrics, endpoint, parsed.stream)
-        speculative = parsed.speculative or self.link.default_speculative()
-        # what this model can run: chained heads draft at most their count; without a head MTP is off
-        # and MTP + n-gram is n-gram (the report below then says what ran, not what was asked)
-        speculative = speculative.limited_to(model.max_draft if model.can_draft else 0)
-        message = P.GenerateRequestMsg(
-            id=gen.id, prompt=parsed.prompt, messages=parsed.messages, max_tokens=parsed.max_tokens,
-            stop=parsed.stop, speculative=speculative, **parsed.sampling)
         try:  # until the first token (or the end), the answer can still be a proper HTTP error
             first = await _unless_disconnected(request, self._first_event(gen, message), gen)
         except F.ApiError as err:
@@ -323,6 +342,11 @@ class Api:
                                           outcome="rejected", stream=False))
 
 
+def _unavailable(message: str) -> JSONResponse:
+    return JSONResponse({"status": "unavailable", "error": {"message": message, "type": "unavailable_error",
+                         "code": 503}}, status_code=503)
+
+
 def _sse_data(data: Any) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
 
@@ -340,7 +364,15 @@ async def _unless_disconnected(request: Request, work: Awaitable[Any], gen: Gene
         raise
     watcher.cancel()
     if task in done:
-        return task.result()
+        try:
+            return task.result()
+        except F.ApiError:  # an answer already: the generation has ended, or gave back what it held
+            raise
+        except Exception:  # a bug on this path must not keep the turn: cancel in the worker, drain, move on
+            gen.abandon("error")
+            gen.status = 500
+            gen.record()
+            raise
     task.cancel()
     gen.abandon("disconnected")
     return None
@@ -349,6 +381,25 @@ async def _unless_disconnected(request: Request, work: Awaitable[Any], gen: Gene
 async def _disconnect(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no such route, wrong method) in OpenAI's error shape, not plain text."""
+    assert isinstance(exc, HTTPException)
+    status = exc.status_code
+    if status == 404:
+        message, code = f"There is no {request.url.path} here; the API is under /v1 (GET /v1/models).", "not_found"
+    elif status == 405:
+        message, code = f"{request.method} is not allowed on {request.url.path}.", "method_not_allowed"
+    else:
+        message, code = str(exc.detail), "http_error"
+    return error_response(F.ApiError(status, message, code=code, headers=dict(exc.headers or {})))
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    """A bug answers as a JSON error too (its traceback goes to the log, not to the client)."""
+    return error_response(F.ApiError(500, f"The server failed on this request ({type(exc).__name__}); "
+                                     "its log has the details.", type_="server_error", code="internal_error"))
 
 
 def create_app(link: EngineLink, config: ServerConfig, metrics: Metrics | None = None) -> Starlette:
@@ -370,6 +421,7 @@ def create_app(link: EngineLink, config: ServerConfig, metrics: Metrics | None =
         Route("/v1/chat/completions", api.chat, methods=["POST"]),
         Route("/v1/completions", api.completions, methods=["POST"]),
     ]
-    app = Starlette(routes=routes, middleware=middleware)
+    app = Starlette(routes=routes, middleware=middleware,
+                    exception_handlers={HTTPException: _http_error, Exception: _server_error})
     app.state.api = api
     return app

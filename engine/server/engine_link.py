@@ -21,6 +21,7 @@ from engine.worker import protocol as P
 from engine.worker.client import WorkerClient, WorkerDied
 
 Sink = Callable[[P.Event], None]
+PROBE_PREFIX = "ping-"  # the ids of responsiveness probes (cancels aimed at no request)
 RESTART_NOTICE = "The engine process ended during this request ({why}); it is being restarted. Retry the request."
 
 
@@ -54,6 +55,11 @@ class EngineLink(Protocol):
         ...
 
     def new_id(self) -> str:
+        ...
+
+    def responsive(self, timeout_s: float) -> bool:
+        """Does the engine answer within ``timeout_s`` (blocking; call it off the event loop)? False for
+        a worker that is stopped (SIGSTOP) or frozen, which otherwise looks loaded and ready."""
         ...
 
 
@@ -109,6 +115,9 @@ class WorkerLink:
             except WorkerDied:
                 self._sinks.pop(request.id, None)
                 raise EngineUnavailable("The engine process has ended; it is being restarted. Retry.") from None
+            except BaseException:  # not sent (text that cannot be encoded, …): the id must not stay taken
+                self._sinks.pop(request.id, None)
+                raise
 
     def cancel(self, request_id: str) -> None:
         with self._lock:
@@ -118,6 +127,26 @@ class WorkerLink:
                 self.client.send(P.CancelRequest(id=f"c-{request_id}", target=request_id))
             except WorkerDied:
                 pass  # the reader fails the request
+
+    def responsive(self, timeout_s: float) -> bool:
+        """A cancel aimed at no request, as a ping: the worker's reader thread answers it at once, even
+        mid-reply, so no answer in ``timeout_s`` means the process is stopped or stuck."""
+        answered = threading.Event()
+        probe = f"{PROBE_PREFIX}{self.new_id()}"
+        with self._lock:
+            if self._model is None:
+                return False
+            self._sinks[probe] = lambda event: answered.set() if isinstance(event, P.AckEvent) else None
+            try:
+                self.client.send(P.CancelRequest(id=probe, target=probe))
+            except WorkerDied:
+                self._sinks.pop(probe, None)
+                return False
+        if answered.wait(timeout_s):
+            return True
+        with self._lock:
+            self._sinks.pop(probe, None)  # a late answer finds no sink and is dropped
+        return False
 
     # -- lifecycle ------------------------------------------------------------
     def _start(self) -> WorkerClient:

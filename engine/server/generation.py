@@ -6,7 +6,9 @@ order, with at most ``max_queue`` waiting; a request beyond that is refused
 at once with 503 and ``Retry-After``. A generation holds the gate until its
 final event arrives, even after its client left: it is cancelled in the
 worker, and a background task reads it to its end, so the next request never
-starts while the worker still decodes an abandoned one.
+starts while the worker still decodes an abandoned one. A submit that fails
+in any way gives the gate back at once: one bad request must never lock the
+server for the ones after it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from engine.errors import ProtocolError
 from engine.server.config import ServerConfig
 from engine.server.engine_link import EngineLink, EngineUnavailable
 from engine.server.metrics import Metrics, RequestRecord
@@ -133,15 +136,19 @@ class Generation:
             raise asyncio.CancelledError()
         self.speculative = request.speculative
         loop = asyncio.get_running_loop()
-        # one timer for the whole request, not a wait_for per token (that makes a task per event)
-        self._timer = loop.call_later(self.config.request_timeout_s, self.events.put_nowait, None)
-
         try:
             self.link.submit(request, _Handoff(loop, self.events).put)
-        except EngineUnavailable as exc:
+        except BaseException as exc:  # whatever the submit raised, nothing runs: give back what this holds
+            self.finished = True
             self._leave()
-            raise ApiError(503, str(exc), code="engine_unavailable", type_="server_error",
-                           headers={"Retry-After": str(self.config.retry_after_s)}) from None
+            if isinstance(exc, EngineUnavailable):
+                raise ApiError(503, str(exc), code="engine_unavailable", type_="server_error",
+                               headers={"Retry-After": str(self.config.retry_after_s)}) from None
+            if isinstance(exc, ProtocolError):  # text or a value the worker cannot take: the request's fault
+                raise ApiError(400, str(exc), code="invalid_request") from None
+            raise
+        # one timer for the whole request, not a wait_for per token (that makes a task per event)
+        self._timer = loop.call_later(self.config.request_timeout_s, self.events.put_nowait, None)
 
     # -- events ---------------------------------------------------------------
     async def next_event(self) -> P.Event:

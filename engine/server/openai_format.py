@@ -2,7 +2,9 @@
 response objects out. Pure functions, no I/O, so every rule is testable alone.
 
 Rules that matter to a client:
-- Every parameter is checked; a wrong type or value is a 400 naming it.
+- Every parameter is checked; a wrong type or value is a 400 naming it. Text
+  holding a lone surrogate (``"\\ud800"``), in a value or a name, is a 400
+  ``invalid_text`` naming the field.
 - A parameter that would change the result and is not supported (``n`` > 1,
   ``tools``, ``logprobs``, ``response_format`` other than text, ``logit_bias``,
   ``echo``, ``best_of`` > 1, ``suffix``) is a 400 naming it, never ignored.
@@ -30,6 +32,7 @@ from typing import Any
 from engine.sampling import MAX_SEED, RANDOM_SEED, SamplingParams
 from engine.speculative.settings import MODES, SpeculativeSettings
 from engine.speculative.stats import StatsSnapshot
+from engine.unicode_text import first_bad_text, printable
 
 MAX_STOPS = 16
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -55,6 +58,9 @@ class ApiError(Exception):
 
     def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
                  type_: str = "invalid_request_error", headers: dict[str, str] | None = None) -> None:
+        # a message or name may quote what the client sent; a lone surrogate in it would make the answer
+        # itself unencodable (a 500 in place of this error)
+        message, param = printable(message), None if param is None else printable(param)
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.type = status, message, param, code, type_
         self.headers = headers or {}
@@ -83,6 +89,14 @@ class ParsedRequest:
 
 
 # -- checking -------------------------------------------------------------------
+def check_text(body: Any) -> None:
+    """Refuse a body holding a lone surrogate anywhere (a value or a name), naming the field: such text
+    cannot be tokenized, sent to the worker or even quoted in an error."""
+    found = first_bad_text(body)
+    if found is not None:
+        raise bad(found.top or "body", found.describe(), "invalid_text")
+
+
 def _number(body: dict[str, Any], name: str, default: float) -> float:
     value = body.get(name, default)
     if value is None:
@@ -231,7 +245,7 @@ def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
         if not isinstance(message, dict):
             raise bad("messages", f"{where} must be an object", "invalid_type")
         role = message.get("role")
-        if role not in CHAT_ROLES:
+        if not isinstance(role, str) or role not in CHAT_ROLES:
             raise bad("messages", f"{where}.role {role!r} is not supported; use system, user or assistant",
                       "unsupported_parameter")
         if message.get("tool_calls") or message.get("function_call"):
@@ -244,6 +258,7 @@ def parse_chat(body: Any, served: tuple[str, ...], n_ctx: int) -> ParsedRequest:
     """A ``/v1/chat/completions`` body, every field checked. Raises :class:`ApiError`."""
     if not isinstance(body, dict):
         raise bad("body", "The request body must be a JSON object", "invalid_type")
+    check_text(body)
     _refuse_unsupported(body, CHAT_FIELDS)
     model = _model(body, served)
     stream, include_usage = _stream(body)
@@ -257,6 +272,7 @@ def parse_completion(body: Any, served: tuple[str, ...], n_ctx: int) -> ParsedRe
     """A ``/v1/completions`` body (one prompt string). Raises :class:`ApiError`."""
     if not isinstance(body, dict):
         raise bad("body", "The request body must be a JSON object", "invalid_type")
+    check_text(body)
     _refuse_unsupported(body, COMPLETION_FIELDS)
     model = _model(body, served)
     prompt = body.get("prompt")
@@ -292,9 +308,11 @@ def timings(stats: StatsSnapshot | None, n_tokens: int) -> dict[str, Any]:
         return {}
     prompt_s = stats.phase_seconds.get("prefill", 0.0)
     predicted_s = max(stats.elapsed - prompt_s, 0.0)
+    decoded = stats.prompt_tokens - stats.prompt_reused  # as llama-server counts: prompt_n excludes cache_n
     return {
-        "prompt_n": stats.prompt_tokens, "prompt_ms": prompt_s * 1000,
-        "prompt_per_token_ms": prompt_s * 1000 / stats.prompt_tokens if stats.prompt_tokens else None,
+        "cache_n": stats.prompt_reused,
+        "prompt_n": decoded, "prompt_ms": prompt_s * 1000,
+        "prompt_per_token_ms": prompt_s * 1000 / decoded if decoded else None,
         "prompt_per_second": stats.prompt_tps,
         "predicted_n": n_tokens, "predicted_ms": predicted_s * 1000,
         "predicted_per_token_ms": predicted_s * 1000 / n_tokens if n_tokens else None,

@@ -17,6 +17,7 @@ import uvicorn
 from engine.server.app import create_app
 from engine.server.config import ServerConfig, check
 from engine.server.engine_link import EngineLink
+from engine.server.http_errors import JsonErrorsHTTPProtocol
 from engine.server.metrics import Metrics
 
 START_TIMEOUT_S = 15.0
@@ -41,7 +42,7 @@ def _uvicorn(link: EngineLink, config: ServerConfig, metrics: Metrics) -> uvicor
     app = create_app(link, config, metrics)
     # access_log off: our request log never holds headers (the key) or prompts
     return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                         timeout_graceful_shutdown=3))
+                                         timeout_graceful_shutdown=3, http=JsonErrorsHTTPProtocol))
 
 
 class ServerThread:

@@ -131,3 +131,13 @@ def test_a_request_that_waits_past_the_queue_timeout_gets_503(link):
         wait_for(lambda: server_idle(patient))
     finally:
         patient.stop()
+
+
+def test_a_stopped_worker_is_reported_unhealthy_and_healthy_again_when_it_runs(server: ServerThread, link):
+    health = server.base_url.removesuffix("/v1") + "/health"
+    assert httpx.get(health, timeout=10).status_code == 200
+    with paused(link.client.proc.pid):
+        stalled = httpx.get(health, timeout=10)
+        assert stalled.status_code == 503 and "not answered" in stalled.json()["error"]["message"], stalled.text
+    wait_for(lambda: httpx.get(health, timeout=10).status_code == 200, 10)
+    assert httpx.post(f"{server.base_url}/completions", json=SHORT, timeout=30).status_code == 200

@@ -95,3 +95,15 @@ def test_cors_for_every_origin_needs_a_key():
     with pytest.raises(ConfigError, match="every web page"):
         check(ServerConfig(cors_origins=("*",)))
     check(ServerConfig(cors_origins=("*",), api_key=KEY))
+
+
+def test_a_host_that_only_begins_like_a_loopback_name_is_refused(server):
+    """``[::1]evil.example`` and ``127.0.0.1:P@evil.example`` are other names (a browser would send them for
+    pages of their own); only a loopback name with at most a numeric port passes."""
+    port = server.base_url.split(":")[2].split("/")[0]
+    for host in ("[::1]evil.example", f"127.0.0.1:{port}@evil.example", f"localhost:{port}@evil.example",
+                 "[::1]:8181evil.example", f"127.0.0.1:{port}:80", "localhost.evil.example", "127.0.0.1@evil"):
+        answer = httpx.get(f"{server.base_url}/models", headers={"Host": host})
+        assert answer.status_code == 421 and answer.json()["error"]["code"] == "wrong_host", host
+    for host in (f"[::1]:{port}", "[::1]", "127.0.0.1", f"LOCALHOST:{port}"):
+        assert httpx.get(f"{server.base_url}/models", headers={"Host": host}).status_code == 200, host
