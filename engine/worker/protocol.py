@@ -21,6 +21,7 @@ from typing import Any
 from engine.errors import ProtocolError
 from engine.sampling import SamplingParams
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
+from engine.unicode_text import first_bad_text
 from engine.worker.events import (  # noqa: F401  (re-exported: the protocol is requests and events)
     EVENTS,
     AckEvent,
@@ -138,7 +139,8 @@ def decode_request(line: str | bytes) -> Any:
 
     Raises:
         ProtocolError: not UTF-8, not JSON, nested too deeply, not an object,
-            unknown type, or a bad field.
+            text that is not Unicode (a lone surrogate escape), unknown type,
+            or a bad field.
     """
     if isinstance(line, bytes):
         try:
@@ -156,6 +158,9 @@ def decode_request(line: str | bytes) -> Any:
         raise ProtocolError(f"malformed JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ProtocolError("a request must be a JSON object")
+    bad = first_bad_text(data)
+    if bad is not None:  # before any field is used: no text past here needs checking again
+        raise ProtocolError(f"request: {bad.describe()}")
     kind = data.get("type")
     cls = REQUESTS.get(kind) if isinstance(kind, str) else None
     if cls is None:
@@ -171,9 +176,10 @@ def encode(message: Any) -> str:
 
 
 def request_id(data: Any) -> str | None:
-    """The id of a request that failed to decode, if one can be read."""
+    """The id of a request that failed to decode, if one can be read (and written back: an id
+    that is not Unicode cannot be, so the error goes out without one)."""
     try:
         value = json.loads(data).get("id")
     except Exception:
         return None
-    return value if isinstance(value, str) else None
+    return value if isinstance(value, str) and first_bad_text(value) is None else None

@@ -18,7 +18,8 @@ import traceback
 from typing import IO, Any
 
 from engine.errors import EngineError, ProtocolError
-from engine.worker import protocol
+from engine.unicode_text import first_bad_text, printable
+from engine.worker import parent_watch, protocol
 from engine.worker.events import (
     AckEvent,
     ByeEvent,
@@ -62,6 +63,8 @@ class EventWriter:
 
     def send(self, event: Event) -> None:
         line = protocol.encode(event)
+        if first_bad_text(line) is not None:  # never expected (requests are checked); not a broken pipe either
+            line = printable(line)
         with self._lock:
             if self.broken:
                 return
@@ -105,7 +108,7 @@ class Worker:
             except ProtocolError as exc:
                 self.out.send(ErrorEvent(None, exc.kind, str(exc)))
             except Exception as exc:  # whatever a line does, the reader keeps reading
-                traceback.print_exc(file=sys.stderr)
+                say(traceback.format_exc())
                 self.out.send(ErrorEvent(None, "protocol", f"the worker could not read a request: {exc!r}"))
         self.close("stdin closed: the app is gone")
 
@@ -125,7 +128,14 @@ class Worker:
             return
         if isinstance(request, GenerateRequestMsg):
             with self._lock:
-                self.pending.append(request.id)
+                taken = request.id in self.pending
+                if not taken:
+                    self.pending.append(request.id)
+            if taken:  # an answer with this id would read as the first one's (and end it): say it without
+                self.out.send(ErrorEvent(None, "protocol", f"a generate request with id {request.id!r} is "
+                                         "still waiting or running; this one was refused (give each request "
+                                         "its own id)", final=False))
+                return
         elif isinstance(request, ShutdownRequest):  # no reply is worth finishing once the app asks to quit
             with self._lock:
                 self.cancelled.update(self.pending)
@@ -149,19 +159,22 @@ class Worker:
         """The app is gone: cancel everything, stop serving, and end the process soon whatever it is doing."""
         if self.closing.is_set():
             return
-        print(f"worker: {why}; exiting", file=sys.stderr)
+        # the way out first, the words after: the app that would read them may be gone (a broken or
+        # full stderr pipe), and a diagnostic must never keep an orphaned worker alive
         self.closing.set()
-        self.requests.put(None)
         timer = threading.Timer(EXIT_GRACE_S, os._exit, args=(0,))
         timer.daemon = True
         timer.start()
+        self.requests.put(None)
+        say(f"worker: {why}; exiting")
 
     def watch_parent(self) -> None:
         """Close when the parent process is gone, even if stdin never ends (another
-        process may hold the pipe open): an orphaned worker must not run on."""
-        parent = os.getppid()
+        process may hold the pipe open): an orphaned worker must not run on. The
+        fallback where the kernel's parent-death signal is missing (parent_watch)."""
+        gone = parent_watch.parent_gone()
         while not self.closing.wait(PARENT_CHECK_S):
-            if os.getppid() != parent:
+            if gone():
                 self.close("the process that started the worker is gone")
 
     def _stopping(self, request_id: str) -> bool:
@@ -197,7 +210,7 @@ class Worker:
         except Exception as exc:
             kind = exc.kind if isinstance(exc, EngineError) else "internal"
             if not isinstance(exc, EngineError):  # a bug: report it, keep serving
-                traceback.print_exc(file=sys.stderr)
+                say(traceback.format_exc())
             message = str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
             # A generate request always ends with "done"; others end with this error.
             self.out.send(ErrorEvent(request.id, kind, message, final=not generating))
@@ -254,7 +267,7 @@ class Worker:
         """ggml is ending this process (with remote servers: most often one stopped
         answering). Say so on the protocol first: the reply in hand ends with an
         ``rpc`` error and ``done``; the app then sees the worker exit and restarts it."""
-        print(f"worker: ggml aborts: {message}", file=sys.stderr, flush=True)
+        say(f"worker: ggml aborts: {message}")
         servers = ", ".join(self.session.options.rpc) if self.session is not None else ""
         message = re.sub(r"^\S+:\d+: ", "", message)  # ggml's source file:line prefix
         remote = "RPC" in message or "connect" in message
@@ -318,6 +331,14 @@ class Worker:
                                 len(result.tokens)))
 
 
+def say(text: str) -> None:
+    """A diagnostic line on stderr, never an error: stderr is often a pipe to an app that may be gone
+    (a ``BrokenPipeError`` here once killed the very threads that end an orphaned worker)."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(text if text.endswith("\n") else text + "\n")
+        sys.stderr.flush()
+
+
 def _read_facts(path: str) -> Any:
     """The file's header facts; a path the system refuses (too long, a directory, no
     permission) is a ``model_file`` error, not a bug."""
@@ -354,6 +375,7 @@ def check_generate(request: GenerateRequestMsg) -> None:
 
 
 def main() -> int:
+    parent_watch.arm_death_signal()  # first: from here on the app's death ends this process
     proto_fd = os.dup(1)
     os.dup2(2, 1)  # anything native (or print) that writes to fd 1 now lands on stderr
     sys.stdout = sys.stderr

@@ -248,3 +248,32 @@ def test_a_worker_whose_parent_died_exits_although_its_stdin_stays_open(tmp_path
     if still:
         os.kill(pid, 9)
     assert not still, "the orphaned worker kept running"
+
+
+# -- text and ids the worker cannot write back (issue 31) ------------------------
+def test_a_request_whose_id_or_path_is_not_unicode_is_refused_and_the_worker_serves_on(worker: WorkerClient):
+    """An answer echoes the id; one that is not Unicode cannot be written, and the worker used to take
+    that for a broken pipe and end. It is refused, without the id, before anything runs."""
+    assert load(worker).type == "loaded"
+    worker.send('{"type": "generate", "id": "\\ud800", "prompt": "a", "max_tokens": 2}')
+    ev = worker.next_event(9)
+    assert (ev.type, ev.kind, ev.id) == ("error", "protocol", None) and "surrogate" in ev.message, ev
+    worker.send('{"type": "load", "id": "p", "path": "/tmp/\\udc80.gguf"}')
+    ev = worker.next_event(9)
+    assert (ev.type, ev.kind, ev.id) == ("error", "protocol", "p") and "'path' holds a lone surrogate" in ev.message, ev
+    still_generates(worker)
+
+
+def test_a_second_generate_with_the_id_of_one_in_hand_is_refused_and_the_first_runs_alone(worker: WorkerClient):
+    assert load(worker).type == "loaded"
+    worker.send(P.GenerateRequestMsg(id="g", prompt=PROMPT, max_tokens=400))
+    worker.send(P.GenerateRequestMsg(id="g", prompt=PROMPT, max_tokens=2))
+    worker.send(P.CancelRequest(id="c", target="g"))
+    worker.send(P.GenerateRequestMsg(id="h", prompt=PROMPT, max_tokens=2))
+    seen: list[P.Event] = []
+    while not (seen and seen[-1].type == "done" and seen[-1].id == "h"):  # requests run in order: g, then h
+        seen.append(worker.next_event(60))
+    assert len([e for e in seen if e.type == "done" and e.id == "g"]) == 1, seen  # one "g" ran, one ended
+    refusals = [e for e in seen if e.type == "error" and e.id is None]
+    assert refusals and "'g' is still waiting or running" in refusals[0].message, seen
+    assert seen[-1].finish_reason == "length"
