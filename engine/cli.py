@@ -191,6 +191,9 @@ def _register_extras(sub: argparse._SubParsersAction) -> None:
     from engine.bench import policies_cli
 
     policies_cli.register(sub)
+    from engine.bench import conversation
+
+    conversation.register(sub)
     from engine.hardware import cli as hardware_cli
 
     hardware_cli.register(sub)

@@ -1,0 +1,101 @@
+"""Time to first token across a conversation, with and without prefix reuse.
+
+A conversation grows by a reply and a paragraph a turn. Without reuse every
+turn prefills the whole conversation again, so the first token comes later
+and later; with reuse (engine/generation/prefix_cache.py) a turn prefills
+only its new text. Both passes send the same prompts (greedy replies, so the
+same text); then the last prompt is sent twice, as a regenerate does.
+
+    mtp-studio bench-conversation [--model F] [--turns 20] [--mtp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import dataclass
+
+from engine.generation.generator import GenerateRequest, generate
+from engine.generation.session import LoadOptions, Session
+from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp
+
+PARAGRAPHS = (
+    "The river ran past the old mill and under the stone bridge, where the children stopped to watch the water.",
+    "In the evening the market square filled with stalls selling bread, cheese, apples and small clay pots.",
+    "A letter arrived from the city, asking whether the mill could grind grain for the winter months.",
+    "The miller read it twice, folded it into his coat, and walked down to the water to think it over.",
+    "Snow came early that year, and the road to the city was closed for three weeks in a row.",
+)
+
+
+@dataclass
+class Turn:
+    prompt_tokens: int
+    reused: int
+    ttft_s: float
+
+
+def _ttft(session: Session, prompt: str, tokens: int, spec: SpeculativeSettings, reuse: bool) -> tuple[Turn, str]:
+    if not reuse:
+        session.prefix.forget()
+    t0 = time.perf_counter()
+    result = generate(session, GenerateRequest(prompt=prompt, max_tokens=tokens, speculative=spec))
+    first = result.stats.t_first_token if result.stats.t_first_token is not None else time.perf_counter()
+    return Turn(result.stats.prompt_tokens, result.stats.prompt_reused, first - t0), result.text
+
+
+def conversation(session: Session, turns: int, tokens: int, spec: SpeculativeSettings, reuse: bool) -> list[Turn]:
+    prompt, rows = "", []
+    for k in range(turns):
+        prompt += ("\n\n" if prompt else "") + PARAGRAPHS[k % len(PARAGRAPHS)]
+        turn, reply = _ttft(session, prompt, tokens, spec, reuse)
+        rows.append(turn)
+        prompt += reply
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine import default_model
+
+    path = args.model or str(default_model.default_model_path())
+    session = Session(LoadOptions(path=path, n_ctx=args.n_ctx, n_threads=args.threads,
+                                  n_gpu_layers=args.gpu_layers))
+    try:
+        spec = mtp(args.n_max) if args.mtp and session.drafter is not None else SPECULATION_OFF
+        print(f"# conversation, {args.turns} turns, {args.tokens} tokens a reply, {spec.label} — {path}", flush=True)
+        with_reuse = conversation(session, args.turns, args.tokens, spec, reuse=True)
+        without = conversation(session, args.turns, args.tokens, spec, reuse=False)
+        print(f"{'turn':>4} {'prompt':>7} {'reused':>7} {'TTFT reuse':>11} {'TTFT none':>10} {'none/reuse':>10}")
+        for k, (a, b) in enumerate(zip(with_reuse, without, strict=True), 1):
+            print(f"{k:4d} {a.prompt_tokens:7d} {a.reused:7d} {1000 * a.ttft_s:9.0f}ms {1000 * b.ttft_s:8.0f}ms "
+                  f"{b.ttft_s / a.ttft_s if a.ttft_s else 0:9.2f}x")
+        first_new = with_reuse[0].prompt_tokens
+        last = with_reuse[-1]
+        print(f"turn {len(with_reuse)} against turn 1 with reuse: {last.ttft_s / with_reuse[0].ttft_s:.2f}x "
+              f"({last.prompt_tokens - last.reused} new tokens against {first_new})")
+        # the same prompt twice (a regenerated reply): the second pays for one token
+        prompt = "\n\n".join(PARAGRAPHS) * 2
+        cold = [_ttft(session, prompt, args.tokens, spec, reuse=False)[0].ttft_s for _ in range(3)]
+        warm = []
+        for _ in range(3):
+            _ttft(session, prompt, args.tokens, spec, reuse=False)
+            warm.append(_ttft(session, prompt, args.tokens, spec, reuse=True)[0].ttft_s)
+        print(f"same prompt twice: first {1000 * statistics.median(cold):.0f} ms, second "
+              f"{1000 * statistics.median(warm):.0f} ms ({statistics.median(warm) / statistics.median(cold):.0%})")
+    finally:
+        session.close()
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench-conversation", help="time to first token per turn, with and without prefix reuse")
+    p.add_argument("--model", help="a GGUF (default: the built-in model)")
+    p.add_argument("--turns", type=int, default=20)
+    p.add_argument("--tokens", type=int, default=24, help="tokens a reply")
+    p.add_argument("--n-ctx", type=int, default=8192)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--gpu-layers", type=int, default=0)
+    p.add_argument("--mtp", action="store_true", help="draft with the model's MTP head")
+    p.add_argument("--n-max", type=int, default=3)
+    p.set_defaults(func=run)
