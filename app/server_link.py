@@ -31,6 +31,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, Qt, Signal
 
 from app.engine_client import SERVER_ID_PREFIX, EngineClient
+from engine.errors import ProtocolError
 from engine.server.engine_link import EngineUnavailable, Sink
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 from engine.worker import protocol as P
@@ -53,7 +54,7 @@ class ChatEngineLink(QObject):
         self._ids = itertools.count(1)
         self._sinks: dict[str, Sink] = {}
         self._model: P.ModelInfo | None = model  # loaded before the link was made
-        self._sig_send.connect(self.client.send, Qt.ConnectionType.QueuedConnection)
+        self._sig_send.connect(self._send, Qt.ConnectionType.QueuedConnection)
         for signal in (client.sig_token, client.sig_stats, client.sig_done, client.sig_error, client.sig_prefill):
             signal.connect(self._route)
         client.sig_loaded.connect(lambda ev: self._set_model(ev.model))
@@ -75,7 +76,22 @@ class ChatEngineLink(QObject):
         with self._lock:
             return f"{SERVER_ID_PREFIX}{next(self._ids)}"
 
+    def responsive(self, timeout_s: float) -> bool:
+        """Not probed here: the app's client does not pass cancel acks on, and the app watches its own
+        worker (the status bar, the restart banner). A stalled worker still reads as healthy."""
+        return self._model is not None
+
     def submit(self, request: P.GenerateRequestMsg, sink: Sink) -> None:
+        """Raises:
+            EngineUnavailable: no model is loaded, or the engine is restarting.
+            ProtocolError: the request's text cannot be encoded (refused here, on the server's thread,
+                so the caller can answer; on the GUI thread it would only print a traceback).
+        """
+        try:
+            P.encode(request).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ProtocolError(f"the request's text is not valid Unicode ({exc.reason} at offset {exc.start}); "
+                                "it was not sent") from None
         with self._lock:
             if self._model is None:
                 raise EngineUnavailable("No model is loaded in MTP Studio (or the engine is restarting).")
@@ -89,6 +105,18 @@ class ChatEngineLink(QObject):
         self._sig_send.emit(P.CancelRequest(id=f"c-{request_id}", target=request_id))
 
     # -- GUI thread ---------------------------------------------------------------
+    def _send(self, message: object) -> None:
+        """Write ``message`` to the worker. If that fails, end a generate request here with an error and
+        ``done``: its sink waits for a final event, and the server's queue with it."""
+        try:
+            self.client.send(message)
+        except Exception as exc:
+            if not isinstance(message, P.GenerateRequestMsg):
+                raise
+            self._route(P.ErrorEvent(message.id, "internal", f"The request could not be sent to the engine: "
+                                     f"{exc}", final=False))
+            self._route(P.DoneEvent(message.id, finish_reason="error"))
+
     def _set_model(self, model: P.ModelInfo | None) -> None:
         self._model = model
 

@@ -3,12 +3,14 @@ model over HTTP while the chat keeps working on the same engine."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import threading
 
 import httpx
+import pytest
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QLineEdit
 
@@ -110,4 +112,39 @@ def test_a_worker_crash_fails_the_server_request_and_the_app_restarts_the_engine
     post_in_thread(url, {**body, "max_tokens": 5}, served)
     qtbot.waitUntil(lambda: bool(served), timeout=60000)
     assert served[0].status_code == 200 and served[0].json()["usage"]["completion_tokens"] == 5
+    panel.stop()
+
+
+def test_a_request_the_engine_cannot_take_is_a_400_and_the_next_is_served_at_once(qtbot, services):
+    """A lone surrogate ("\\ud800") once raised inside Qt and held every later request for the request
+    timeout. The edge refuses it; behind the edge the link refuses it on the server's thread, and a
+    send that fails on the GUI thread still ends its request."""
+    from engine.errors import ProtocolError
+    from engine.worker import protocol as P
+
+    panel = open_and_start(qtbot, services)
+    url = panel.base_url.text()
+    model = httpx.get(f"{url}/models", timeout=10).json()["data"][0]["id"]
+    bad = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi \ud800"}], "max_tokens": 4})
+    refused: list[httpx.Response] = []
+    thread = threading.Thread(target=lambda: refused.append(httpx.post(
+        f"{url}/chat/completions", content=bad.encode("ascii"), headers={"Content-Type": "application/json"},
+        timeout=30)))
+    thread.start()
+    qtbot.waitUntil(lambda: bool(refused), timeout=40000)
+    assert refused[0].status_code == 400 and refused[0].json()["error"]["code"] == "invalid_text", refused[0].text
+    good = {"model": model, "messages": [{"role": "user", "content": "hello world the"}], "max_tokens": 4,
+            "temperature": 0}
+    served: list[httpx.Response] = []
+    post_in_thread(f"{url}/chat/completions", good, served)
+    qtbot.waitUntil(lambda: bool(served), timeout=30000)
+    assert served[0].status_code == 200 and served[0].json()["usage"]["completion_tokens"] == 4
+
+    link, events = panel.link, []
+    with pytest.raises(ProtocolError, match="not valid Unicode"):
+        link.submit(P.GenerateRequestMsg(id="h-bad", prompt="a\ud800"), events.append)
+    assert "h-bad" not in link._sinks and not events
+    link._sinks["h-gui"] = events.append  # as submit leaves it; then the GUI thread's write fails
+    link._send(P.GenerateRequestMsg(id="h-gui", prompt="a\ud800"))
+    assert [e.type for e in events] == ["error", "done"] and "h-gui" not in link._sinks
     panel.stop()
