@@ -35,6 +35,7 @@ class EngineClient(QObject):
         sig_stats(StatsEvent): live statistics of a reply.
         sig_done(DoneEvent): a reply ended.
         sig_error(ErrorEvent): the worker (or this client) reports an error.
+        sig_ack(AckEvent): a cancel reached the worker (``target``: the request it stopped, or null).
         sig_died(str): the worker ended unexpectedly; the text says why.
         sig_state(str): "starting" | "ready" | "loading" | "busy" | "dead" | "stopped".
     """
@@ -47,6 +48,7 @@ class EngineClient(QObject):
     sig_stats = Signal(object)
     sig_done = Signal(object)
     sig_error = Signal(object)
+    sig_ack = Signal(object)
     sig_died = Signal(str)
     sig_state = Signal(str)
 
@@ -65,7 +67,8 @@ class EngineClient(QObject):
         self._handshake_timer.timeout.connect(self._on_handshake_timeout)
         self._signals = {P.LoadedEvent: self.sig_loaded, P.TokenEvent: self.sig_token,
                          P.StatsEvent: self.sig_stats, P.DoneEvent: self.sig_done,
-                         P.UnloadedEvent: self.sig_unloaded, P.PrefillEvent: self.sig_prefill}
+                         P.UnloadedEvent: self.sig_unloaded, P.PrefillEvent: self.sig_prefill,
+                         P.AckEvent: self.sig_ack}
 
     @property
     def engine(self) -> P.EngineBuild | None:

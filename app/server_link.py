@@ -32,7 +32,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 
 from app.engine_client import SERVER_ID_PREFIX, EngineClient
 from engine.errors import ProtocolError
-from engine.server.engine_link import EngineUnavailable, Sink
+from engine.server.engine_link import PROBE_PREFIX, EngineUnavailable, Sink
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 from engine.worker import protocol as P
 
@@ -55,7 +55,8 @@ class ChatEngineLink(QObject):
         self._sinks: dict[str, Sink] = {}
         self._model: P.ModelInfo | None = model  # loaded before the link was made
         self._sig_send.connect(self._send, Qt.ConnectionType.QueuedConnection)
-        for signal in (client.sig_token, client.sig_stats, client.sig_done, client.sig_error, client.sig_prefill):
+        for signal in (client.sig_token, client.sig_stats, client.sig_done, client.sig_error, client.sig_prefill,
+                       client.sig_ack):
             signal.connect(self._route)
         client.sig_loaded.connect(lambda ev: self._set_model(ev.model))
         client.sig_unloaded.connect(lambda _ev: self._set_model(None))
@@ -77,9 +78,21 @@ class ChatEngineLink(QObject):
             return f"{SERVER_ID_PREFIX}{next(self._ids)}"
 
     def responsive(self, timeout_s: float) -> bool:
-        """Not probed here: the app's client does not pass cancel acks on, and the app watches its own
-        worker (the status bar, the restart banner). A stalled worker still reads as healthy."""
-        return self._model is not None
+        """A cancel aimed at no request, as a ping (as ``WorkerLink.responsive``). Its answer comes back
+        through the GUI thread, so a stuck GUI thread reads as unresponsive too: the server's requests
+        could not pass it either."""
+        answered = threading.Event()
+        probe = f"{PROBE_PREFIX}{self.new_id()}"
+        with self._lock:
+            if self._model is None:
+                return False
+            self._sinks[probe] = lambda event: answered.set() if isinstance(event, P.AckEvent) else None
+        self._sig_send.emit(P.CancelRequest(id=probe, target=probe))
+        if answered.wait(timeout_s):
+            return True
+        with self._lock:
+            self._sinks.pop(probe, None)  # a late answer finds no sink and is dropped
+        return False
 
     def submit(self, request: P.GenerateRequestMsg, sink: Sink) -> None:
         """Raises:

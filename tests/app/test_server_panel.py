@@ -148,3 +148,24 @@ def test_a_request_the_engine_cannot_take_is_a_400_and_the_next_is_served_at_onc
     link._send(P.GenerateRequestMsg(id="h-gui", prompt="a\ud800"))
     assert [e.type for e in events] == ["error", "done"] and "h-gui" not in link._sinks
     panel.stop()
+
+
+def test_a_stopped_engine_is_reported_unhealthy_and_healthy_again_when_it_runs(qtbot, services):
+    panel = open_and_start(qtbot, services)
+    health = panel.base_url.text().removesuffix("/v1") + "/health"
+
+    def status() -> int:  # asked off the GUI thread: the GUI thread carries the engine's answer
+        out: list[httpx.Response] = []
+        thread = threading.Thread(target=lambda: out.append(httpx.get(health, timeout=10)))
+        thread.start()
+        qtbot.waitUntil(lambda: bool(out), timeout=15000)
+        return out[0].status_code
+
+    assert status() == 200
+    os.kill(services.client.pid, signal.SIGSTOP)
+    try:
+        assert status() == 503
+    finally:
+        os.kill(services.client.pid, signal.SIGCONT)
+    qtbot.waitUntil(lambda: status() == 200, timeout=15000)
+    panel.stop()
