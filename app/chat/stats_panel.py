@@ -10,7 +10,7 @@ costs little per update. Every MTP term drawn has a tooltip in plain words
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QRectF, QSize, Qt
+from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QHelpEvent, QPainter, QPen
 from PySide6.QtWidgets import QToolTip, QWidget
 
@@ -74,7 +74,9 @@ class StatsPanel(QWidget):
 
     def event(self, event: QEvent) -> bool:
         if event.type() == QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
-            tip = next((text for rect, text in self.tips if rect.contains(event.position())), "")
+            # QHelpEvent has pos() only (no position(), unlike mouse events)
+            where = QPointF(event.pos())
+            tip = next((text for rect, text in self.tips if rect.contains(where)), "")
             if tip:
                 QToolTip.showText(event.globalPos(), tip, self)
             else:
@@ -157,15 +159,27 @@ class StatsPanel(QWidget):
         qp.setFont(self.font())
         return y + 20
 
+    def _wrapped(self, qp: QPainter, x: float, y: float, w: float, line: str) -> float:
+        """Draw ``line`` in rows of 18 px, wrapped at the panel's width (a narrow
+        panel or a long line, "draft depth 2 now (adaptive, up to 8), rollback:
+        checkpoint", would otherwise be cut at the edge); return its height."""
+        flags = Qt.TextFlag.TextWordWrap | Qt.AlignmentFlag.AlignVCenter
+        rows = max(1, round(qp.boundingRect(QRectF(x, y, w, 1000), Qt.TextFlag.TextWordWrap, line).height()
+                            / qp.fontMetrics().lineSpacing()))
+        height = 18.0 * rows
+        qp.drawText(QRectF(x, y, w, height), flags, line)
+        return height
+
     def _lines(self, qp: QPainter, x: int, y: int, items: list[tuple[str, str]], w: int) -> int:
         qp.setPen(QColor(self.palette_.muted))
         for line, term in items:
-            qp.drawText(x, y + 12, line)
-            self._tip(x, y, w, 18, term)
+            height = self._wrapped(qp, x, y, w, line)
+            self._tip(x, y, w, height, term)
             if term == "rollback":  # the line names the draft depth first
-                self._tip(x, y, qp.fontMetrics().horizontalAdvance(line.split(",")[0]), 18, "draft depth")
+                depth = min(w, qp.fontMetrics().horizontalAdvance(line.split(",")[0]))
+                self._tip(x, y, depth, 18, "draft depth")
                 self.tips.insert(0, self.tips.pop())  # the narrower rect is found first
-            y += 18
+            y += int(height)
         return y
 
     def _prefill_bar(self, qp: QPainter, x: int, y: int, w: int) -> None:
@@ -221,9 +235,8 @@ class StatsPanel(QWidget):
             if secs <= 0:
                 continue
             label = stats_text.phase_label(s, name)
-            self._tip(x, y, w, 18, label)
-            qp.fillRect(QRectF(x, y + 2, 10, 10), QColor(PHASE_COLORS.get(name, "#888")))
+            qp.fillRect(QRectF(x, y + 4, 10, 10), QColor(PHASE_COLORS.get(name, "#888")))
             qp.setPen(QColor(self.palette_.muted))
-            qp.drawText(x + 16, y + 12, f"{label}  {1000 * secs:.0f} ms "
-                                        f"({100 * secs / total:.0f}%)")
-            y += 18
+            height = self._wrapped(qp, x + 16, y, w - 16, f"{label}  {1000 * secs:.0f} ms ({100 * secs / total:.0f}%)")
+            self._tip(x, y, w, height, label)
+            y += int(height)
