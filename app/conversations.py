@@ -153,9 +153,19 @@ class ConversationController(QObject):
             self._select(self.chat.conversation_id)
 
     def new_chat(self) -> None:
+        """Show an empty chat: the open one when nothing was written in it yet, else a new one.
+
+        Reusing it keeps Ctrl+N pressed twice, or on a chat never used, from
+        leaving a pile of empty "New chat" entries in the list.
+        """
         if self.chat.busy:
+            self.sig_message.emit("Stop the reply first to start a new chat.", 4000)
             return
-        self.chat.new_conversation()
+        open_id = self.chat.conversation_id
+        if open_id is None or self.store.messages(open_id):
+            self.chat.new_conversation()
+        if self.sidebar.search.text():
+            self.sidebar.search.clear()  # a search would hide the new chat from the list
         self.refresh()
         self.sig_opened.emit()
 

@@ -127,7 +127,7 @@ class MainWindow(QMainWindow):
     def _connect(self) -> None:
         for source in (self.conversation_list, self.chat_pane, self.models):
             source.sig_message.connect(self._message)
-        self.conversation_list.sig_opened.connect(self.composer.setFocus)
+        self.conversation_list.sig_opened.connect(self.show_chat)  # Ctrl+N from any page shows the new chat
         self.chat_pane.sig_sent.connect(self.conversation_list.refresh)
         self.chat.sig_notice.connect(lambda text: self._message(text, 10000))
         self.models.sig_notice.connect(self.chat_pane.show_notice)
@@ -145,6 +145,11 @@ class MainWindow(QMainWindow):
         self._set_highlight(self.settings.highlight_drafts)
         self.models_page.sig_use_model.connect(self._use_model)
         self.tabs.currentChanged.connect(self._on_tab)
+
+    def show_chat(self) -> None:
+        """The Chat page, with the focus in the message box."""
+        self.tabs.setCurrentIndex(0)
+        self.composer.setFocus()
 
     def _message(self, text: str, ms: int) -> None:
         self.statusBar().showMessage(text, ms)

@@ -7,7 +7,10 @@ sidebar, splitter and settings).
 - Shortcuts: Esc stops a reply (or cancels an edit), Ctrl+R regenerates,
   Ctrl+E edits the last message, Ctrl+F searches the conversations, and
   Preferences gets Ctrl+, where the platform has no standard key for it
-  (Linux, Windows).
+  (Linux, Windows). View → Chat / Models / Hardware are Ctrl+1/2/3, and
+  Ctrl+Tab / Ctrl+Shift+Tab step through the pages from any widget (the tab
+  bar's own Ctrl+Tab only works where no child takes the key first; the
+  message box keeps Ctrl+Tab for a tab character).
 - The window's geometry and the splitter between sidebar, chat and
   statistics are saved in the settings when the window closes and restored
   when it opens (Qt's own ``saveGeometry``/``saveState``, base64 in JSON).
@@ -31,6 +34,7 @@ PREFERENCES_FALLBACK = "Ctrl+,"
 
 def install_window_extras(window: Any) -> None:
     """Add the shortcuts, restore the saved size and follow the OS theme (for "system")."""
+    _add_view_menu(window)
     _add_chat_menu(window)
     _add_help_menu(window)
     prefs = next((a for a in window.findChildren(QAction) if a.text() == "Preferences…"), None)
@@ -53,6 +57,34 @@ def _add_help_menu(window: Any) -> None:
     window.menuBar().addMenu("&Help").addAction(action)
 
 
+def _add_view_menu(window: Any) -> None:
+    """View: one entry per page (Ctrl+1, Ctrl+2, …), then the next and previous page."""
+    menu = window.menuBar().addMenu("&View")
+    before = next((a for a in window.menuBar().actions() if a.text() == "&Model"), None)
+    if before is not None:  # after File, where applications put View
+        window.menuBar().insertMenu(before, menu)
+    tabs = window.tabs
+    for index in range(tabs.count()):
+        _shortcut(window, menu, tabs.tabText(index), lambda *_checked, i=index: tabs.setCurrentIndex(i),
+                  [QKeySequence(f"Ctrl+{index + 1}")])
+    menu.addSeparator()
+    _shortcut(window, menu, "Next page", lambda: tabs.setCurrentIndex((tabs.currentIndex() + 1) % tabs.count()),
+              [QKeySequence("Ctrl+Tab"), QKeySequence("Ctrl+PgDown")])
+    _shortcut(window, menu, "Previous page",
+              lambda: tabs.setCurrentIndex((tabs.currentIndex() - 1) % tabs.count()),
+              [QKeySequence("Ctrl+Shift+Tab"), QKeySequence("Ctrl+Shift+Backtab"),
+               QKeySequence("Ctrl+PgUp")])
+
+
+def _shortcut(window: Any, menu: Any, text: str, slot: Any, keys: list[QKeySequence]) -> QAction:
+    action = QAction(text, window)
+    action.setShortcuts(keys)
+    action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+    action.triggered.connect(slot)
+    menu.addAction(action)
+    return action
+
+
 def _add_chat_menu(window: Any) -> None:
     menu = window.menuBar().addMenu("&Chat")
     before = next((a for a in window.menuBar().actions() if a.text() == "&Tools"), None)
@@ -66,11 +98,7 @@ def _add_chat_menu(window: Any) -> None:
         ("Search conversations", lambda: _focus_search(window), QKeySequence(QKeySequence.StandardKey.Find)),
     )
     for text, slot, keys in entries:
-        action = QAction(text, window)
-        action.setShortcut(keys)
-        action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-        action.triggered.connect(slot)
-        menu.addAction(action)
+        _shortcut(window, menu, text, slot, [keys])
 
 
 def escape(window: Any) -> None:

@@ -3,14 +3,19 @@ buttons, wired to the chat controller.
 
 Send and Regenerate are disabled, with the reason beside them, while no model
 can answer (the engine starting or loading, nothing loaded): a request then
-would only store an empty "failed" reply.
+would only store an empty "failed" reply. Regenerate and Edit are also
+disabled while the chat has no message of the user's: there is nothing to
+ask again or to edit, and a button that does nothing reads as broken.
+
+Tab and Shift+Tab leave the input box (keyboard users could not get out of
+it); Ctrl+Tab puts a tab character in it for whoever wants one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
@@ -20,8 +25,13 @@ from app.chat.transcript import TranscriptView
 from app.theme import Palette
 
 
+def _is_ctrl_tab(event: QKeyEvent) -> bool:
+    return event.key() == Qt.Key.Key_Tab and event.modifiers() == Qt.KeyboardModifier.ControlModifier
+
+
 class Composer(QPlainTextEdit):
-    """The input box: Enter sends, Shift+Enter starts a new line.
+    """The input box: Enter sends, Shift+Enter starts a new line, Tab and
+    Shift+Tab move the focus, Ctrl+Tab types a tab.
 
     Signals:
         sig_submit(): the user pressed Enter.
@@ -29,7 +39,21 @@ class Composer(QPlainTextEdit):
 
     sig_submit = Signal()
 
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setTabChangesFocus(True)
+
+    def event(self, event: QEvent) -> bool:
+        # Ctrl+Tab is the window's next-page shortcut everywhere else; here the box claims it
+        if event.type() == QEvent.Type.ShortcutOverride and isinstance(event, QKeyEvent) and _is_ctrl_tab(event):
+            event.accept()
+            return True
+        return super().event(event)
+
     def keyPressEvent(self, event: QKeyEvent) -> None:
+        if _is_ctrl_tab(event):
+            self.insertPlainText("\t")
+            return
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
             event.modifiers() & Qt.KeyboardModifier.ShiftModifier
         ):
@@ -104,6 +128,8 @@ class ChatPane(QWidget):
         chat.sig_context_notice.connect(self.show_context_notice)
         chat.sig_reply_started.connect(lambda: self._set_replying(True))
         chat.sig_reply_finished.connect(lambda _status: self._set_replying(False))
+        chat.sig_conversation_opened.connect(self._update_buttons)
+        self._update_buttons()
 
     def send(self) -> None:
         reason = self.blocked_reason()
@@ -154,8 +180,12 @@ class ChatPane(QWidget):
 
     def _update_buttons(self) -> None:
         reason = self.blocked_label.text()
+        asked = any(m.role == "user" for m in self.chat.transcript.messages)  # something to redo or edit
+        empty = "" if asked else "This chat has no message yet: send one first."
         self.stop_button.setEnabled(self._replying)
-        self.edit_button.setEnabled(not self._replying)
-        for button in (self.send_button, self.regen_button):
-            button.setEnabled(not self._replying and not reason)
-            button.setToolTip(reason)
+        self.edit_button.setEnabled(not self._replying and asked)
+        self.edit_button.setToolTip(empty)
+        self.send_button.setEnabled(not self._replying and not reason)
+        self.send_button.setToolTip(reason)
+        self.regen_button.setEnabled(not self._replying and not reason and asked)
+        self.regen_button.setToolTip(reason or empty)

@@ -85,12 +85,14 @@ class ChatController(QObject):
         sig_reply_finished(str): it ended; the argument is the stored status.
         sig_notice(str): a message for the status bar.
         sig_context_notice(str): what the open chat's last reply left out to fit the context ("" for nothing).
+        sig_conversation_opened(): another conversation (or none) is shown; what can be edited changed.
     """
 
     sig_reply_started = Signal()
     sig_reply_finished = Signal(str)
     sig_notice = Signal(str)
     sig_context_notice = Signal(str)
+    sig_conversation_opened = Signal()
 
     def __init__(self, store: ConversationStore, client: EngineClient, transcript: TranscriptView,
                  stats_panel: StatsPanel, settings: Settings) -> None:
@@ -154,6 +156,7 @@ class ChatController(QObject):
         self.stats_panel.reset()
         if last:
             self.stats_panel.update_stats(last, final=True)
+        self.sig_conversation_opened.emit()
 
     def close_conversation(self) -> None:
         """Show no conversation (the open one was deleted)."""
@@ -162,6 +165,7 @@ class ChatController(QObject):
         self.sig_context_notice.emit("")
         self.transcript.set_messages([])
         self.stats_panel.reset()
+        self.sig_conversation_opened.emit()
 
     def new_conversation(self) -> int:
         conv = self.store.create(system_prompt=self.settings.system_prompt)

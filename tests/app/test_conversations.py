@@ -46,6 +46,9 @@ def test_deleting_the_open_conversation_closes_it_and_updates_the_list(qtbot, tm
         qtbot.addWidget(sidebar)
         conversations = ConversationController(store, chat, sidebar, model)
         conversations.new_chat()
+        conversations.new_chat()  # the open chat is still empty: reused, not a second "New chat"
+        assert model.rowCount() == 1
+        store.add_message(chat.conversation_id, "user", "hello")
         conversations.new_chat()
         assert model.rowCount() == 2
         open_id = chat.conversation_id
