@@ -49,6 +49,21 @@ def loaded_backends_text(backends: list[dict[str, str]] | None) -> str:
     return f"Loaded backends: {html.escape(', '.join(parts))}<br>"
 
 
+def gpu_offload_text(data: dict[str, Any]) -> str:
+    """"GPU offload yes" only where the engine has a GPU device.
+
+    ``llama_supports_gpu_offload()`` is also true on a CPU-only build that
+    carries the RPC backend (layers can go to remote machines), so the flag
+    alone said "yes" on machines with no GPU at all.
+    """
+    gpus = [d for d in data.get("engine_devices", []) if str(d.get("type", "")).lower() in ("gpu", "igpu")]
+    if data.get("gpu_offload") and gpus:
+        return "GPU offload yes"
+    if data.get("gpu_offload"):
+        return "GPU offload no (no GPU in this build; layers can go to remote devices over RPC)"
+    return "GPU offload no"
+
+
 class HardwarePage(QWidget):
     """Shows the shared hardware probe's report; builds the engine in a child process."""
 
@@ -114,7 +129,7 @@ class HardwarePage(QWidget):
             f"<b>{data.get('os')}</b>, {data.get('machine')} — {data.get('cpu_model')}, {data.get('cores')} cores, "
             f"{ram} RAM<br>CPU features: {' '.join(data.get('cpu_flags', [])) or '–'}<br>GPUs: {gpus}<br>"
             f"Active engine: llama-cpp-python {eng.get('llama_cpp_python')}, backend <b>{eng.get('backend')}</b>, "
-            f"GPU offload {'yes' if data.get('gpu_offload') else 'no'}<br>"
+            f"{gpu_offload_text(data)}<br>"
             f"Engine patches: {html.escape(engine_patches(eng))}<br>"
             + loaded_backends_text(eng.get("loaded_backends"))
             + f"Fingerprint: {data.get('fingerprint')}"

@@ -16,7 +16,21 @@ from PySide6.QtWidgets import (
 
 from app.reply_fields import KEYS, ReplyFields
 from app.settings import Settings
+from engine.hardware import default_threads, physical_cores
 from engine.speculative.settings import SpeculativeSettings
+
+
+def threads_hint() -> str:
+    """What the thread count's default is and why, in the words of the rule that
+    chooses it (``engine.hardware.default_threads``), so the hint never argues
+    against the number in the box."""
+    cores, default = physical_cores(), default_threads()
+    if cores <= 1:
+        return "This machine has one core: 1 thread."
+    capped = " (at most 8)" if default < cores - 1 else ""
+    return (f"The default, {default} of this machine's {cores} cores{capped}, leaves a core free: when another "
+            "program keeps a core busy, every thread waits for the one sharing it. On a quiet machine more threads "
+            "can be faster; autotune measures it.")
 
 
 class SettingsDialog(QDialog):
@@ -37,7 +51,9 @@ class SettingsDialog(QDialog):
         self.system_prompt = QPlainTextEdit(settings.system_prompt)
         self.system_prompt.setFixedHeight(70)
         form.addRow("CPU threads", self.threads)
-        form.addRow("", QLabel("<small>Every core is usually fastest; on a busy machine fewer can be.</small>"))
+        self.threads_hint = QLabel(f"<small>{threads_hint()}</small>")
+        self.threads_hint.setWordWrap(True)
+        form.addRow("", self.threads_hint)
         form.addRow("Context size (tokens)", self.ctx)
         form.addRow("GPU layers", self.gpu_layers)
         self.rpc_servers = QLineEdit(settings.rpc_servers)

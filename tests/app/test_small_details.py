@@ -1,0 +1,76 @@
+"""Small things a newcomer meets at once (issue 30, "small but constant"):
+buttons that do nothing in an empty chat, a thread hint that argued with its
+own default, "GPU offload yes" on a machine without one, and autotune labels
+cut to another setting's name."""
+
+from __future__ import annotations
+
+from app.autotune_wizard import SpeedChart
+from app.hardware_page import HardwarePage
+from app.hardware_probe import HardwareProbe
+from app.settings import Settings
+from app.settings_dialog import SettingsDialog
+from app.theme import LIGHT
+from engine.hardware import default_threads
+from engine.speculative.settings import SPECULATION_OFF, mtp, ngram
+from tests.app.conftest import start_and_load
+
+
+def test_regenerate_and_edit_are_disabled_until_the_chat_has_a_message(qtbot, services):
+    start_and_load(qtbot, services)  # a model is loaded: nothing else holds the buttons back
+    window = services.window
+    pane = window.chat_pane
+    assert window.send_button.isEnabled()
+    assert not pane.regen_button.isEnabled() and not pane.edit_button.isEnabled()
+    assert "no message yet" in pane.regen_button.toolTip()
+    services.settings.max_tokens = 8
+    window.composer.setPlainText("Hello")
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
+        window.send()
+    assert pane.regen_button.isEnabled() and pane.edit_button.isEnabled()
+    asked = window.chat.conversation_id
+    window.conversation_list.new_chat()
+    assert window.chat.conversation_id != asked
+    assert not pane.regen_button.isEnabled() and not pane.edit_button.isEnabled()
+    window.chat.open(asked)  # back to the chat with a message: both work again
+    assert pane.regen_button.isEnabled() and pane.edit_button.isEnabled()
+
+
+def test_the_thread_hint_explains_the_default_in_the_box(qtbot, isolated_dirs):
+    dialog = SettingsDialog(Settings(), max_draft=3)
+    qtbot.addWidget(dialog)
+    shown = dialog.threads.value()
+    assert shown == default_threads()
+    hint = dialog.threads_hint.text()
+    assert "Every core is usually fastest" not in hint
+    if shown > 1 or "one core" not in hint:
+        assert f"The default, {shown} of" in hint, hint
+
+
+def test_the_hardware_page_says_no_gpu_offload_without_a_gpu_device(qtbot):
+    page = HardwarePage(HardwareProbe())
+    qtbot.addWidget(page)
+    page.refresh()
+    qtbot.waitUntil(lambda: page.report is not None, timeout=60000)
+    devices = page.report.get("engine_devices", [])
+    shown = page.summary.text()
+    if not any(d["type"] in ("gpu", "igpu") for d in devices):  # this project's machines: a CPU-only build
+        assert "GPU offload yes" not in shown, shown
+        assert "GPU offload no" in shown, shown
+    else:
+        assert "GPU offload yes" in shown, shown
+
+
+def test_autotune_chart_labels_are_never_cut(qtbot):
+    chart = SpeedChart(LIGHT)
+    qtbot.addWidget(chart)
+    chart.resize(700, 260)  # the wizard's chart at its default size
+    labels = [s.label for s in (SPECULATION_OFF, mtp(3), mtp(3, p_min=0.5), mtp(6, p_min=0.25, depth="adaptive"),
+                                  ngram(8, mtp_too=True))]
+    for i, label in enumerate(labels):
+        chart.set_ratio(label, 0.8 + 0.1 * i)
+    chart.grab()
+    room = chart.label_width() - SpeedChart.LABEL_PAD - 4  # the label column less its padding
+    for label in labels:
+        assert chart.fontMetrics().horizontalAdvance(label) <= room, (label, room)
+    assert "mtp adaptive n_max=6 p_min=0.25" in labels  # the longest, read in full
