@@ -17,11 +17,11 @@ from PySide6.QtGui import QIcon
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
 from PySide6.QtWidgets import QApplication
 
-from app.chat.store import ConversationStore
 from app.engine_client import EngineClient
 from app.hardware_probe import HardwareProbe
 from app.main_window import MainWindow
 from app.settings import Settings
+from app.store_rescue import open_store
 from engine import paths
 from engine.build_record import app_version
 
@@ -105,13 +105,15 @@ class Services:
         # first: the store's recovery must never run on another app's live replies
         self.instance = InstanceGuard(paths.data_dir())
         self.instance.acquire()
-        self.settings = Settings.load()
-        self.store = ConversationStore(paths.data_dir() / "conversations.sqlite3")
+        # a damaged file of either kind is set aside or reset, never a reason not to start
+        self.settings, notices = Settings.read()
+        self.store, store_notices = open_store(paths.data_dir() / "conversations.sqlite3")
+        self.notices = [*notices, *store_notices]
         self.client = EngineClient()
         # One probe for the app: its fingerprint keys autotune profiles, and
         # the Hardware page and the autotune wizard show its report.
         self.probe = HardwareProbe()
-        self.window = MainWindow(self.settings, self.store, self.client, self.probe)
+        self.window = MainWindow(self.settings, self.store, self.client, self.probe, self.notices)
         self.instance.sig_raise_requested.connect(self.raise_window)
 
     def start(self) -> None:

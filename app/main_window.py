@@ -7,7 +7,7 @@ them (conversations, chat, model loading, engine status).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
@@ -21,6 +21,7 @@ from app.chat.transcript import TranscriptView
 from app.conversations import ConversationController, ConversationListModel, ConversationSidebar
 from app.engine_client import EngineClient
 from app.engine_status import EngineStatus
+from app.file_notice import FileNotice
 from app.hardware_page import HardwarePage
 from app.hardware_probe import HardwareProbe
 from app.model_controller import ModelController
@@ -34,7 +35,8 @@ from app.window_extras import apply_theme, install_window_extras, save_window_st
 
 class MainWindow(QMainWindow):
     def __init__(self, settings: Settings, store: ConversationStore, client: EngineClient,
-                 probe: HardwareProbe) -> None:
+                 probe: HardwareProbe, notices: Sequence[str] = ()) -> None:
+        """``notices``: what the user must hear about files read at start (set aside, reset)."""
         super().__init__()
         self.settings, self.store, self.client, self.probe = settings, store, client, probe
         self.palette_ = palette_for(settings.theme)
@@ -47,12 +49,14 @@ class MainWindow(QMainWindow):
         self.chat = ChatController(store, client, self.transcript, self.stats_panel, settings)
         self.engine_status = EngineStatus(client, self.palette_)
         self.banner = self.engine_status.banner
+        self.file_notice = FileNotice(self.palette_)
         self.models = ModelController(settings, client, self.chat, probe, self)
         self._build_ui()
         self._build_menus()
         self._connect()
         install_window_extras(self)  # shortcuts, remembered size, the OS's theme followed
         self.conversation_list.open_latest()
+        self.file_notice.show_notices(notices)
         if store.recovered:
             self._message(f"{store.recovered} reply(ies) were interrupted last time; they are kept and marked.",
                           8000)
@@ -65,7 +69,7 @@ class MainWindow(QMainWindow):
         self.conversation_list = ConversationController(self.store, self.chat, self.sidebar, model)
         self.model_picker = ModelPicker(self.settings.recent_models)
         self.chat_pane = ChatPane(self.chat, self.transcript, self.models.send_blocked_reason, self.palette_,
-                                  above=[self.model_picker, self.banner])
+                                  above=[self.model_picker, self.banner, self.file_notice])
         self.composer = self.chat_pane.composer
         self.send_button = self.chat_pane.send_button
         self.stop_button = self.chat_pane.stop_button

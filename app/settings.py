@@ -1,8 +1,10 @@
 """User settings, persisted as JSON in the config folder (platformdirs).
 
 Writes are atomic (temporary file + rename), so a crash never leaves a
-half-written settings file; an unreadable file falls back to defaults and is
-kept aside rather than overwritten silently.
+half-written settings file. An unreadable file falls back to defaults and is
+kept aside under a name of its own (``settings.unreadable-<time>.json``); a
+field of the wrong type or out of range takes its default alone. Either way
+:meth:`Settings.read` returns a notice for the user.
 
 Files from older versions keep loading: a field they lack takes its default,
 and a file written before sampling presets existed whose sampling values are
@@ -19,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.set_aside import set_aside
+from app.settings_check import acceptable, same_type
 from engine import paths
 from engine.hardware import default_threads
 from engine.sampling import DEFAULT_PRESET, PRESETS
@@ -70,32 +74,63 @@ class Settings:
 
     @classmethod
     def load(cls) -> Settings:
+        return cls.read()[0]
+
+    @classmethod
+    def read(cls) -> tuple[Settings, list[str]]:
+        """The saved settings, and what the user should be told about them.
+
+        A file that is not a JSON object (not JSON, a list, nested too deep to
+        parse) is set aside as ``settings.unreadable-<time>.json`` and the
+        defaults are used; a field of the wrong type or out of range
+        (:mod:`app.settings_check`) takes its default and the others stay.
+        """
         path = cls.path()
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            return cls()
-        except (OSError, ValueError):
-            path.replace(path.with_suffix(".unreadable.json"))
-            return cls()
+            return cls(), []
+        except (OSError, ValueError, RecursionError, MemoryError) as exc:
+            return cls(), [_set_aside(path, f"it is not valid JSON ({type(exc).__name__})")]
+        if not isinstance(data, dict):
+            return cls(), [_set_aside(path, f"it holds a JSON {type(data).__name__}, not an object")]
         known = {f.name for f in dataclasses.fields(cls)}
         defaults = cls()
         values: dict[str, Any] = {}
+        reset: list[str] = []
         for key, value in data.items():
-            default = getattr(defaults, key, None)
-            if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+            if key not in known:
+                continue  # a field a later version added, or one since removed
+            default = getattr(defaults, key)
+            if not (same_type(value, default) and acceptable(key, value, default)):
+                reset.append(key)
+                continue
+            if isinstance(default, float):
                 value = float(value)  # JSON written by hand: 1 for 1.0
-            if key in known and (value is None or isinstance(value, type(default)) or default is None):
-                values[key] = value
+            values[key] = value
         if "sampling_preset" not in data and all(values.get(k, v) == v for k, v in _OLD_DEFAULTS.items()):
             for key in _OLD_DEFAULTS:
                 values.pop(key, None)
         elif "sampling_preset" not in data:
             values["sampling_preset"] = "custom"
-        return cls(**values)
+        notices = []
+        if reset:
+            notices.append(f"Some settings in {path} could not be used and were reset to their defaults: "
+                           f"{', '.join(reset)}. Check them in Preferences.")
+        return cls(**values), notices
 
     def save(self) -> None:
         path = self.path()
         tmp = path.with_suffix(".json.partial")
         tmp.write_text(json.dumps(dataclasses.asdict(self), indent=2))
         os.replace(tmp, path)
+
+
+def _set_aside(path: Path, why: str) -> str:
+    """Keep the unreadable file under a name of its own; the notice that says where."""
+    try:
+        kept = set_aside(path)
+    except OSError as exc:
+        return (f"Your settings file {path} could not be read ({why}) nor moved aside ({exc.strerror}); "
+                "the defaults are used and will be saved over it on quit.")
+    return f"Your settings file could not be read ({why}); the defaults are used. It was kept as {kept}."

@@ -289,21 +289,46 @@ class ConversationStore:
         return "\n".join(lines)
 
 
+def _json(text: object, kind: type, default: Any) -> Any:
+    """A JSON column's value, or ``default`` when it is not JSON of that kind: a damaged
+    value spoils its own field, never the list it is in nor the app's start."""
+    try:
+        value = json.loads(text) if isinstance(text, str | bytes) else None
+    except (ValueError, RecursionError):
+        return default
+    return value if isinstance(value, kind) else default
+
+
+def _text(value: object) -> str:
+    """A text column as text, whatever a damaged or hand-edited row holds there."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else storable(str(value))
+
+
 def _conversation(r: sqlite3.Row) -> Conversation:
-    return Conversation(r["id"], r["title"], r["system_prompt"], json.loads(r["settings"]), r["created"],
-                        r["updated"], r["model"])
+    return Conversation(r["id"], _text(r["title"]), _text(r["system_prompt"]), _json(r["settings"], dict, {}),
+                        r["created"], r["updated"], _text(r["model"]))
 
 
 def _message(r: sqlite3.Row) -> Message:
-    count = len(json.loads(r["versions"])) or 1
-    return Message(r["id"], r["conversation_id"], r["role"], r["content"], r["status"],
-                   json.loads(r["stats"]) if r["stats"] else None, r["created"], r["version"], count)
+    count = len(_stored_versions(r)) or 1
+    return Message(r["id"], r["conversation_id"], _text(r["role"]), _text(r["content"]), _text(r["status"]),
+                   _json(r["stats"], dict, None), r["created"], r["version"] if isinstance(r["version"], int) else 0,
+                   count)
+
+
+def _stored_versions(r: sqlite3.Row) -> list[dict[str, Any]]:
+    versions = _json(r["versions"], list, [])
+    keys = {"content", "status", "stats", "created"}
+    return versions if all(isinstance(v, dict) and keys <= v.keys() for v in versions) else []
 
 
 def _versions(r: sqlite3.Row) -> list[dict[str, Any]]:
     """Every version of a reply, the shown one as the row holds it now (it may have streamed on since)."""
-    shown = {"content": r["content"], "status": r["status"], "stats": json.loads(r["stats"]) if r["stats"] else None,
+    shown = {"content": _text(r["content"]), "status": _text(r["status"]), "stats": _json(r["stats"], dict, None),
              "created": r["created"]}
-    versions = json.loads(r["versions"]) or [shown]
-    versions[min(r["version"], len(versions) - 1)] = shown
+    versions = _stored_versions(r) or [shown]
+    index = r["version"] if isinstance(r["version"], int) else 0
+    versions[max(0, min(index, len(versions) - 1))] = shown
     return versions

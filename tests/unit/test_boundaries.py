@@ -37,6 +37,7 @@ APP_MAY_IMPORT = {
     "engine.store.doctor": "the sidecar doctor",
     "engine.store.download": "resumable downloads",
     "engine.store.repair": "sidecar repair (its proof runs in a worker: app/pair_proof.py)",
+    "engine.store.sqlite_salvage": "rows read back from a damaged conversations database (sqlite3 .recover)",
     "engine.cli": "the headless commands, when mtp-studio gets one",
     "engine.frozen": "the packaged app runs its own children (-m/-c), before any Qt import",
     "engine.build_record": "the engine build record for --version and the About box (a JSON file, no llama.cpp)",
