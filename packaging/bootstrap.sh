@@ -6,6 +6,11 @@
 #   packaging/bootstrap.sh --test   the app, the test tools, and llama.cpp's own MTP driver
 #                                   (llama-speculative-simple, which the tests compare our loop with)
 #                                   and ggml's RPC server (the multi-machine tests run two of them)
+#   MTP_STUDIO_BACKEND=vulkan packaging/bootstrap.sh
+#                                   the Vulkan engine instead of the CPU one (installs Debian's
+#                                   libvulkan-dev, glslc and Mesa's drivers when run as root with apt)
+#   MTP_STUDIO_VENV=.venv-vulkan    another virtual environment than .venv (the GPU tier keeps
+#                                   its Vulkan engine apart from the CPU one the tests use)
 # Without --test the RPC server is not built here: only a machine that lends its
 # devices needs it, and `mtp-studio rpc-server` builds it on first use (same
 # script, several minutes cold, with progress) instead of every install paying.
@@ -13,11 +18,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
+BACKEND=${MTP_STUDIO_BACKEND:-cpu}
+VENV=${MTP_STUDIO_VENV:-.venv}
 extras=""
 [ "${1:-}" = "--test" ] && extras="[test]"
 
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
 fi
 # Qt needs a few system libraries that minimal Debian images lack. Install
 # them when we can (root with apt); otherwise say which are missing.
@@ -38,12 +45,29 @@ if [ -n "$need_libs" ]; then
   fi
 fi
 
-.venv/bin/python packaging/build_engine.py --backend "${MTP_STUDIO_BACKEND:-cpu}"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".${extras}"
+# The Vulkan backend compiles its shaders with glslc against the Vulkan and
+# SPIR-V headers; Mesa's drivers give a machine without a GPU a software
+# device (lavapipe) that the GPU tier runs on (scripts/gpu_tier.sh).
+if [ "$BACKEND" = vulkan ]; then
+  if ! command -v glslc >/dev/null || [ ! -f /usr/include/vulkan/vulkan.h ] \
+     || [ ! -d /usr/share/cmake/SPIRV-Headers ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      echo "Installing the Vulkan build tools and Mesa's Vulkan drivers"
+      apt-get update -qq && apt-get install -y -qq libvulkan-dev glslc spirv-headers mesa-vulkan-drivers >/dev/null
+    else
+      echo "error: the Vulkan engine needs glslc and the Vulkan and SPIR-V headers; install them first" \
+           "(Debian/Ubuntu: sudo apt-get install libvulkan-dev glslc spirv-headers mesa-vulkan-drivers)" >&2
+      exit 1
+    fi
+  fi
+fi
+
+"$VENV/bin/python" packaging/build_engine.py --backend "$BACKEND"
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".${extras}"
 if [ "${1:-}" = "--test" ]; then
   # Built from the same sdist and patches as the engine and cached beside its
   # wheel (about 7 minutes cold on two cores, seconds when cached). The record
   # it leaves in .venv tells the tests this set-up ran, so a missing driver
   # fails them instead of skipping.
-  .venv/bin/python packaging/build_reference_driver.py --backend "${MTP_STUDIO_BACKEND:-cpu}" --record
+  "$VENV/bin/python" packaging/build_reference_driver.py --backend "$BACKEND" --record
 fi

@@ -1,0 +1,100 @@
+"""What the engine's patches make safe on a device, tested on any backend.
+
+- An on-device state checkpoint that cannot be made (the allocation fails, or
+  it is over ``LLAMA_STATE_SEQ_DEVICE_MAX_MIB``) fails the save instead of
+  aborting the process, and the rollback carries on with a host buffer
+  (packaging/patches/0005). A CPU buffer never fails to allocate, so the
+  budget is how the failure is caused here; on a GPU it is the same path.
+- A recurrent rollback deeper than the last batch wrote snapshot planes for
+  is refused instead of silently reading a stale plane (packaging/patches/0006).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from engine.errors import ContextError
+from engine.generation.generator import GenerateRequest, generate
+from engine.generation.session import LoadOptions, Session
+from engine.runtime import Batch, Context, ContextParams, Model
+from engine.speculative.drafter import SpeculativeParams
+from engine.speculative.rollback import ON_DEVICE, PARTIAL_ONLY, TargetRollback
+from tests.engine.conftest import synth
+
+PROMPT = " the river model"
+
+
+def run(session: Session, n_max: int | None, tokens: int = 32) -> object:
+    spec = SpeculativeParams("mtp", n_max) if n_max else SpeculativeParams()
+    return generate(session, GenerateRequest(prompt=PROMPT, max_tokens=tokens, speculative=spec))
+
+
+def test_a_device_checkpoint_over_its_budget_fails_the_save_and_rollback_falls_back_to_the_host(monkeypatch):
+    import engine.generation.session as session_module
+
+    monkeypatch.setattr(session_module.rollback, "choose", lambda *a, **k: "checkpoint")
+    session = Session(LoadOptions(path=str(synth("qwen3next", "mixed", seed=2).path()), n_ctx=512))
+    try:
+        assert session.rollback_strategy == "checkpoint"
+        plain = run(session, None)
+        run(session, 3, tokens=4)  # something in the recurrent state
+        monkeypatch.setenv("LLAMA_STATE_SEQ_DEVICE_MAX_MIB", "0")
+        with pytest.raises(ContextError):  # the save itself fails (returned 0), the process lives on
+            session.target.state_save(flags=PARTIAL_ONLY | ON_DEVICE)
+        rollback = TargetRollback(session.target, "checkpoint")
+        rollback.before_verify(3)
+        assert rollback.flags == PARTIAL_ONLY  # fell back to a host buffer
+        host = session.target.state_save(flags=PARTIAL_ONLY)
+        assert len(rollback._checkpoint) == len(host)  # the whole state came to the host
+
+        speculative = run(session, 3)  # every round's checkpoint now fails on the device
+        assert speculative.stats.rounds > 0 and speculative.stats.accepted < speculative.stats.drafted
+        assert speculative.tokens == plain.tokens
+    finally:
+        session.close()
+
+
+def _logits(ctx: Context, row: int) -> np.ndarray:
+    ptr = ctx.logits(row)
+    return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(ctx.n_vocab,)).copy()
+
+
+def _decode(ctx: Context, batch: Batch, tokens: list[int], pos0: int) -> None:
+    batch.clear()
+    for i, tok in enumerate(tokens):
+        batch.add(tok, pos0 + i, i == len(tokens) - 1)
+    ctx.decode(batch)
+
+
+def test_a_recurrent_rollback_is_allowed_only_within_the_last_batch():
+    model = Model(synth("qwen35", "random", seed=1).path(), load_mtp=False)
+    params = ContextParams(n_ctx=256, n_batch=64, n_ubatch=64, n_rs_seq=4)
+    ctx, fresh = Context(model, params), Context(model, params)
+    try:
+        assert ctx.n_rs_seq == 4
+        prompt, verify = [11, 12, 13, 14, 15, 16], [21, 22, 23]
+        batch = Batch(64)
+        _decode(ctx, batch, prompt, 0)
+        _decode(ctx, batch, verify, len(prompt))
+        end = len(prompt) + len(verify)
+        # rolling back all three tokens of the last batch would need a plane it never wrote
+        assert not ctx.seq_rm(len(prompt), -1)
+        # two of them: the plane for "kept one" was written; decoding on must equal a fresh run
+        assert ctx.seq_rm(end - 2, -1)
+        _decode(ctx, batch, [31], end - 2)
+        rolled = _logits(ctx, 0)
+        _decode(fresh, batch, prompt + verify[:1] + [31], 0)
+        exact = float(np.abs(rolled - _logits(fresh, -1)).max())
+        fresh.clear()
+        _decode(fresh, batch, prompt + verify + [31], 0)  # what a rollback that did nothing would give
+        unrolled = float(np.abs(rolled - _logits(fresh, -1)).max())
+        assert exact < 1e-2 < unrolled, (exact, unrolled)
+        # right after a one-token decode there is nothing to roll back into
+        assert not ctx.seq_rm(end - 2, -1)
+    finally:
+        ctx.close()
+        fresh.close()
+        model.close()
