@@ -25,7 +25,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -324,12 +324,16 @@ class Api:
             raise F.ApiError(413, f"The request body is larger than the limit of {limit:,} bytes.",
                              code="request_too_large")
         chunks, size = [], 0
-        async for piece in request.stream():
-            size += len(piece)
-            if size > limit:
-                raise F.ApiError(413, f"The request body is larger than the limit of {limit:,} bytes.",
-                                 code="request_too_large")
-            chunks.append(piece)
+        try:
+            async for piece in request.stream():
+                size += len(piece)
+                if size > limit:
+                    raise F.ApiError(413, f"The request body is larger than the limit of {limit:,} bytes.",
+                                     code="request_too_large")
+                chunks.append(piece)
+        except ClientDisconnect:  # gone, or cut off by the body deadline (engine/server/deadlines.py)
+            raise F.ApiError(400, "The connection closed before the whole body arrived.",
+                             code="incomplete_body") from None
         try:
             return json.loads(b"".join(chunks))
         except RecursionError:

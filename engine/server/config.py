@@ -18,6 +18,10 @@ DEFAULT_BODY_LIMIT = 8 << 20  # bytes; a longer prompt than this does not fit an
 DEFAULT_QUEUE_TIMEOUT_S = 300.0
 DEFAULT_REQUEST_TIMEOUT_S = 600.0
 RETRY_AFTER_S = 2
+DEFAULT_HEADER_TIMEOUT_S = 10.0  # a whole request head; a real client sends it in one packet
+DEFAULT_BODY_TIMEOUT_S = 60.0  # the whole body after the head: 8 MB at well under 1 Mbit/s
+DEFAULT_MAX_CONNECTIONS = 256  # open at once; far below the usual 1,024 file descriptors
+KEEP_ALIVE_S = 5.0  # an idle connection after a response (uvicorn's timeout_keep_alive)
 
 
 class ConfigError(ValueError):
@@ -37,6 +41,8 @@ class ServerConfig:
         queue_timeout_s: how long a request may wait for its turn before a 503.
         request_timeout_s: how long one generation may run before it is cancelled (504).
         max_body_bytes: a larger request body gets 413.
+        header_timeout_s / body_timeout_s: a request head / body slower than this gets 408 and is closed.
+        max_connections: connections open at once; a further one gets 503 at once (engine/server/deadlines.py).
     """
 
     host: str = DEFAULT_HOST
@@ -49,6 +55,9 @@ class ServerConfig:
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     max_body_bytes: int = DEFAULT_BODY_LIMIT
     retry_after_s: int = RETRY_AFTER_S
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
 
     @property
     def base_url(self) -> str:
@@ -73,7 +82,9 @@ def check(config: ServerConfig) -> None:
         raise ConfigError("The API key must be at least 8 printable characters without spaces.")
     if config.max_queue < 0:
         raise ConfigError(f"The queue size must be 0 or more, not {config.max_queue}.")
-    for name in ("queue_timeout_s", "request_timeout_s"):
+    if config.max_connections < 1:
+        raise ConfigError(f"The connection limit must be 1 or more, not {config.max_connections}.")
+    for name in ("queue_timeout_s", "request_timeout_s", "header_timeout_s", "body_timeout_s"):
         if getattr(config, name) <= 0:
             raise ConfigError(f"{name} must be positive, not {getattr(config, name)}.")
     if config.max_body_bytes < 1024:

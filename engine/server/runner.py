@@ -15,9 +15,9 @@ import time
 import uvicorn
 
 from engine.server.app import create_app
-from engine.server.config import ServerConfig, check
+from engine.server.config import KEEP_ALIVE_S, ServerConfig, check
+from engine.server.deadlines import Deadlines, protocol_for
 from engine.server.engine_link import EngineLink
-from engine.server.http_errors import JsonErrorsHTTPProtocol
 from engine.server.metrics import Metrics
 
 START_TIMEOUT_S = 15.0
@@ -40,9 +40,12 @@ def bind(host: str, port: int) -> socket.socket:
 
 def _uvicorn(link: EngineLink, config: ServerConfig, metrics: Metrics) -> uvicorn.Server:
     app = create_app(link, config, metrics)
+    deadlines = Deadlines(config.header_timeout_s, config.body_timeout_s, config.max_connections,
+                          config.retry_after_s)
     # access_log off: our request log never holds headers (the key) or prompts
     return uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                         timeout_graceful_shutdown=3, http=JsonErrorsHTTPProtocol))
+                                         timeout_graceful_shutdown=3, timeout_keep_alive=KEEP_ALIVE_S,
+                                         http=protocol_for(deadlines)))
 
 
 class ServerThread:
