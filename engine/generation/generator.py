@@ -46,6 +46,8 @@ from engine.generation.detokenizer import Detokenizer
 from engine.generation.session import Session
 from engine.generation.stops import StopMatcher
 from engine.runtime import Batch, Sampler, SamplingParams
+from engine.speculative.drafter import Drafter
+from engine.speculative.mtp import MTPDrafter
 from engine.speculative.rollback import TargetRollback
 from engine.speculative.settings import MAX_DRAFT, SPECULATION_OFF, SpeculativeSettings
 from engine.speculative.stats import GenerationStats
@@ -214,6 +216,60 @@ def _chunks(start: int, end: int, size: int, split: int) -> list[tuple[int, int]
     return list(zip(bounds, bounds[1:], strict=False))
 
 
+def _prefill(session: Session, drafter: Drafter | None, spec: SpeculativeSettings, prefill: list[int],
+             batch: Batch, on_prefill: PrefillCallback | None,
+             should_stop: Callable[[], bool]) -> tuple[int, list[int], bool]:
+    """Decode the prompt on the target, in chunks of n_batch, keeping what the last generation left.
+
+    Returns the prompt tokens reused, the tokens the target context now holds (position by
+    position), and whether it was cancelled. The drafter catches up on each chunk. What is
+    reused (engine/generation/prefix_cache.py): the MTP head needs h_target at each position
+    it catches up on, so its context keeps one row more than the target and resumes after it.
+    """
+    target = session.target
+    mtp_drafter = drafter if isinstance(drafter, MTPDrafter) else None
+    if mtp_drafter is not None:
+        reused = session.prefix.start(target, prefill, session.is_hybrid,
+                                      limit=session.prefix.mtp_limit(mtp_drafter.ctx, prefill))
+    elif drafter is None or not spec.uses_mtp:
+        reused = session.prefix.start(target, prefill, session.is_hybrid)
+    else:  # MTP + n-gram: both contexts start empty
+        session.prefix.forget()
+        target.clear()
+        reused = 0
+    # a hybrid keeps its recurrent state from just before the prompt's last token, so a
+    # regenerated reply (or a resent one that tokenizes otherwise) restarts there
+    reusing = drafter is None or not spec.uses_mtp or mtp_drafter is not None
+    checkpoint_at = len(prefill) - 1 if reusing and session.is_hybrid and len(prefill) - 1 > reused else -1
+    kept = list(prefill[:reused])
+    if mtp_drafter is not None:
+        mtp_drafter.begin(spec, keep=reused + 1 if reused else 0)
+    elif drafter is not None:
+        drafter.begin(spec)
+        if reused:
+            drafter.process(kept, 0)  # the n-gram drafter reads tokens only
+    if on_prefill is not None:
+        on_prefill(0, len(prefill) - reused)
+    for start, end in _chunks(reused, len(prefill), target.n_batch, checkpoint_at):
+        chunk = prefill[start:end]
+        batch.clear()
+        for k, tok in enumerate(chunk):
+            batch.add(tok, start + k, start + k == len(prefill) - 1)
+        target.decode(batch)
+        kept.extend(chunk)
+        if end == checkpoint_at:
+            session.prefix.save_checkpoint(target, end)
+        if mtp_drafter is not None and reused and start == reused:
+            mtp_drafter.resume(chunk, start)  # its row at ``reused`` is kept: catch up from the next
+        elif drafter is not None:
+            drafter.process(chunk, start)
+        if on_prefill is not None:
+            on_prefill(end - reused, len(prefill) - reused)
+        if should_stop():
+            return reused, kept, True
+    return reused, kept, False
+
+
 def generate(
     session: Session,
     request: GenerateRequest,
@@ -285,50 +341,10 @@ def generate(
         t0 = time.perf_counter()
         held = request.hold_last_prompt_token and len(tokens) > 1
         prefill = tokens[:-1] if held else tokens
-        # what the contexts hold from the last generation (engine/generation/prefix_cache.py): the MTP
-        # head needs h_target at each position it catches up on, so its context keeps one row more
-        mtp_drafter = drafter if drafter is not None and drafter is session.drafter else None
-        reuse = drafter is None or not spec.uses_mtp or mtp_drafter is not None
-        if mtp_drafter is not None:
-            reused = session.prefix.start(target, prefill, session.is_hybrid,
-                                          limit=session.prefix.mtp_limit(mtp_drafter.ctx, prefill))
-        elif reuse:
-            reused = session.prefix.start(target, prefill, session.is_hybrid)
-        else:  # MTP + n-gram: both contexts start empty
-            session.prefix.forget()
-            target.clear()
-            reused = 0
-        # a hybrid keeps its recurrent state from just before the prompt's last token, so a
-        # regenerated reply (or a resent one that tokenizes otherwise) restarts there
-        checkpoint_at = len(prefill) - 1 if reuse and session.is_hybrid and len(prefill) - 1 > reused else -1
+        reused, kept, cancelled = _prefill(session, drafter, spec, prefill, batch, on_prefill, should_stop)
         stats.prompt_reused = reused
-        kept = list(prefill[:reused])  # what the target context holds, position by position
-        if mtp_drafter is not None:
-            mtp_drafter.begin(spec, keep=reused + 1 if reused else 0)
-        elif drafter is not None:
-            drafter.begin(spec)
-            if reused:
-                drafter.process(kept, 0)  # the n-gram drafter reads tokens only
-        if on_prefill is not None:
-            on_prefill(0, len(prefill) - reused)
-        for start, end in _chunks(reused, len(prefill), target.n_batch, checkpoint_at):
-            chunk = prefill[start:end]
-            batch.clear()
-            for k, tok in enumerate(chunk):
-                batch.add(tok, start + k, start + k == len(prefill) - 1)
-            target.decode(batch)
-            kept.extend(chunk)
-            if end == checkpoint_at:
-                session.prefix.save_checkpoint(target, end)
-            if mtp_drafter is not None and reused and start == reused:
-                mtp_drafter.resume(chunk, start)  # its row at ``reused`` is kept: catch up from the next
-            elif drafter is not None:
-                drafter.process(chunk, start)
-            if on_prefill is not None:
-                on_prefill(start + len(chunk) - reused, len(prefill) - reused)
-            if should_stop():
-                out.finish = "cancelled"
-                break
+        if cancelled:
+            out.finish = "cancelled"
         # the drafter's catch-up on the prompt is its own phase, not prefill
         prefill_catch_up = drafter.seconds["catch_up"] if drafter is not None else 0.0
         stats.phase_seconds["prefill"] = time.perf_counter() - t0 - prefill_catch_up
@@ -431,8 +447,8 @@ def generate(
     finally:
         sampler.close()
     session.prefix.keep(target, kept)
-    if mtp_drafter is not None:
-        session.prefix.keep_mtp(mtp_drafter.ctx, kept[:mtp_drafter.exact_end])
+    if isinstance(drafter, MTPDrafter):
+        session.prefix.keep_mtp(drafter.ctx, kept[:drafter.exact_end])
     out.close()
     book_drafter()
     stats.generated_tokens = len(out.tokens)
