@@ -124,7 +124,8 @@ class HardwarePage(QWidget):
         self.report = data
         ram = f"{data['ram_mib'] / 1024:.1f} GiB" if data.get("ram_mib") else "unknown"
         eng = data.get("engine", {})
-        gpus = ", ".join(f"{g['name']} ({g['api']})" for g in data.get("gpus", [])) or "none found"
+        gpus = ", ".join(f"{g['name']} ({g['api']}{', software renderer' if g.get('software') else ''})"
+                         for g in data.get("gpus", [])) or "none found"
         self.summary.setText(
             f"<b>{data.get('os')}</b>, {data.get('machine')} — {data.get('cpu_model')}, {data.get('cores')} cores, "
             f"{ram} RAM<br>CPU features: {' '.join(data.get('cpu_flags', [])) or '–'}<br>GPUs: {gpus}<br>"

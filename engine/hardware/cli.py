@@ -42,7 +42,9 @@ def cmd_hardware(args: argparse.Namespace) -> int:
     print(f"cpu          {report.cpu_model}  [{' '.join(report.cpu_flags)}]")
     for g in report.gpus or []:
         mem = f", {g.memory_mib} MiB" if g.memory_mib else ""
-        print(f"gpu          {g.name} ({g.vendor}, {g.api}{mem}" + (f", driver {g.driver}" if g.driver else "") + ")")
+        soft = ", software: asked for with MTP_STUDIO_SOFTWARE_GPU" if g.software else ""
+        print(f"gpu          {g.name} ({g.vendor}, {g.api}{mem}" + (f", driver {g.driver}" if g.driver else "")
+              + soft + ")")
     if not report.gpus:
         print("gpu          none found")
     eng = report.engine

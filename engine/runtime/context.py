@@ -42,6 +42,7 @@ class Batch:
         self.seq_id = (ctypes.POINTER(ctypes.c_int32) * capacity)(*([zero] * capacity))
         self.logits = (ctypes.c_int8 * capacity)()
         self.embd = (ctypes.c_float * (capacity * n_embd))() if n_embd else None
+        self.n_outputs = 0
         self.raw = lib.llama_batch()
         self.raw.token = self.tokens
         self.raw.pos = self.pos
@@ -55,6 +56,7 @@ class Batch:
 
     def clear(self) -> None:
         self.n = 0
+        self.n_outputs = 0
 
     def add(self, token: int, pos: int, output: bool) -> int:
         i = self.n
@@ -63,6 +65,7 @@ class Batch:
         self.tokens[i] = token
         self.pos[i] = pos
         self.logits[i] = 1 if output else 0
+        self.n_outputs += 1 if output else 0
         self.n = i + 1
         return i
 
@@ -121,6 +124,10 @@ class Context:
         state right after every decode anyway, so nothing is lost by waiting;
         on the CPU backend the call returns at once.
         """
+        if self.params.n_outputs_max and batch.n_outputs > self.params.n_outputs_max:
+            # llama.cpp asserts on this (GGML_ASSERT, the process aborts): refuse it here instead
+            raise ContextError(f"a batch with {batch.n_outputs} output rows; this context reserves "
+                               f"{self.params.n_outputs_max}")
         batch.raw.n_tokens = batch.n
         self.edits += 1
         rc = self._lib.llama_decode(self.handle, batch.raw)

@@ -98,3 +98,25 @@ def test_a_recurrent_rollback_is_allowed_only_within_the_last_batch():
         ctx.close()
         fresh.close()
         model.close()
+
+
+def test_a_batch_with_more_outputs_than_the_context_reserves_is_refused_not_aborted():
+    # llama.cpp GGML_ASSERTs on it (the process aborts); the target reserves MAX_DRAFT + 1 output rows
+    model = Model(synth("glm4moe", "random", seed=1).path(), load_mtp=False)
+    ctx = Context(model, ContextParams(n_ctx=256, n_batch=64, n_ubatch=64, n_outputs_max=4))
+    try:
+        batch = Batch(64)
+        with pytest.raises(ContextError, match="5 output rows"):
+            _decode_all(ctx, batch, [11, 12, 13, 14, 15])
+        _decode_all(ctx, batch, [11, 12, 13, 14])  # and the context still works
+    finally:
+        ctx.close()
+        model.close()
+
+
+def _decode_all(ctx: Context, batch: Batch, tokens: list[int]) -> None:
+    batch.clear()
+    for i, tok in enumerate(tokens):
+        batch.add(tok, i, True)
+    ctx.clear()
+    ctx.decode(batch)

@@ -1,0 +1,162 @@
+"""MTP on a real device (Vulkan, CUDA): every layer offloaded, tiny synthetic models.
+
+What only a device shows (a CPU run passes all of these by construction):
+offloading itself, greedy identity of MTP with plain decoding on the device
+(hybrid rollback through snapshots, chained heads, a sidecar head), the device
+against the CPU within the measured cross-backend noise, on-device state
+checkpoints and their host fallback, and phase timings that include the
+device's work (``llama_decode`` only submits it; engine/runtime/context.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from engine.generation.generator import GenerateRequest, generate
+from engine.generation.session import LoadOptions, Session
+from engine.runtime import Batch, native
+from engine.speculative import identity
+from engine.speculative.drafter import SpeculativeParams
+from engine.speculative.rollback import ON_DEVICE, PARTIAL_ONLY, TargetRollback
+from tests.engine.conftest import synth
+from tests.gpu.conftest import ALL_LAYERS
+
+PROMPT = " the river model"
+TOKENS = 24
+
+
+def open_session(model, layout: str = "combined", gpu: bool = True) -> Session:
+    layers = ALL_LAYERS if gpu else 0
+    if layout == "sidecar":
+        return Session(LoadOptions(path=str(model.path("trunk")), sidecar=str(model.path("sidecar")), n_ctx=256,
+                                   n_gpu_layers=layers))
+    return Session(LoadOptions(path=str(model.path(layout)), n_ctx=256, n_gpu_layers=layers))
+
+
+def run(session: Session, n_max: int | None, **kw) -> object:
+    spec = SpeculativeParams("mtp", n_max) if n_max else SpeculativeParams()
+    return generate(session, GenerateRequest(prompt=PROMPT, max_tokens=TOKENS, speculative=spec, **kw))
+
+
+def offloaded_layers() -> tuple[int, int] | None:
+    for line in reversed(native.recent_log(200, "offloaded")):
+        m = re.search(r"offloaded (\d+)/(\d+) layers", line)
+        if m:
+            return int(m.group(1)), int(m.group(2))
+    return None
+
+
+def test_every_layer_of_a_model_is_on_the_device(gpu_device):
+    from engine.runtime import Model
+
+    assert gpu_device["total_mib"] > 0
+    model = Model(synth("qwen35", "mixed", seed=1).path(), n_gpu_layers=ALL_LAYERS, load_mtp=True)
+    try:  # read the load's own log lines before contexts push them out of the kept tail
+        done, total = offloaded_layers() or (0, -1)
+        assert done == total > 0, native.recent_log(20)
+        name = gpu_device["name"]
+        assert any(name in line and "model buffer size" in line for line in native.recent_log(60)), \
+            f"no model buffer on {name}: {native.recent_log(30)}"
+    finally:
+        model.close()
+
+
+# one of each kind the engine rolls back or drafts differently
+CASES = [
+    pytest.param("qwen35", "combined", "mixed", 1, id="hybrid-rs-rollback"),
+    pytest.param("step35", "combined", "mixed", 0, id="chained-heads"),
+    pytest.param("qwen3next", "sidecar", "mixed", 2, id="sidecar-hybrid"),
+]
+
+
+@pytest.mark.parametrize("arch, layout, weights, seed", CASES)
+def test_mtp_is_plain_greedy_decoding_on_the_device(arch, layout, weights, seed):
+    session = open_session(synth(arch, weights, seed=seed), layout)
+    try:
+        assert session.drafter is not None
+        plain = run(session, None, record_margins=True)
+        noise = identity.measure_noise(session)
+        for n_max in (1, 3):
+            spec = run(session, n_max, record_drafts=True)
+            verdict = identity.classify(plain.tokens, plain.margins, spec.tokens, noise)
+            assert verdict.acceptable, f"n_max {n_max}: {verdict.describe()}"
+            assert spec.stats.rounds > 0 and 0 < spec.stats.accepted < spec.stats.drafted  # rollbacks ran
+    finally:
+        session.close()
+
+
+def _row_logits(session: Session, tokens: list[int]) -> list[np.ndarray]:
+    """The target's logits at every row of one batch of ``tokens`` (the context is left empty)."""
+    session.prepare(mtp=False)
+    target, n_vocab = session.target, session.model.n_vocab
+    batch = Batch(len(tokens))
+    target.clear()
+    for k, tok in enumerate(tokens):
+        batch.add(tok, k, True)
+    target.decode(batch)
+    rows = [np.ctypeslib.as_array(target.logits(k), shape=(n_vocab,)).copy() for k in range(len(tokens))]
+    target.clear()
+    return rows
+
+
+def test_the_device_decodes_like_the_cpu_within_the_cross_backend_noise():
+    model = synth("qwen35", "random", seed=3)
+    device, cpu = open_session(model), open_session(model, gpu=False)
+    try:
+        probe = [(7 + 37 * i) % device.model.n_vocab for i in range(8)]  # within the target's n_outputs_max
+        cross = max(float(np.abs(a - b).max()) for a, b in zip(_row_logits(device, probe), _row_logits(cpu, probe),
+                                                               strict=True))
+        assert cross < 0.05, f"device and CPU logits differ by {cross} (f32 tiny model)"
+        on_cpu = run(cpu, None, record_margins=True)
+        on_device = run(device, 3)
+        verdict = identity.classify(on_cpu.tokens, on_cpu.margins, on_device.tokens,
+                                    max(cross, identity.measure_noise(cpu)))
+        assert verdict.acceptable, verdict.describe()
+    finally:
+        device.close()
+        cpu.close()
+
+
+def test_checkpoints_stay_on_the_device_and_fall_back_to_the_host_over_budget(monkeypatch):
+    import engine.generation.session as session_module
+
+    monkeypatch.setattr(session_module.rollback, "choose", lambda *a, **k: "checkpoint")
+    session = open_session(synth("qwen3next", "mixed", seed=2))
+    try:
+        assert session.rollback_strategy == "checkpoint"
+        plain = run(session, None)
+        on_device = run(session, 3)
+        assert on_device.tokens == plain.tokens and on_device.stats.phase_seconds["rollback"] > 0
+        rollback = TargetRollback(session.target, "checkpoint")
+        rollback.before_verify(3)
+        assert rollback.flags == PARTIAL_ONLY | ON_DEVICE
+        assert len(rollback._checkpoint) < len(session.target.state_save(flags=PARTIAL_ONLY))  # metadata only
+
+        monkeypatch.setenv("LLAMA_STATE_SEQ_DEVICE_MAX_MIB", "0")  # packaging/patches/0005
+        rollback = TargetRollback(session.target, "checkpoint")
+        rollback.before_verify(3)
+        assert rollback.flags == PARTIAL_ONLY
+        assert run(session, 3).tokens == plain.tokens
+    finally:
+        session.close()
+
+
+def test_phase_timings_include_the_device_work():
+    # Before Context.decode synchronised, the verify phase read 1.2 ms on lavapipe and
+    # the wait for the device landed in "sampling" (the first logits read): 329 ms.
+    session = open_session(synth("qwen35", "mixed", seed=1))
+    try:
+        run(session, 3)  # the first decode of each shape compiles pipelines: keep it out of the figures
+        result = run(session, 3)
+        phases, elapsed = result.stats.phase_seconds, result.stats.elapsed()
+        device = sum(phases[k] for k in ("prefill", "draft", "verify", "catch_up", "rollback"))
+        host = phases["sampling"] + phases["other"]
+        assert device >= 0.75 * elapsed, (phases, elapsed)
+        assert host <= 0.25 * elapsed, (phases, elapsed)
+        rounds = result.stats.rounds + result.stats.plain_steps
+        assert phases["verify"] / rounds > phases["sampling"] / rounds, phases
+    finally:
+        session.close()
