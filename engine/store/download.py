@@ -39,6 +39,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from engine.errors import EngineError
+from engine.store.hub_names import HubNameError, check_filename, check_repo_id
 
 CHUNK = 1 << 20
 SHA256_LEN = 64
@@ -92,8 +93,11 @@ def download(repo_id: str, filename: str, dest_dir: str | Path, *, revision: str
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
     endpoint = _endpoint(endpoint)
-    if Path(filename).is_absolute() or ".." in Path(filename).parts:
-        raise DownloadError(f"Refusing the file name {filename!r}: it would leave the models folder.")
+    try:  # before the folder is made: a bad name leaves nothing behind
+        check_repo_id(repo_id)
+        check_filename(filename)
+    except HubNameError as exc:
+        raise DownloadError(str(exc)) from None
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
     final = dest_dir / Path(filename).name

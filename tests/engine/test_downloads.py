@@ -243,3 +243,42 @@ def test_the_models_page_does_not_start_a_download_that_is_running(qtbot, isolat
     assert again is not first and page.downloads.count() == 2
     qtbot.waitUntil(lambda: again.speed.text().startswith("done"), timeout=5000)
     assert calls == [(REPO, NAME), (REPO, NAME)]
+
+
+# -- issue 31: names that are not names are refused before anything is created ------------------------------------
+
+@pytest.mark.parametrize(("repo", "name", "says"), [
+    (REPO, "Blob\x00-Q8_0.gguf", "NUL"),
+    ("..", NAME, "'..'"),
+    ("acme/..", NAME, "'acme/..'"),
+    ("acme/./x", NAME, "owner/name"),
+    (REPO, "../Blob-Q8_0.gguf", "leave the models folder"),
+])
+def test_a_bad_repo_id_or_file_name_is_refused_before_any_folder_is_made(server, tmp_path, monkeypatch, capsys,
+                                                                          repo, name, says):
+    """The campaign's `models download .. X` and `acme/.. X` gave an HFValidationError traceback after making an
+    empty folder, and a NUL in the name a ValueError traceback; the default folder is named after the repo."""
+    from engine.cli import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    monkeypatch.setenv("MTP_STUDIO_DATA_DIR", str(data))
+    dest = tmp_path / "dest"
+    assert main(["models", "download", repo, name, "--dest", str(dest)]) == 2
+    assert main(["models", "download", repo, name]) == 2  # the default folder, data/models/<repo>
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("error: Refusing") == 2 and says in err, err
+    assert not dest.exists()
+    assert [p.name for p in data.iterdir()] == []
+    assert not any(r[0] == "GET" or r[0] == "HEAD" for r in server.requests)  # refused before asking the hub
+
+
+def test_names_the_hub_has_still_download(server, source, tmp_path):
+    """The checks refuse only what the hub could not hold: dots, dashes and underscores are fine."""
+    from engine.store.hub_names import check_filename, check_repo_id
+
+    for repo in ("acme/Model-1.5_b.GGUF", "gpt2", "a.b/c.d"):
+        check_repo_id(repo)
+    for name in ("model-Q4_K_M.gguf", "Q4_K_M/model-00001-of-00002.gguf", ".hidden.gguf"):
+        check_filename(name)
+    assert dl.download(REPO, NAME, tmp_path / "m", endpoint=server.url).read_bytes() == source.read_bytes()
