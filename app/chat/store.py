@@ -15,6 +15,10 @@ when opened (:meth:`ConversationStore._migrate`); nothing is rewritten.
 Text goes in through :func:`storable`: a Python ``str`` may hold lone UTF-16
 surrogates (a paste, a ``\\udc80``-style escape in JSON) that SQLite's UTF-8 cannot
 hold, and a message must never be lost for one odd character.
+
+A write the disk cannot take (full, or failing) raises :class:`NotSaved`
+(:class:`DiskFull` for a full one) instead of SQLite's own error: the caller
+keeps what it meant to write and tries again later (``app/chat/reply_saver.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +64,31 @@ ADDED_COLUMNS = (
     ("messages", "versions", "TEXT NOT NULL DEFAULT '[]'"),
     ("messages", "version", "INTEGER NOT NULL DEFAULT 0"),
 )
+
+
+class NotSaved(OSError):
+    """A write did not reach the disk; the database is as it was before it."""
+
+
+class DiskFull(NotSaved):
+    """The disk (or the quota) has no room for the write."""
+
+
+@contextmanager
+def _writing() -> Iterator[None]:
+    """Translate SQLite's errors for a write the disk refused into :class:`NotSaved`.
+
+    SQLite rolls the statement back itself, so nothing half-written is left and
+    the same write can simply be made again once there is room."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        if code == sqlite3.SQLITE_FULL:
+            raise DiskFull(f"the disk is full ({exc})") from exc
+        if code == sqlite3.SQLITE_IOERR:
+            raise NotSaved(f"the disk could not be written ({exc})") from exc
+        raise
 
 
 def storable(text: str) -> str:
@@ -130,10 +161,11 @@ class ConversationStore:
     def create(self, title: str = "New chat", system_prompt: str = "",
                settings: dict[str, Any] | None = None) -> Conversation:
         now = time.time()
-        cur = self.db.execute(
-            "INSERT INTO conversations(title, system_prompt, settings, created, updated) VALUES (?,?,?,?,?)",
-            (storable(title), storable(system_prompt), json.dumps(settings or {}), now, now),
-        )
+        with _writing():
+            cur = self.db.execute(
+                "INSERT INTO conversations(title, system_prompt, settings, created, updated) VALUES (?,?,?,?,?)",
+                (storable(title), storable(system_prompt), json.dumps(settings or {}), now, now),
+            )
         return self.get(int(cur.lastrowid or 0))
 
     def get(self, conversation_id: int) -> Conversation:
@@ -168,7 +200,8 @@ class ConversationStore:
         if settings is not None:
             fields.append("settings=?")
             values.append(json.dumps(settings))
-        self.db.execute(f"UPDATE conversations SET {', '.join(fields)} WHERE id=?", (*values, conversation_id))
+        with _writing():
+            self.db.execute(f"UPDATE conversations SET {', '.join(fields)} WHERE id=?", (*values, conversation_id))
 
     def delete(self, conversation_id: int) -> None:
         self.db.execute("DELETE FROM conversations WHERE id=?", (conversation_id,))
@@ -181,11 +214,12 @@ class ConversationStore:
 
     def add_message(self, conversation_id: int, role: str, content: str, status: str = "complete") -> Message:
         now = time.time()
-        cur = self.db.execute(
-            "INSERT INTO messages(conversation_id, role, content, status, created) VALUES (?,?,?,?,?)",
-            (conversation_id, role, storable(content), status, now),
-        )
-        self.db.execute("UPDATE conversations SET updated=? WHERE id=?", (now, conversation_id))
+        with _writing():
+            cur = self.db.execute(
+                "INSERT INTO messages(conversation_id, role, content, status, created) VALUES (?,?,?,?,?)",
+                (conversation_id, role, storable(content), status, now),
+            )
+            self.db.execute("UPDATE conversations SET updated=? WHERE id=?", (now, conversation_id))
         row = self.db.execute("SELECT * FROM messages WHERE id=?", (cur.lastrowid,)).fetchone()
         return _message(row)
 
@@ -203,7 +237,8 @@ class ConversationStore:
             fields.append("stats=?")
             values.append(json.dumps(stats))
         if fields:
-            self.db.execute(f"UPDATE messages SET {', '.join(fields)} WHERE id=?", (*values, message_id))
+            with _writing():
+                self.db.execute(f"UPDATE messages SET {', '.join(fields)} WHERE id=?", (*values, message_id))
 
     def delete_from(self, conversation_id: int, message_id: int) -> None:
         """Delete ``message_id`` and everything after it (regenerate, edit and resend)."""
