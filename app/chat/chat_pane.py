@@ -91,6 +91,11 @@ class ChatPane(QWidget):
         self.context_notice.setWordWrap(True)
         self.context_notice.setStyleSheet(f"color:{palette.muted}; padding:2px 4px;")
         self.context_notice.hide()
+        # a reply the disk would not take: stays until it is saved, so the user knows to free space
+        self.save_notice = QLabel()
+        self.save_notice.setWordWrap(True)
+        self.save_notice.setStyleSheet(f"color:{palette.bad}; padding:2px 4px;")
+        self.save_notice.hide()
         self.composer = Composer()
         self.composer.setPlaceholderText("Message the model — Enter sends, Shift+Enter for a new line")
         self.composer.setFixedHeight(84)
@@ -114,6 +119,7 @@ class ChatPane(QWidget):
         col.addWidget(self.model_notice)
         col.addWidget(transcript, 1)
         col.addWidget(self.context_notice)
+        col.addWidget(self.save_notice)
         self.edit_bar = EditBar(palette)
         col.addWidget(self.edit_bar)
         col.addWidget(self.composer)
@@ -126,6 +132,7 @@ class ChatPane(QWidget):
         self.edit_button.clicked.connect(self.edit_last)
         self.edit_bar.sig_cancel.connect(self.cancel_edit)
         chat.sig_context_notice.connect(self.show_context_notice)
+        chat.sig_save_notice.connect(self.show_save_notice)
         chat.sig_reply_started.connect(lambda: self._set_replying(True))
         chat.sig_reply_finished.connect(lambda _status: self._set_replying(False))
         chat.sig_conversation_opened.connect(self._update_buttons)
@@ -167,6 +174,10 @@ class ChatPane(QWidget):
     def show_context_notice(self, text: str) -> None:
         self.context_notice.setText(text)
         self.context_notice.setVisible(bool(text))
+
+    def show_save_notice(self, text: str) -> None:
+        self.save_notice.setText(text)
+        self.save_notice.setVisible(bool(text))
 
     def set_blocked(self, reason: str) -> None:
         """No reply can be asked for now, for ``reason`` ("" lifts it): shown beside Send and as its tooltip."""

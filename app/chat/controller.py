@@ -15,6 +15,10 @@ events); the statistics panel shows "Processing prompt (N tokens)…" with a
 bar until the first token. The panel states MTP's speedup only where it was
 measured: the autotune profile's, when the reply uses the profile's settings.
 A model change clears the figures of the previous model.
+
+The reply is saved through a :class:`ReplySaver`: on a full disk it stays in
+memory and on screen, the chat says it is not saved, the reply still ends
+(the chat is never left busy), and the saver writes it once there is room.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, Signal
 
 from app.chat.chat_settings import ReplyValues, effective
+from app.chat.reply_saver import ReplySaver
 from app.chat.stats_panel import StatsPanel
-from app.chat.store import ConversationStore, Message
+from app.chat.store import ConversationStore, DiskFull, Message, NotSaved
 from app.chat.transcript import ShownMessage, TranscriptView
 from app.engine_client import EngineClient
 from app.settings import Settings
@@ -86,6 +91,7 @@ class ChatController(QObject):
         sig_notice(str): a message for the status bar.
         sig_context_notice(str): what the open chat's last reply left out to fit the context ("" for nothing).
         sig_conversation_opened(): another conversation (or none) is shown; what can be edited changed.
+        sig_save_notice(str): why a reply is not saved yet ("" once it is).
     """
 
     sig_reply_started = Signal()
@@ -93,6 +99,7 @@ class ChatController(QObject):
     sig_notice = Signal(str)
     sig_context_notice = Signal(str)
     sig_conversation_opened = Signal()
+    sig_save_notice = Signal(str)
 
     def __init__(self, store: ConversationStore, client: EngineClient, transcript: TranscriptView,
                  stats_panel: StatsPanel, settings: Settings) -> None:
@@ -115,6 +122,9 @@ class ChatController(QObject):
         self.turn: Turn | None = None  # the reply being asked for
         self._cut: int | None = None  # the open chat's oldest message that still fit its last reply
         self._stopping = False
+        self.saver = ReplySaver(store, self)
+        self.saver.sig_notice.connect(self.sig_save_notice)
+        self.saver.sig_saved.connect(lambda: self.sig_notice.emit("The reply waiting for disk space is saved."))
         client.sig_token.connect(self._on_token)
         client.sig_stats.connect(self._on_stats)
         client.sig_prefill.connect(self._on_prefill)
@@ -182,12 +192,17 @@ class ChatController(QObject):
         text = text.strip()
         if not text or self.busy:
             return False
-        if self.conversation_id is None:
-            self.new_conversation()
-        assert self.conversation_id is not None
-        if not self.store.messages(self.conversation_id):
-            self.store.update(self.conversation_id, title=_title_from(text))
-        self.store.add_message(self.conversation_id, "user", text)
+        try:
+            if self.conversation_id is None:
+                self.new_conversation()
+            assert self.conversation_id is not None
+            if not self.store.messages(self.conversation_id):
+                self.store.update(self.conversation_id, title=_title_from(text))
+            self.store.add_message(self.conversation_id, "user", text)
+        except NotSaved as exc:  # the message stays in the composer; nothing was sent
+            what = "The disk is full" if isinstance(exc, DiskFull) else f"Not saved: {exc}"
+            self.sig_notice.emit(f"{what}: the message was not sent. Free some space and send it again.")
+            return False
         self.transcript.messages.append(ShownMessage("user", text))
         self._request_reply()
         return True
@@ -326,7 +341,7 @@ class ChatController(QObject):
         self.transcript.append_reply(ev.text, ev.draft)
         now = time.monotonic()
         if now - self._last_save >= SAVE_INTERVAL_S:
-            self.store.update_message(self.reply.id, content=self._reply_text)
+            self.saver.save(self.reply.id, content=self._reply_text)
             self._last_save = now
 
     def _on_prefill(self, ev: PrefillEvent) -> None:
@@ -370,8 +385,8 @@ class ChatController(QObject):
 
     def _finish(self, status: str, stats: StatsSnapshot | None) -> None:
         if self.reply is not None:
-            self.store.update_message(self.reply.id, content=self._reply_text, status=status,
-                                      stats=stats.to_dict() if stats is not None else None)
+            self.saver.save(self.reply.id, content=self._reply_text, status=status,
+                            stats=stats.to_dict() if stats is not None else None)
         self.transcript.end_reply(status, stats)
         self.request_id = None
         self.reply = None
