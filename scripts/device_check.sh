@@ -4,28 +4,35 @@
 # (n_max 1-4 and adaptive) with every layer on the device, and autotune. It
 # writes a short report (format: docs/benchmarks.md, "The device check").
 #
-#   scripts/device_check.sh [--backend cuda|vulkan] [--out DIR] [--wheel FILE]
+#   scripts/device_check.sh [--backend cuda|vulkan] [--out DIR] [--wheel FILE | --venv DIR] [--size S]
 #
 #   --backend  the engine to use (default: cuda where nvidia-smi answers, else vulkan)
 #   --out      where the report and the logs go (default: ./device-check, or $OUT when set)
 #   --wheel    an engine wheel built elsewhere (a lent machine has no network and
 #              no time to compile CUDA): installed instead of building
+#   --venv     an environment that already has the engine and the test tools
+#   --size     synthetic model size for the benchmarks (default bench; tiny for a dry run)
 #
 # Dry run on a machine without a GPU (lavapipe): MTP_STUDIO_SOFTWARE_GPU=1
-# scripts/device_check.sh --backend vulkan. Every step has its own deadline;
-# a step that fails or runs out of time is reported and the next one runs.
+# scripts/device_check.sh --backend vulkan --venv .venv-vulkan --size tiny. Every
+# step has its own deadline; a step that fails or runs out of time is reported
+# and the next one runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 BACKEND=""
 DEST=${OUT:-device-check}
 WHEEL=""
+VENV=""
+SIZE=bench
 while [ $# -gt 0 ]; do
   case "$1" in
     --backend) BACKEND=$2; shift 2 ;;
     --out) DEST=$2; shift 2 ;;
     --wheel) WHEEL=$2; shift 2 ;;
-    *) echo "usage: $0 [--backend cuda|vulkan] [--out DIR] [--wheel FILE]" >&2; exit 2 ;;
+    --venv) VENV=$2; shift 2 ;;
+    --size) SIZE=$2; shift 2 ;;
+    *) echo "usage: $0 [--backend cuda|vulkan] [--out DIR] [--wheel FILE | --venv DIR] [--size S]" >&2; exit 2 ;;
   esac
 done
 if [ -z "$BACKEND" ]; then
@@ -33,7 +40,8 @@ if [ -z "$BACKEND" ]; then
 fi
 mkdir -p "$DEST"
 REPORT="$DEST/report.md"
-VENV=.venv-$BACKEND
+GIVEN_VENV=$VENV
+VENV=${VENV:-.venv-$BACKEND}
 PY="$VENV/bin/python"
 export MTP_STUDIO_GPU_TIER=1 QT_QPA_PLATFORM=offscreen PYTHONUNBUFFERED=1
 T0=$(date +%s)
@@ -60,7 +68,9 @@ step() {
   echo "device check: $name exit $rc"
 }
 
-if [ -n "$WHEEL" ]; then
+if [ -n "$GIVEN_VENV" ]; then
+  echo "| engine | given: $VENV | 0 |" >> "$REPORT"
+elif [ -n "$WHEEL" ]; then
   step engine 240 bash -c "python3 -m venv $VENV && $PY -m pip install -q --no-deps --force-reinstall '$WHEEL' \
     && $PY -m pip install -q -e '.[test]'"
 else
@@ -69,18 +79,18 @@ fi
 step hardware 30 "$VENV/bin/mtp-studio" hardware --json
 step tier 120 "$PY" -m pytest tests/gpu -p no:cacheprovider -q
 # plain vs MTP on the device: a model big enough that a decode is the device's work, not the host's
-step bench 90 "$VENV/bin/mtp-studio" bench --arch qwen35 --size bench --weights mixed --gpu-layers 999 \
+step bench 90 "$VENV/bin/mtp-studio" bench --arch qwen35 --size "$SIZE" --weights mixed --gpu-layers 999 \
   --n-max 1,2,3,4 --acceptance 0.7 --tokens 64 --repeats 2 --reference skip
 # k verify rows against one: about flat on a GPU (the reason MTP pays there), linear on a CPU
-step verify-cost 45 "$VENV/bin/mtp-studio" bench-policies verify-cost --arch qwen35 --sizes bench --gpu-layers 999 \
+step verify-cost 45 "$VENV/bin/mtp-studio" bench-policies verify-cost --arch qwen35 --sizes "$SIZE" --gpu-layers 999 \
   --repeats 1
 # fixed depths 1-4 against adaptive depth, per prompt category
-step adaptive 90 "$VENV/bin/mtp-studio" bench-policies categories --arch qwen35 --size bench --gpu-layers 999 \
+step adaptive 90 "$VENV/bin/mtp-studio" bench-policies categories --arch qwen35 --size "$SIZE" --gpu-layers 999 \
   --n-max 1,2,3,4 --prompts 3 --tokens 48 --repeats 1
-step graph-reuse 45 "$VENV/bin/mtp-studio" bench-policies graph-reuse --arch qwen35 --size bench --gpu-layers 999 \
+step graph-reuse 45 "$VENV/bin/mtp-studio" bench-policies graph-reuse --arch qwen35 --size "$SIZE" --gpu-layers 999 \
   --n-max 1,3 --tokens 48
 MODEL=$("$PY" -c "from engine.synth import HeadMap, SynthModel, SynthSpec; \
-print(SynthModel(SynthSpec(arch='qwen35', size='bench', weights='mixed', heads=(HeadMap('token', 0.7),))).path())" \
+print(SynthModel(SynthSpec(arch='qwen35', size='$SIZE', weights='mixed', heads=(HeadMap('token', 0.7),))).path())" \
   2>/dev/null)
 [ -n "$MODEL" ] && step autotune 90 "$VENV/bin/mtp-studio" autotune "$MODEL" --gpu-layers 999 --tokens 32 \
   --prompts 3 --no-save
