@@ -25,10 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.errors import ContextError
 from engine.generation.generator import GenerateRequest, GenerateResult, generate, render_prompt
 from engine.generation.session import Session
 from engine.runtime import Batch
 from engine.speculative import identity
+from engine.speculative.rollback import PARTIAL_ONLY
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 
 Say = Callable[[str], None]
@@ -233,7 +235,12 @@ def load_state() -> str:
 # -- verify cost ------------------------------------------------------------------
 def verify_costs(session: Session, rows: list[int], repeats: int = 20, context: int = 64) -> dict[int, float]:
     """Seconds of one target decode of ``k`` rows (all outputs, as a verify batch) after ``context``
-    tokens, median over ``repeats``; the rows are removed again after each decode."""
+    tokens, median over ``repeats``; the rows are removed again after each decode.
+
+    A hybrid target cannot drop a whole batch by ``seq_rm`` (no snapshot plane holds the state
+    before it; packaging/patches/0006 refuses it), so its recurrent state is restored from a
+    checkpoint first, untimed, as the engine's checkpoint rollback does.
+    """
     target = session.target
     batch = Batch(max(target.n_batch, max(rows)))
     target.clear()
@@ -241,6 +248,7 @@ def verify_costs(session: Session, rows: list[int], repeats: int = 20, context: 
     for p in range(context):
         batch.add(1 + p % 50, p, p == context - 1)
     target.decode(batch)
+    checkpoint = target.state_save(flags=PARTIAL_ONLY) if session.is_hybrid else None
     out: dict[int, float] = {}
     times: dict[int, list[float]] = {k: [] for k in rows}
     for rep in range(repeats + 2):
@@ -251,7 +259,10 @@ def verify_costs(session: Session, rows: list[int], repeats: int = 20, context: 
             t0 = time.perf_counter()
             target.decode(batch)
             dt = time.perf_counter() - t0
-            target.seq_rm(context, -1)
+            if checkpoint is not None:
+                target.state_restore(checkpoint, flags=PARTIAL_ONLY)
+            if not target.seq_rm(context, -1):
+                raise ContextError(f"the {k} timed rows could not be removed again")
             if rep >= 2:  # two warm-up passes
                 times[k].append(dt)
     for k in rows:
