@@ -22,6 +22,7 @@ returns the already-loaded library, never a second copy.
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -30,13 +31,20 @@ from typing import Any
 
 from engine.errors import RpcError
 from engine.rpc.endpoints import Endpoint
-from engine.rpc.probe import DEFAULT_TIMEOUT_S, probe
+from engine.rpc.probe import (
+    DEFAULT_TIMEOUT_S,
+    REPLY_TIMEOUT_S,
+    bound_client_connections,
+    client_connection_alive,
+    probe,
+)
 from engine.runtime import native
 
 DEV_CPU, DEV_GPU, DEV_IGPU = 0, 1, 2  # enum ggml_backend_dev_type
 _lock = threading.Lock()
 _ggml: Any = None
-_servers: dict[str, list[Device]] = {}  # ggml keeps one connection per endpoint per process
+_servers: dict[str, list[Device]] = {}  # ggml registers each endpoint once per process
+_anchors: dict[str, int] = {}  # endpoint -> a ggml backend that keeps its connection open (see _anchor)
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,8 @@ def ggml() -> Any:
                 ("ggml_backend_dev_backend_reg", [vp], vp),
                 ("ggml_backend_dev_memory", [vp, ctypes.POINTER(sz), ctypes.POINTER(sz)], None),
                 ("ggml_set_abort_callback", [vp], vp),
+                ("ggml_backend_dev_init", [vp, cp], vp),
+                ("ggml_backend_free", [vp], None),
             ):
                 fn = getattr(lib, name)
                 fn.argtypes, fn.restype = args, res
@@ -126,6 +136,11 @@ def connect(endpoints: tuple[Endpoint, ...], timeout_s: float = DEFAULT_TIMEOUT_
     devices: list[Device] = []
     for endpoint in endpoints:
         key = str(endpoint)
+        if key in _anchors:
+            if client_connection_alive(endpoint):  # ours: the server is there, busy with this process
+                devices += [_device(d.handle, True) for d in _servers[key]]
+                continue
+            lib.ggml_backend_free(_anchors.pop(key))  # it died or restarted: drop the dead connection
         found = probe(endpoint, timeout_s)  # every load: a server that died since is refused, not aborted on
         # busy: one client at a time, and this process may hold the connection (a model still loaded)
         if not found.ok and not (found.status == "busy" and key in _servers):
@@ -139,9 +154,39 @@ def connect(endpoints: tuple[Endpoint, ...], timeout_s: float = DEFAULT_TIMEOUT_
                 raise RpcError(f"ggml could not add the RPC server {key}")
             n = lib.ggml_backend_reg_dev_count(server)
             _servers[key] = [_device(lib.ggml_backend_reg_dev_get(server, i), True) for i in range(n)]
-            print(f"rpc: connected to {key}: {n} device(s)", file=sys.stderr)
+            bound = _anchor(key, endpoint)
+            print(f"rpc: connected to {key}: {n} device(s)"
+                  + ("" if bound else " (no socket timeouts: its connection was not found)"), file=sys.stderr)
+        elif key not in _anchors:
+            _anchor(key, endpoint)
         devices += [_device(d.handle, True) for d in _servers[key]]  # fresh memory figures
     return devices
+
+
+def _anchor(key: str, endpoint: Endpoint) -> int:
+    """Hold one ggml connection to ``endpoint`` open for the process and bound it; return how many
+    sockets got keepalive and timeouts (see ``bound_client_connections``).
+
+    ggml keeps a server's connection only while something holds it (a backend or a buffer) and opens
+    a new one on the next call otherwise, so options set on one connection would be lost with it. A
+    backend of the server's first device, kept here, pins the one connection every model and context
+    then shares (llama.cpp's ``get_dispatcher``), and that connection gets the options.
+    """
+    lib = ggml()
+    backend = lib.ggml_backend_dev_init(_servers[key][0].handle, None)
+    if not backend:
+        return 0
+    _anchors[key] = backend
+    return bound_client_connections(endpoint, reply_timeout_s())
+
+
+def reply_timeout_s() -> float:
+    """How long a remote reply may take (``MTP_STUDIO_RPC_REPLY_TIMEOUT_S``, default ``REPLY_TIMEOUT_S``)."""
+    try:
+        value = float(os.environ.get("MTP_STUDIO_RPC_REPLY_TIMEOUT_S", REPLY_TIMEOUT_S))
+    except ValueError:
+        return REPLY_TIMEOUT_S
+    return value if 0 < value < 1e6 else REPLY_TIMEOUT_S
 
 
 def local_devices() -> list[Device]:
