@@ -1,9 +1,9 @@
-"""The fault and fuzz campaign of issue 17 as a repeatable chaos script.
+"""The fault and fuzz campaigns of issues 17 and 31 as a repeatable chaos script.
 
-    .venv/bin/python scripts/chaos.py [--seed 0] [--quick] [--only gguf,worker,downloads,protocol]
+    .venv/bin/python scripts/chaos.py [--seed 0] [--quick] [--only gguf,worker,downloads,protocol,campaign]
                                       [--case SUBSTRING] [-v] [--keep DIR] [--json FILE]
 
-Four categories (docs/reliability.md explains each and what "clean" means):
+Five categories (docs/reliability.md explains each and what "clean" means):
 
   gguf       seeded mutations of small synthetic models (bit flips, wrong value types, huge counts,
              deep nesting, truncations, hostile chat templates) through `mtp-studio info`,
@@ -15,6 +15,9 @@ Four categories (docs/reliability.md explains each and what "clean" means):
              bodies, stalls, a redirect to another host (the token must not follow), two downloads
              of one file at once; every file that ends complete must have the right sha256
   protocol   malformed lines on the worker's stdin; after each the worker must still answer
+  campaign   issue 31's findings: a lone surrogate in each text field then a good request, Host
+             look-alikes, a silent connection and a slow header on the HTTP server; RPC servers that
+             trickle, announce 2^32-1 devices or stay silent; hub names with a NUL or `..`
 
 It prints one table row per category and step, lists every failing case with
 how to rerun it, and exits 1 if any bad column (tracebacks, crashes, hangs,
@@ -39,7 +42,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 import chaos_common as C  # noqa: E402
 
-CATEGORIES = ("gguf", "worker", "downloads", "protocol")
+CATEGORIES = ("gguf", "worker", "downloads", "protocol", "campaign")
 
 
 class Context:
@@ -121,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
                 import chaos_run_protocol
 
                 chaos_run_protocol.run(ctx, bases)
+            elif category == "campaign":
+                import chaos_run_campaign
+
+                chaos_run_campaign.run(ctx, bases)
             ctx.tally.seconds[category] = time.monotonic() - t0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
