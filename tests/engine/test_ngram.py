@@ -22,6 +22,7 @@ from engine.speculative import identity
 from engine.speculative.settings import SPECULATION_OFF, ngram
 from engine.speculative.stats import StatsSnapshot
 from tests.engine.conftest import ALL_MTP_ARCHS, ARCHS, synth
+from tests.engine.seeded import assert_same_sampling, record_sampled_rows
 
 PROMPT = " the river model"
 N_TOKENS = 32
@@ -112,37 +113,11 @@ PENALISED = SamplingParams(temperature=0.8, top_k=0, top_p=1.0, min_p=0.0, seed=
                            repeat_last_n=32, presence_penalty=0.4, frequency_penalty=0.3)
 
 
-def _sampled_rows(session: Session, monkeypatch) -> list:
-    """The logits of every row the sampler draws from, in order (a spy on Sampler.sample)."""
-    import numpy as np
-
-    from engine.runtime.sampler import Sampler
-
-    rows: list = []
-    original = Sampler.sample
-
-    def spy(self, ctx_handle, row):
-        ptr = session.target.logits(row)
-        rows.append(np.ctypeslib.as_array(ptr, shape=(session.model.n_vocab,)).copy())
-        return original(self, ctx_handle, row)
-
-    monkeypatch.setattr(Sampler, "sample", spy)
-    return rows
-
-
 @pytest.mark.parametrize("arch", ["glm4moe", "qwen35"])
 def test_seeded_sampling_with_ngram_drafts_is_seeded_plain_sampling(arch, monkeypatch):
-    # Seeded sampling draws one number per emitted token, speculative or not, so the outputs are
-    # the same while the logits are: a verify row's logits differ from a one-row decode's by numeric
-    # noise, and a draw that lands that close to a boundary of the distribution may pick the
-    # neighbouring token (seen on an AVX2 EPYC at token 12 of 48, glm4moe). So the outputs must be
-    # equal up to their first parting, and at a parting the rows they sampled from must differ: the
-    # same logits sampled into another token is a defect of the sampler's state (its history, its
-    # penalties), whatever the numbers.
-    import numpy as np
-
+    # equal up to a parting, and a parting only where the sampled rows' logits differ (tests/engine/seeded.py)
     session = Session(LoadOptions(path=str(synth(arch, "mixed", seed=1).path()), n_ctx=256))
-    rows = _sampled_rows(session, monkeypatch)
+    rows = record_sampled_rows(session, monkeypatch)
     try:
         session.prefix.forget()
         plain = run(session, sampling=PENALISED, tokens=48)
@@ -153,13 +128,7 @@ def test_seeded_sampling_with_ngram_drafts_is_seeded_plain_sampling(arch, monkey
             session.prefix.forget()  # both runs prefill the same way: only verify rows differ from plain's
             rows.clear()
             result = run(session, spec, sampling=PENALISED, tokens=48)
-            n = min(len(plain.tokens), len(result.tokens))
-            part = next((i for i in range(n) if plain.tokens[i] != result.tokens[i]), None)
-            if part is not None:
-                diff = float(np.abs(rows[part] - plain_rows[part]).max())
-                assert diff > 0, f"{spec.label}: token {part} differs from plain sampling on identical logits"
-            else:
-                assert result.tokens == plain.tokens
+            assert_same_sampling(plain.tokens, plain_rows, result.tokens, rows, spec.label)
             assert result.stats.rounds > 0
             rejected |= result.stats.accepted < result.stats.drafted
         assert rejected  # some draft was refused by the sampler: the rule was exercised, not bypassed
