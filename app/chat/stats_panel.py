@@ -135,9 +135,8 @@ class StatsPanel(QWidget):
         qp.drawText(x + 110, y + 30, "tok/s decode")
         y += 44
         e2e = s.end_to_end_tps
-        qp.drawText(x, y + 10, f"end-to-end {e2e:.1f} tok/s · {s.generated_tokens} tokens"
-                    if e2e else f"{s.generated_tokens} tokens")
-        y += 20
+        line = f"end-to-end {e2e:.1f} tok/s · {s.generated_tokens} tokens" if e2e else f"{s.generated_tokens} tokens"
+        y += int(max(20.0, self._wrapped(qp, x, y, w, line) + 2))  # a narrow panel wraps it too
         y = self._sparkline(qp, x, y, w, 48)
 
         y += 10
