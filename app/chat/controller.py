@@ -192,6 +192,10 @@ class ChatController(QObject):
         text = text.strip()
         if not text or self.busy:
             return False
+        if not _is_unicode(text):  # SQLite and the worker's pipe would both refuse it, inside Qt
+            self.sig_notice.emit("The message holds a character that is not valid text (a lone surrogate, "
+                                 "as a broken paste can leave): remove it and send again.")
+            return False
         try:
             if self.conversation_id is None:
                 self.new_conversation()
@@ -392,6 +396,15 @@ class ChatController(QObject):
         self.reply = None
         self.turn = None
         self.sig_reply_finished.emit(status)
+
+
+def _is_unicode(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8 (a lone surrogate cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _title_from(text: str) -> str:

@@ -95,6 +95,27 @@ def test_a_message_longer_than_the_context_says_what_to_do_and_the_chat_goes_on(
     assert "left out" in window.chat_pane.context_notice.text()
 
 
+def test_a_message_with_a_lone_surrogate_stays_in_the_composer_and_the_next_one_is_answered(qtbot, services,
+                                                                                            warnings):
+    # a broken paste can put a lone surrogate in the composer: SQLite and the worker's pipe both refused
+    # it with an exception inside Qt (issue 31); now the message is not sent and the chat says why
+    services.settings.max_tokens = 4
+    start_and_load(qtbot, services)
+    window, chat = services.window, services.window.chat
+    window.composer.setPlainText("Tell me about \ud800 the river.")
+    if "\ud800" not in window.composer.toPlainText():  # Qt may have replaced it already: send it directly
+        assert not chat.send("Tell me about \ud800 the river.")
+    else:
+        window.send()
+        assert "\ud800" in window.composer.toPlainText()  # left for the user to fix
+    assert "not valid text" in window.statusBar().currentMessage()
+    assert not chat.busy
+    stored = services.store.messages(chat.conversation_id) if chat.conversation_id is not None else []
+    assert stored == []  # nothing half-written
+    assert reply(qtbot, window, "The capital of France is") == "complete"
+    assert warnings == []
+
+
 # -- item 9: a second app instance ------------------------------------------------
 def streaming_reply(store: ConversationStore) -> tuple[int, int]:
     """A reply the first instance is streaming right now."""
