@@ -20,6 +20,7 @@ import socket
 import stat
 import struct
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from engine.rpc.endpoints import Endpoint
@@ -185,11 +186,26 @@ def bound_client_connections(endpoint: Endpoint, reply_timeout_s: float = REPLY_
     Returns:
         How many connections were found and set (0 where descriptors cannot be listed, e.g. Windows).
     """
-    try:
-        peer_ip = socket.gethostbyname(endpoint.host)  # as ggml resolves it (IPv4, gethostbyname)
-    except OSError:
-        return 0
     done = 0
+    for sock in _client_sockets(endpoint):
+        try:
+            _set_bounds(sock, reply_timeout_s)
+            done += 1
+        except OSError:
+            continue
+    return done
+
+
+def _client_sockets(endpoint: Endpoint) -> Iterator[socket.socket]:
+    """This process's IPv4 TCP connections to ``endpoint``, as duplicates (each closed after its turn).
+
+    The peer is resolved as ggml resolves it (IPv4, ``gethostbyname``); a descriptor that is not
+    such a socket, or cannot be asked, is passed over.
+    """
+    try:
+        peer_ip = socket.gethostbyname(endpoint.host)
+    except OSError:
+        return
     for fd in _open_descriptors():
         try:
             if not stat.S_ISSOCK(os.fstat(fd).st_mode):
@@ -199,15 +215,12 @@ def bound_client_connections(endpoint: Endpoint, reply_timeout_s: float = REPLY_
             continue
         with sock:
             try:
-                if sock.type != socket.SOCK_STREAM or sock.family != socket.AF_INET:
-                    continue
-                if sock.getpeername() != (peer_ip, endpoint.port):
-                    continue
-                _set_bounds(sock, reply_timeout_s)
-                done += 1
+                ours = (sock.type == socket.SOCK_STREAM and sock.family == socket.AF_INET
+                        and sock.getpeername() == (peer_ip, endpoint.port))
             except OSError:
                 continue
-    return done
+            if ours:
+                yield sock
 
 
 def _open_descriptors() -> list[int]:
@@ -238,27 +251,14 @@ def client_connection_alive(endpoint: Endpoint) -> bool:
     A ggml RPC server serves one client at a time, so while that connection is held a probe would only
     see a busy server; this asks the socket instead (a peer that closed makes it readable with no data).
     """
-    try:
-        peer_ip = socket.gethostbyname(endpoint.host)
-    except OSError:
-        return False
-    for fd in _open_descriptors():
+    for sock in _client_sockets(endpoint):
         try:
-            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
-                continue
-            sock = socket.socket(fileno=os.dup(fd))
-        except OSError:
-            continue
-        with sock:
-            try:
-                if sock.type != socket.SOCK_STREAM or sock.getpeername() != (peer_ip, endpoint.port):
-                    continue
-                readable, _, _ = select.select([sock], [], [], 0)
-                if not readable:
-                    return True
-                return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
-            except BlockingIOError:
+            readable, _, _ = select.select([sock], [], [], 0)
+            if not readable:
                 return True
-            except OSError:
-                return False
+            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
     return False
