@@ -23,6 +23,8 @@ from pathlib import Path
 
 import chaos_common as C
 
+from tests.fake_rpc import HELLO, read_command, reply
+
 SURROGATE = "\\ud800"  # as JSON text: the body is valid JSON, the string is not valid Unicode
 BODIES = {
     "prompt": '{"model": "m", "prompt": "a' + SURROGATE + '", "max_tokens": 4}',
@@ -142,38 +144,22 @@ def _slow_clients(ctx, port: int) -> None:
 
 # -- rpc -----------------------------------------------------------------------------------------------------
 
-def _reply(payload: bytes) -> bytes:
-    return struct.pack("<Q", len(payload)) + payload
-
-
-def _read_command(conn: socket.socket) -> None:
-    head = b""
-    while len(head) < 9:
-        chunk = conn.recv(9 - len(head))
-        if not chunk:
-            raise ConnectionError
-        head += chunk
-    (size,) = struct.unpack("<Q", head[1:])
-    while size:
-        size -= len(conn.recv(min(size, 65536)))
-
-
 def _trickle(conn: socket.socket) -> None:
-    _read_command(conn)
-    for byte in _reply(bytes([7, 0, 0, 0]) + bytes(24)):
+    read_command(conn)
+    for byte in reply(HELLO):
         conn.sendall(bytes([byte]))
         time.sleep(0.3)
 
 
 def _absurd(conn: socket.socket) -> None:
-    _read_command(conn)
-    conn.sendall(_reply(bytes([7, 0, 0, 0]) + bytes(24)))
-    _read_command(conn)
-    conn.sendall(_reply(struct.pack("<I", 2**32 - 1)))
+    read_command(conn)
+    conn.sendall(reply(HELLO))
+    read_command(conn)
+    conn.sendall(reply(struct.pack("<I", 2**32 - 1)))
     while True:
-        _read_command(conn)
+        read_command(conn)
         time.sleep(0.05)
-        conn.sendall(_reply(struct.pack("<QQ", 1 << 30, 1 << 31)))
+        conn.sendall(reply(struct.pack("<QQ", 1 << 30, 1 << 31)))
 
 
 def _silent(conn: socket.socket) -> None:

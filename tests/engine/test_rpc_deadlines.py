@@ -21,13 +21,7 @@ from engine.rpc.endpoints import Endpoint
 from engine.rpc.probe import MAX_DEVICES, bound_client_connections, probe
 from engine.worker import protocol as P
 from engine.worker.client import WorkerClient, WorkerDied
-
-HELLO = bytes([7, 0, 0, 0]) + bytes(24)  # version 7.0.0 and zero transport caps
-
-
-def _reply(payload: bytes) -> bytes:
-    return struct.pack("<Q", len(payload)) + payload
-
+from tests.fake_rpc import HELLO, read_command, reply
 
 class FakeServer:
     """Accepts one client at a time and runs ``script(conn)`` on it, in a thread."""
@@ -71,19 +65,6 @@ def fake() -> Iterator[Callable[[Callable[[socket.socket], None]], FakeServer]]:
         server.close()
 
 
-def _read_command(conn: socket.socket) -> int:
-    head = b""
-    while len(head) < 9:
-        chunk = conn.recv(9 - len(head))
-        if not chunk:
-            raise ConnectionError
-        head += chunk
-    cmd, size = struct.unpack("<BQ", head)
-    while size:
-        size -= len(conn.recv(min(size, 65536)))
-    return cmd
-
-
 def _timed_probe(server: FakeServer, timeout_s: float):
     start = time.monotonic()
     found = probe(server.endpoint, timeout_s=timeout_s)
@@ -93,8 +74,8 @@ def _timed_probe(server: FakeServer, timeout_s: float):
 def test_a_hello_trickled_a_byte_at_a_time_ends_the_probe_at_its_deadline(fake):
     """Each byte comes well within the old per-read limit; before, the probe waited for all of them."""
     def trickle(conn: socket.socket) -> None:
-        _read_command(conn)
-        for byte in _reply(HELLO):
+        read_command(conn)
+        for byte in reply(HELLO):
             conn.sendall(bytes([byte]))
             time.sleep(0.2)  # 36 bytes: 7 s in all
 
@@ -106,14 +87,14 @@ def test_a_hello_trickled_a_byte_at_a_time_ends_the_probe_at_its_deadline(fake):
 def test_a_server_announcing_four_billion_devices_is_refused_at_once(fake):
     """2^32-1 devices: before, the probe asked each one's memory, 3 s per read, for ever."""
     def absurd(conn: socket.socket) -> None:
-        _read_command(conn)
-        conn.sendall(_reply(HELLO))
-        _read_command(conn)
-        conn.sendall(_reply(struct.pack("<I", 2**32 - 1)))
+        read_command(conn)
+        conn.sendall(reply(HELLO))
+        read_command(conn)
+        conn.sendall(reply(struct.pack("<I", 2**32 - 1)))
         while True:  # answers every memory question, a little slowly
-            _read_command(conn)
+            read_command(conn)
             time.sleep(0.05)
-            conn.sendall(_reply(struct.pack("<QQ", 1 << 30, 1 << 31)))
+            conn.sendall(reply(struct.pack("<QQ", 1 << 30, 1 << 31)))
 
     found, took = _timed_probe(fake(absurd), 3.0)
     assert found.status == "incompatible" and f"{2**32 - 1:,} devices" in found.message, found
@@ -123,14 +104,14 @@ def test_a_server_announcing_four_billion_devices_is_refused_at_once(fake):
 def test_many_slow_device_answers_end_at_the_whole_probes_deadline(fake):
     """A plausible count (200), each answer 0.1 s: 20 s in all, bounded by the probe's 1.5 s."""
     def slow(conn: socket.socket) -> None:
-        _read_command(conn)
-        conn.sendall(_reply(HELLO))
-        _read_command(conn)
-        conn.sendall(_reply(struct.pack("<I", 200)))
+        read_command(conn)
+        conn.sendall(reply(HELLO))
+        read_command(conn)
+        conn.sendall(reply(struct.pack("<I", 200)))
         while True:
-            _read_command(conn)
+            read_command(conn)
             time.sleep(0.1)
-            conn.sendall(_reply(struct.pack("<QQ", 1 << 30, 1 << 31)))
+            conn.sendall(reply(struct.pack("<QQ", 1 << 30, 1 << 31)))
 
     found, took = _timed_probe(fake(slow), 1.5)
     assert found.status == "dead" and "within 1.5 s" in found.message, found
