@@ -228,6 +228,7 @@ def _prefill(session: Session, drafter: Drafter | None, spec: SpeculativeSetting
     """
     target = session.target
     mtp_drafter = drafter if isinstance(drafter, MTPDrafter) else None
+    reusing = True
     if mtp_drafter is not None:
         reused = session.prefix.start(target, prefill, session.is_hybrid,
                                       limit=session.prefix.mtp_limit(mtp_drafter.ctx, prefill))
@@ -236,10 +237,9 @@ def _prefill(session: Session, drafter: Drafter | None, spec: SpeculativeSetting
     else:  # MTP + n-gram: both contexts start empty
         session.prefix.forget()
         target.clear()
-        reused = 0
+        reused, reusing = 0, False
     # a hybrid keeps its recurrent state from just before the prompt's last token, so a
     # regenerated reply (or a resent one that tokenizes otherwise) restarts there
-    reusing = drafter is None or not spec.uses_mtp or mtp_drafter is not None
     checkpoint_at = len(prefill) - 1 if reusing and session.is_hybrid and len(prefill) - 1 > reused else -1
     kept = list(prefill[:reused])
     if mtp_drafter is not None:

@@ -41,8 +41,7 @@ from typing import Any
 
 from engine.errors import ContextError
 from engine.runtime import Context
-
-PARTIAL_ONLY = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY: the recurrent part of a hybrid's memory
+from engine.speculative.rollback import PARTIAL_ONLY  # the recurrent part of a hybrid's memory
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
