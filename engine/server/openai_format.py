@@ -79,13 +79,22 @@ class ParsedRequest:
 
     model: str
     prompt: str | None = None
-    messages: list[dict[str, str]] | None = None
+    messages: list[dict[str, Any]] | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
     max_tokens: int = 0
     stop: list[str] = field(default_factory=list)
     speculative: SpeculativeSettings | None = None  # None: the server's default
     stream: bool = False
     include_usage: bool = False
+    # tools in OpenAI's shape ({"type": "function", "function": {name, description, parameters}});
+    # messages may then carry ``tool_calls`` (assistant) and ``tool_call_id`` (role "tool")
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] = "auto"  # auto | none | required | {"type": "function", "function": {...}}
+    grammar: str | None = None  # GBNF the output must follow (llama-server's ``grammar``)
+    json_schema: dict[str, Any] | None = None  # the output must be JSON of this schema ({} : any JSON object)
+    logprobs: int | None = None  # None: none; k: the chosen token's and k alternatives
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    n: int = 1
 
 
 # -- checking -------------------------------------------------------------------

@@ -1,0 +1,65 @@
+"""One generation's answer in terms no API owns: the text, the tool calls the
+model made, why it ended, and the token counts.
+
+Every API the server speaks (OpenAI chat and completions, the Responses API,
+Anthropic Messages, Ollama) builds its own response body from a
+:class:`Reply`, so a figure is computed once and the four answers cannot
+disagree about it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def call_id() -> str:
+    """A tool call's id, unique enough for a client to pair the call with its result."""
+    return f"call_{secrets.token_hex(12)}"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A function call the model made: its name and its arguments as JSON text (as OpenAI sends them)."""
+
+    name: str
+    arguments: str  # JSON object text
+    id: str = field(default_factory=call_id)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log-probability under the target, and the most likely alternatives."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+    top: list[tuple[str, float, list[int]]] = field(default_factory=list)  # (token, logprob, bytes)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What one generation produced, for any API.
+
+    Attributes:
+        model: the model id the response names.
+        content: the visible text, tool-call markup removed.
+        tool_calls: the calls the model made, in order.
+        finish: stop | length | cancelled | tool_calls.
+        prompt_tokens / completion_tokens: OpenAI's usage figures.
+        cached_tokens: prompt tokens the engine already held (prefix reuse).
+        logprobs: per generated token, when asked for.
+        reasoning: text of a thinking block the template family marks, when the model wrote one.
+    """
+
+    model: str
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish: str = "stop"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    reasoning: str = ""
+    extras: dict[str, Any] = field(default_factory=dict)  # timings and the speculation report
