@@ -49,6 +49,7 @@ class EngineClient(QObject):
     sig_done = Signal(object)
     sig_error = Signal(object)
     sig_ack = Signal(object)
+    sig_tokens = Signal(object)  # TokensEvent: the answer to a tokenize request (the local server's)
     sig_died = Signal(str)
     sig_state = Signal(str)
 
@@ -68,7 +69,7 @@ class EngineClient(QObject):
         self._signals = {P.LoadedEvent: self.sig_loaded, P.TokenEvent: self.sig_token,
                          P.StatsEvent: self.sig_stats, P.DoneEvent: self.sig_done,
                          P.UnloadedEvent: self.sig_unloaded, P.PrefillEvent: self.sig_prefill,
-                         P.AckEvent: self.sig_ack}
+                         P.AckEvent: self.sig_ack, P.TokensEvent: self.sig_tokens}
 
     @property
     def engine(self) -> P.EngineBuild | None:

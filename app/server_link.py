@@ -56,7 +56,7 @@ class ChatEngineLink(QObject):
         self._model: P.ModelInfo | None = model  # loaded before the link was made
         self._sig_send.connect(self._send, Qt.ConnectionType.QueuedConnection)
         for signal in (client.sig_token, client.sig_stats, client.sig_done, client.sig_error, client.sig_prefill,
-                       client.sig_ack):
+                       client.sig_ack, client.sig_tokens):
             signal.connect(self._route)
         client.sig_loaded.connect(lambda ev: self._set_model(ev.model))
         client.sig_unloaded.connect(lambda _ev: self._set_model(None))
@@ -77,6 +77,9 @@ class ChatEngineLink(QObject):
         with self._lock:
             return f"{SERVER_ID_PREFIX}{next(self._ids)}"
 
+    def engine_build(self) -> P.EngineBuild | None:
+        return self.client.engine
+
     def responsive(self, timeout_s: float) -> bool:
         """A cancel aimed at no request, as a ping (as ``WorkerLink.responsive``). Its answer comes back
         through the GUI thread, so a stuck GUI thread reads as unresponsive too: the server's requests
@@ -94,7 +97,7 @@ class ChatEngineLink(QObject):
             self._sinks.pop(probe, None)  # a late answer finds no sink and is dropped
         return False
 
-    def submit(self, request: P.GenerateRequestMsg, sink: Sink) -> None:
+    def submit(self, request: P.GenerateRequestMsg | P.TokenizeRequest, sink: Sink) -> None:
         """Raises:
             EngineUnavailable: no model is loaded, or the engine is restarting.
             ProtocolError: the request's text cannot be encoded (refused here, on the server's thread,
@@ -124,6 +127,10 @@ class ChatEngineLink(QObject):
         try:
             self.client.send(message)
         except Exception as exc:
+            if isinstance(message, P.TokenizeRequest):
+                self._route(P.ErrorEvent(message.id, "internal", f"The request could not be sent to the engine: "
+                                         f"{exc}"))
+                return
             if not isinstance(message, P.GenerateRequestMsg):
                 raise
             self._route(P.ErrorEvent(message.id, "internal", f"The request could not be sent to the engine: "

@@ -60,3 +60,9 @@ class RpcError(EngineError):
     """A remote (ggml RPC) server is malformed, unreachable, busy, or went away mid-reply."""
 
     kind = "rpc"
+
+
+class GrammarError(EngineError):
+    """A grammar or JSON schema the engine cannot use (the request's fault)."""
+
+    kind = "grammar"

@@ -37,6 +37,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -62,7 +63,18 @@ MAX_CHARS_PER_TOKEN = 16
 @dataclass(frozen=True)
 class GenerateRequest:
     prompt: str | None = None
-    messages: tuple[dict[str, str], ...] | None = None
+    messages: tuple[dict[str, Any], ...] | None = None
+    # tools the chat template renders (OpenAI's shape); messages may then hold tool calls and results
+    tools: tuple[dict[str, Any], ...] | None = None
+    # GBNF the output follows (engine/runtime/grammar.py turns a JSON schema into one)
+    grammar: str | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    # -1: none; k >= 0: each generated token's log-probability and its k likeliest alternatives
+    logprobs: int = -1
+    template: str | None = None  # a chat template in place of the model's
+    # under a grammar, the MTP head drafts only what the grammar allows (off: it drafts freely and
+    # the target rejects what breaks the grammar; tests and benchmarks compare the two)
+    guided_drafts: bool = True
     sampling: SamplingParams = SamplingParams()
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
@@ -92,6 +104,8 @@ class GenerateResult:
     # with record_margins: one per token of ``tokens``, plus one for the
     # end-of-generation token when that ended the reply
     margins: list[float] = field(default_factory=list)
+    # with logprobs >= 0: one per token of ``tokens`` (see token_logprobs)
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
 
 
 # on_text(text, from_draft): text that became visible, and whether it came
@@ -132,9 +146,10 @@ def render_prompt(session: Session, request: GenerateRequest,
         check_prompt_chars(sum(len(m.get("content") or "") for m in request.messages), n_ctx)
         bos = model.token_text(model.bos) if model.add_bos else ""
         rendered = chat_template.render(
-            list(request.messages), session.facts.chat_template,
+            list(request.messages), request.template or session.facts.chat_template,
             bos_token=bos, eos_token=model.token_text(model.eos),
             max_chars=max(max_prompt_chars(n_ctx), chat_template.MAX_CHARS), should_stop=should_stop,
+            tools=list(request.tools) if request.tools else None,
         )
         check_prompt_chars(len(rendered.text), n_ctx)
         tokens = model.tokenize(rendered.text, add_special=not rendered.has_bos, parse_special=True)
@@ -156,14 +171,18 @@ class _Output:
         self.text: list[str] = []
         self.finish: str | None = None
         self.margins: list[float] = []
+        self.logprobs: list[dict[str, Any]] = []
 
-    def push(self, token: int, from_draft: bool, margin: float | None = None) -> None:
+    def push(self, token: int, from_draft: bool, margin: float | None = None,
+             logprob: dict[str, Any] | None = None) -> None:
         if margin is not None:
             self.margins.append(margin)
         if self.model.is_eog(token):
             self.finish = "stop"
             return
         self.tokens.append(token)
+        if logprob is not None:
+            self.logprobs.append(logprob)
         shown = self.stops.feed(self.detok.push(token))
         if shown:
             self.text.append(shown)
@@ -199,6 +218,28 @@ def top2_margin(logits_ptr: object, n_vocab: int) -> float:
     logits = np.ctypeslib.as_array(logits_ptr, shape=(n_vocab,))
     top2 = np.partition(logits, -2)[-2:]
     return float(top2[1] - top2[0])
+
+
+def token_logprobs(logits_ptr: object, n_vocab: int, token: int, top: int,
+                   piece: Callable[[int], bytes]) -> dict[str, Any]:
+    """``token``'s log-probability in one row's raw distribution (log-softmax of the logits,
+    before penalties, bias or grammar, as OpenAI reports it), and the row's ``top`` likeliest
+    tokens. Under speculation the row is the verify row the token was sampled from."""
+    logits = np.ctypeslib.as_array(logits_ptr, shape=(n_vocab,)).astype(np.float64)
+    peak = float(logits.max())
+    log_total = peak + float(np.log(np.exp(logits - peak).sum()))
+
+    def entry(tok: int) -> dict[str, Any]:
+        raw = piece(tok)
+        return {"token": raw.decode("utf-8", errors="replace"), "logprob": float(logits[tok]) - log_total,
+                "bytes": list(raw)}
+
+    chosen = entry(token)
+    best: list[int] = []
+    if top > 0:
+        picked = np.argpartition(logits, -top)[-top:]
+        best = sorted((int(t) for t in picked), key=lambda t: -logits[t])
+    return {**chosen, "top": [entry(t) for t in best]}
 
 
 def _ended_early(stats: GenerationStats, finish_reason: str, prompt_mode: str,
@@ -305,6 +346,11 @@ def generate(
     def margin(row: int) -> float | None:
         return top2_margin(target.logits(row), n_vocab) if request.record_margins else None
 
+    def logprob(row: int, token: int) -> dict[str, Any] | None:
+        if request.logprobs < 0 or session.model.is_eog(token):
+            return None
+        return token_logprobs(target.logits(row), n_vocab, token, request.logprobs, session.model.piece)
+
     def book_drafter() -> None:
         if drafter is not None:
             stats.phase_seconds["draft"] = drafter.seconds["draft"]
@@ -315,7 +361,7 @@ def generate(
             raise chat_template.RenderCancelled()
         tokens, prompt_mode = render_prompt(session, request, should_stop)
     except chat_template.RenderCancelled:
-        templated = request.messages is not None and bool(session.facts.chat_template)
+        templated = request.messages is not None and bool(request.template or session.facts.chat_template)
         return _ended_early(stats, "cancelled", chat_template.TEMPLATE if templated else chat_template.COMPLETION,
                             on_stats)
     if not tokens:
@@ -329,9 +375,12 @@ def generate(
     if request.max_tokens <= 0:  # nothing to generate: not even the first sampled token
         return _ended_early(stats, "length", prompt_mode, on_stats)
     out = _Output(session, request, on_text)
-    sampler = Sampler(request.sampling, session.model.n_vocab, target.n_ctx)
+    sampler = Sampler(request.sampling, session.model.n_vocab, target.n_ctx, vocab=session.model.vocab,
+                      grammar=request.grammar, logit_bias=dict(request.logit_bias))
     sampler.accept_prompt(tokens)
     batch = Batch(max(target.n_batch, MAX_DRAFT + 1))
+    if isinstance(drafter, MTPDrafter) and request.guided_drafts:  # under a grammar: drafts it allows
+        drafter.guide = sampler.draft_guide()
     accepted_per_round: list[int] = []
     drafted_per_round: list[int] = []
     drafts_per_round: list[tuple[int, ...]] = []
@@ -354,7 +403,7 @@ def generate(
             id_last = tokens[-1]
         elif out.finish is None:
             id_last = sampler.sample(target.handle, batch.n - 1)
-            out.push(id_last, False, margin(batch.n - 1))
+            out.push(id_last, False, margin(batch.n - 1), logprob(batch.n - 1, id_last))
 
         # -- decode loop ------------------------------------------------------
         while out.finish is None:
@@ -396,10 +445,12 @@ def generate(
             accepted = 0
             new_tokens: list[int] = []
             margins: list[float | None] = []
+            logprobs: list[dict[str, Any] | None] = []
             for k in range(len(verified)):
                 tok = sampler.sample(target.handle, k)
                 new_tokens.append(tok)
                 margins.append(margin(k))
+                logprobs.append(logprob(k, tok))
                 if accepts_draft(k, tok, drafts, session.model.is_eog):
                     accepted += 1
                     continue
@@ -429,7 +480,7 @@ def generate(
                 stats.draft_depth = len(drafts)
 
             for k, tok in enumerate(new_tokens):
-                out.push(tok, k < accepted, margins[k])
+                out.push(tok, k < accepted, margins[k], logprobs[k])
                 if out.finish is not None:
                     break
             pos0 += accepted + 1
@@ -445,6 +496,8 @@ def generate(
         session.prefix.forget()  # a decode failed or was interrupted: what the context holds is unknown
         raise
     finally:
+        if isinstance(drafter, MTPDrafter):
+            drafter.guide = None  # the session's drafter outlives this request; the guide reads its sampler
         sampler.close()
     session.prefix.keep(target, kept)
     if isinstance(drafter, MTPDrafter):
@@ -467,4 +520,5 @@ def generate(
         drafted_per_round=drafted_per_round,
         drafts_per_round=drafts_per_round,
         margins=out.margins,
+        logprobs=out.logprobs,
     )

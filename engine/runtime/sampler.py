@@ -1,16 +1,29 @@
 """A llama.cpp sampler chain built from a request's sampling settings.
 
 The chain is stateful: the penalties remember the tokens it accepted. The
-order of the stages is llama.cpp's default (``common_sampler``: penalties,
-then top-k, top-p, min-p, temperature, and the final pick), so a setting
-brought from a llama.cpp command line means the same here.
+order of the stages is llama.cpp's default (``common_sampler``: logit bias,
+penalties, then top-k, top-p, min-p, temperature, and the final pick), so a
+setting brought from a llama.cpp command line means the same here.
+
+A grammar (GBNF, or a JSON schema converted by llama-cpp-python's
+``json_schema_to_gbnf``) is a stage of the same chain, right after the logit
+bias: it masks every token the grammar cannot take next, and accepting a
+token advances it. The decode loop samples verify rows in order and stops at
+the first rejected draft, so the grammar only ever advances over emitted
+tokens: with speculation it needs no rollback, a draft that breaks the
+grammar is simply rejected, and the output is the same as without drafting.
 """
 
 from __future__ import annotations
 
+import ctypes
+import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from engine.errors import GrammarError
 from engine.runtime import native
 from engine.sampling import SamplingParams
 
@@ -26,15 +39,39 @@ class Sampler:
     once before the first sample.
     """
 
-    def __init__(self, params: SamplingParams, n_vocab: int = 0, n_ctx: int = 0) -> None:
+    def __init__(self, params: SamplingParams, n_vocab: int = 0, n_ctx: int = 0, *, vocab: Any = None,
+                 grammar: str | None = None, logit_bias: dict[int, float] | None = None) -> None:
+        """``grammar`` (GBNF, root rule ``root``) needs the model's ``vocab``; ``logit_bias`` maps
+        token ids to what is added to their logits (-inf bans a token).
+
+        Raises:
+            GrammarError: llama.cpp cannot parse the grammar.
+        """
         lib = native.llama()
         self._lib = lib
         self.params = params
         self.history = params.history_length(n_ctx)
         chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+        self.handle = chain  # freed by close() whatever fails below
+        self._grammar = None
+        if logit_bias:
+            entries = (lib.llama_logit_bias * len(logit_bias))()
+            for entry, (token, bias) in zip(entries, sorted(logit_bias.items()), strict=True):
+                entry.token, entry.bias = token, bias
+            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_logit_bias(n_vocab, len(entries), entries))
+        if grammar is not None:
+            stage = lib.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), b"root")
+            if not stage:
+                detail = "; ".join(native.recent_log(3)) or "no message from llama.cpp"
+                self.close()
+                raise GrammarError(f"The grammar could not be parsed: {detail}")
+            lib.llama_sampler_chain_add(chain, stage)  # the chain owns it; the handle stays valid
+            self._grammar = stage
+        self._penalties = None
         if self.history:
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_penalties(
-                n_vocab, self.history, params.repeat_penalty, params.frequency_penalty, params.presence_penalty))
+            self._penalties = lib.llama_sampler_init_penalties(
+                n_vocab, self.history, params.repeat_penalty, params.frequency_penalty, params.presence_penalty)
+            lib.llama_sampler_chain_add(chain, self._penalties)  # the chain owns it; the handle stays valid
         if params.greedy:
             lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_greedy())
         else:
@@ -53,8 +90,13 @@ class Sampler:
         the first sample; only its last ``history`` tokens can matter."""
         if not self.history:
             return
+        # the penalties' stage only: a grammar in the chain must not read the prompt as output
         for tok in tokens[-self.history:]:
-            self._lib.llama_sampler_accept(self.handle, int(tok))
+            self._lib.llama_sampler_accept(self._penalties, int(tok))
+
+    def draft_guide(self) -> DraftGuide | None:
+        """A guide that keeps drafts inside the grammar, or None without one."""
+        return DraftGuide(self._lib, self._grammar) if self._grammar is not None else None
 
     def sample(self, ctx_handle: Any, row: int) -> int:
         return int(self._lib.llama_sampler_sample(self.handle, ctx_handle, row))
@@ -63,3 +105,76 @@ class Sampler:
         if getattr(self, "handle", None):
             self._lib.llama_sampler_free(self.handle)
             self.handle = None
+
+
+class DraftGuide:
+    """Keeps a round's drafts inside the request's grammar.
+
+    A drafter proposes as if unconstrained, so under a grammar most of its
+    drafts would be rejected (a head has no idea a JSON schema is in force).
+    Each round the guide clones the grammar's state after the emitted tokens;
+    the drafter offers its likeliest candidates and drafts the first the
+    grammar allows, and the clone advances with it. Drafts only ever propose:
+    the target's own chain still decides every token, so the guide changes
+    acceptance and cost, never the output.
+    """
+
+    def __init__(self, lib: Any, grammar: Any) -> None:
+        self._lib = lib
+        self._grammar = grammar
+        self._clone: Any = None
+        self._array = lib.llama_token_data_array()
+        self._data: Any = None
+        self._all: np.ndarray | None = None  # the whole row as llama_token_data, kept between steps
+
+    def start(self) -> None:
+        """Begin a round from the grammar's state after the last emitted token."""
+        self.end()
+        self._clone = self._lib.llama_sampler_clone(self._grammar)
+
+    def choose(self, candidates: Sequence[int]) -> int | None:
+        """The first of ``candidates`` (likeliest first) the grammar allows next, accepted into the
+        round's state; None when it allows none of them (drafting stops there)."""
+        if self._clone is None or not candidates:
+            return None
+        lib, n = self._lib, len(candidates)
+        if self._data is None or len(self._data) < n:
+            self._data = (lib.llama_token_data * n)()
+        for entry, token in zip(self._data, candidates, strict=False):
+            entry.id, entry.logit, entry.p = int(token), 0.0, 0.0
+        self._array.data = ctypes.cast(self._data, type(self._array.data))
+        self._array.size, self._array.selected, self._array.sorted = n, -1, False
+        lib.llama_sampler_apply(self._clone, ctypes.byref(self._array))
+        for k in range(n):
+            if math.isfinite(self._array.data[k].logit):
+                token = int(self._array.data[k].id)
+                lib.llama_sampler_accept(self._clone, token)
+                return token
+        return None
+
+    def best(self, logits: np.ndarray) -> int | None:
+        """The likeliest token of a whole row the grammar allows (ties to the lower id, as greedy
+        breaks them), accepted into the round's state; None when it allows none. It costs what
+        the target's own grammar stage costs per sampled row: every token's text is checked."""
+        if self._clone is None:
+            return None
+        n = len(logits)
+        if self._all is None or len(self._all) != n:
+            self._all = np.zeros(n, dtype=[("id", np.int32), ("logit", np.float32), ("p", np.float32)])
+            self._all["id"] = np.arange(n, dtype=np.int32)
+        self._all["logit"] = logits
+        array = self._lib.llama_token_data_array()
+        array.data = ctypes.cast(self._all.ctypes.data, type(array.data))
+        array.size, array.selected, array.sorted = n, -1, False
+        self._lib.llama_sampler_apply(self._clone, ctypes.byref(array))
+        masked = self._all["logit"]
+        token = int(masked.argmax())
+        if not math.isfinite(float(masked[token])):
+            return None
+        self._lib.llama_sampler_accept(self._clone, token)
+        return token
+
+    def end(self) -> None:
+        if self._clone is not None:
+            self._lib.llama_sampler_free(self._clone)
+            self._clone = None

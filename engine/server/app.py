@@ -33,16 +33,19 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from engine.netaddr import is_loopback
 from engine.server import api_key
 from engine.server import openai_format as F
+from engine.server import plan as plans
 from engine.server.config import ServerConfig
-from engine.server.engine_link import EngineLink
+from engine.server.engine_link import EngineLink, EngineUnavailable
 from engine.server.generation import Gate, Generation
 from engine.server.metrics import Metrics, RequestRecord
+from engine.server.reply import Reply
 from engine.worker import protocol as P
 
 HEALTH_PROBE_TIMEOUT_S = 3.0  # a worker answers a ping from its reader thread in milliseconds, even mid-reply
 ROUTES = ("chat/completions", "completions", "models", "metrics")  # the log's names for refused calls (bounded)
 # worker error kinds that are the request's fault (400); others are the server's (500)
-CLIENT_ERRORS = {"context": "context_length_exceeded", "protocol": "invalid_request", "template": "template_error"}
+CLIENT_ERRORS = {"context": "context_length_exceeded", "protocol": "invalid_request", "template": "template_error",
+                 "grammar": "invalid_grammar"}
 
 
 def error_response(err: F.ApiError) -> JSONResponse:
@@ -177,52 +180,233 @@ class Api:
                      "max_draft": model.max_draft, "sidecar": model.sidecar,
                      "speculative_default": self.link.default_speculative().to_json()}}]
 
+    async def tokenize(self, request: Request) -> Response:
+        """llama-server's ``/tokenize``: ``{"content", "add_special", "with_pieces"}`` -> ``{"tokens"}``."""
+        try:
+            body = await self._read_json(request)
+            F.check_text(body)
+            content = body.get("content") if isinstance(body, dict) else None
+            if not isinstance(content, str):
+                raise F.bad("content", "'content' must be the text to tokenize", "invalid_type")
+            add_special, pieces = body.get("add_special", False), body.get("with_pieces", False)
+            if not isinstance(add_special, bool) or not isinstance(pieces, bool):
+                raise F.bad("add_special", "'add_special' and 'with_pieces' must be true or false", "invalid_type")
+            answer = await self.tokens(P.TokenizeRequest(id=self.link.new_id(), text=content,
+                                                         add_special=add_special))
+        except F.ApiError as err:
+            return error_response(err)
+        if pieces:
+            return JSONResponse({"tokens": [{"id": t, "piece": p} for t, p in zip(answer.tokens, answer.pieces,
+                                                                                   strict=True)]})
+        return JSONResponse({"tokens": answer.tokens})
+
+    async def detokenize(self, request: Request) -> Response:
+        """llama-server's ``/detokenize``: ``{"tokens": [...]}`` -> ``{"content"}``."""
+        try:
+            body = await self._read_json(request)
+            tokens = body.get("tokens") if isinstance(body, dict) else None
+            if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool)
+                                                       for t in tokens):
+                raise F.bad("tokens", "'tokens' must be a list of token ids", "invalid_type")
+            answer = await self.tokens(P.TokenizeRequest(id=self.link.new_id(), tokens=tokens))
+        except F.ApiError as err:
+            return error_response(err)
+        return JSONResponse({"content": answer.text})
+
+    async def tokens(self, message: P.TokenizeRequest) -> P.TokensEvent:
+        """Ask the worker to tokenize (or detokenize); it answers after the generation it is running.
+
+        Raises:
+            ApiError: no engine (503), a bad token id (400), or no answer before the request timeout (504).
+        """
+        self.loaded()
+        loop = asyncio.get_running_loop()
+        answered: asyncio.Future[P.Event] = loop.create_future()
+
+        def sink(event: P.Event) -> None:
+            if P.is_final(event):
+                loop.call_soon_threadsafe(lambda: answered.done() or answered.set_result(event))
+
+        try:
+            self.link.submit(message, sink)
+        except EngineUnavailable as exc:
+            raise F.ApiError(503, str(exc), code="engine_unavailable", type_="server_error",
+                             headers={"Retry-After": str(self.config.retry_after_s)}) from None
+        try:
+            event = await asyncio.wait_for(answered, self.config.request_timeout_s)
+        except TimeoutError:
+            raise F.ApiError(504, "The engine did not answer in time.", code="timeout", type_="server_error") from None
+        if not isinstance(event, P.TokensEvent):
+            raise _engine_error(event if isinstance(event, P.ErrorEvent) else None)
+        return event
+
     async def metrics_text(self, request: Request) -> Response:
         return PlainTextResponse(self.metrics.prometheus(), media_type="text/plain; version=0.0.4")
 
     # -- generation routes -------------------------------------------------------
     async def chat(self, request: Request) -> Response:
-        return await self._generate(request, "chat")
+        return await self._openai(request, "chat")
 
     async def completions(self, request: Request) -> Response:
-        return await self._generate(request, "completions")
+        return await self._openai(request, "completions")
 
-    async def _generate(self, request: Request, endpoint: str) -> Response:
+    def fingerprint(self) -> str | None:
+        build = getattr(self.link, "engine_build", None)
+        return F.fingerprint(build() if build is not None else None)
+
+    def loaded(self) -> P.ModelInfo:
+        model = self.link.model()
+        if model is None:
+            raise F.ApiError(503, "The engine is (re)starting; retry in a few seconds.", type_="server_error",
+                             code="engine_unavailable", headers={"Retry-After": str(self.config.retry_after_s)})
+        return model
+
+    async def _openai(self, request: Request, endpoint: str) -> Response:
         try:
             body = await self._read_json(request)
-            model = self.link.model()
-            if model is None:
-                raise F.ApiError(503, "The engine is (re)starting; retry in a few seconds.", type_="server_error",
-                                 code="engine_unavailable", headers={"Retry-After": str(self.config.retry_after_s)})
+            model = self.loaded()
             parse = F.parse_chat if endpoint == "chat" else F.parse_completion
-            parsed = parse(body, self.served_ids(), model.n_ctx)
-            # everything that can fail is made before the place in line is taken: from admit() on, each
-            # path out gives it back (the generation's own endings, or the handlers below)
-            gen = Generation(self.link, self.gate, self.config, self.metrics, endpoint, parsed.stream)
-            speculative = parsed.speculative or self.link.default_speculative()
-            # what this model can run: chained heads draft at most their count; without a head MTP is off
-            # and MTP + n-gram is n-gram (the report below then says what ran, not what was asked)
-            speculative = speculative.limited_to(model.max_draft if model.can_draft else 0)
-            message = P.GenerateRequestMsg(
-                id=gen.id, prompt=parsed.prompt, messages=parsed.messages, max_tokens=parsed.max_tokens,
-                stop=parsed.stop, speculative=speculative, **parsed.sampling)
-            self.gate.admit()
+            parsed = parse(body, self.served_ids(), model.n_ctx, self.config.strict_model)
         except F.ApiError as err:
             self._reject(endpoint, err)
             return error_response(err)
+        try:
+            if parsed.stream:
+                started = await self.begin(request, endpoint, parsed)
+                if started is None:  # the client left
+                    return Response(status_code=499)
+                return StreamingResponse(self._openai_sse(endpoint, parsed, *started),
+                                         media_type="text/event-stream",
+                                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            replies = []
+            for choice in range(parsed.n):  # n choices: one generation each, one after another
+                reply = await self.complete(request, endpoint, parsed, choice)
+                if reply is None:
+                    return Response(status_code=499)
+                replies.append(reply)
+        except F.ApiError as err:
+            return error_response(err)
+        builder = F.chat_completion if endpoint == "chat" else F.completion
+        answer = builder(F.new_id("chatcmpl" if endpoint == "chat" else "cmpl"), F.now(), replies, self.fingerprint())
+        answer.update(replies[-1].extras)
+        return JSONResponse(answer)
+
+    # -- what every API's routes share ------------------------------------------
+    async def begin(self, request: Request, endpoint: str, parsed: F.ParsedRequest,
+                    choice: int = 0) -> tuple[Generation, plans.Plan, P.Event] | None:
+        """Queue and start one generation; its first event (a token or the end). None: the client left.
+
+        Raises:
+            ApiError: refused before it ran (the queue, the engine, a bad value), or the engine's error
+                before the first token; each path has given back what it held.
+        """
+        try:
+            model = self.loaded()
+            plan = plans.make(parsed, model, self.link.default_speculative(), choice=choice)
+            # everything that can fail is made before the place in line is taken: from admit() on, each
+            # path out gives it back (the generation's own endings, or the handlers below)
+            gen = Generation(self.link, self.gate, self.config, self.metrics, endpoint, parsed.stream)
+            try:
+                message = P.GenerateRequestMsg(id=gen.id, **plan.fields)
+            except ValueError as exc:
+                raise F.bad("body", str(exc)) from None
+            self.gate.admit()
+        except F.ApiError as err:
+            self._reject(endpoint, err)
+            raise
         try:  # until the first token (or the end), the answer can still be a proper HTTP error
             first = await _unless_disconnected(request, self._first_event(gen, message), gen)
         except F.ApiError as err:
             gen.status = err.status
             gen.record()
-            return error_response(err)
-        if first is None:  # the client left
-            return Response(status_code=499)
-        if parsed.stream:
-            return StreamingResponse(self._sse(gen, parsed, first, endpoint), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        result: Response | None = await _unless_disconnected(request, self._collect(gen, first), gen)
-        return Response(status_code=499) if result is None else result
+            raise
+        if first is None:
+            return None
+        return gen, plan, first
+
+    async def complete(self, request: Request, endpoint: str, parsed: F.ParsedRequest,
+                       choice: int = 0) -> Reply | None:
+        """Run one generation to its end and answer with its :class:`Reply`; None: the client left.
+
+        Raises:
+            ApiError: as :meth:`begin`, or the engine's error (recorded).
+        """
+        started = await self.begin(request, endpoint, parsed, choice)
+        if started is None:
+            return None
+        gen, plan, first = started
+        done = await _unless_disconnected(request, self._collect(gen, first), gen)
+        if done is None:
+            return None
+        return self.reply(gen, plan)
+
+    async def _collect(self, gen: Generation, first: P.Event) -> bool:
+        try:
+            while not gen.finished:
+                await gen.next_event()
+        except F.ApiError as err:
+            gen.status = err.status
+            gen.record()
+            raise
+        if gen.outcome.finish == "error":
+            failure = _engine_error(gen.outcome.error)
+            gen.status = failure.status
+            gen.record()
+            raise failure
+        gen.record()
+        return True
+
+    def reply(self, gen: Generation, plan: plans.Plan) -> Reply:
+        out = gen.outcome
+        stats = out.stats
+        return plans.reply(plan, self.served_ids()[0], out.text, out.finish,
+                           prompt_tokens=stats.prompt_tokens if stats else 0, completion_tokens=out.n_tokens,
+                           cached_tokens=stats.prompt_reused if stats else 0, logprobs=out.logprobs,
+                           extras=self._extras(gen, plan))
+
+    async def pieces(self, gen: Generation, plan: plans.Plan, first: P.Event) -> AsyncIterator[str | Reply]:
+        """A running generation as content deltas (tool-call markup held back), then its :class:`Reply`.
+        The caller's ``finally`` calls :meth:`settle`.
+
+        Raises:
+            ApiError: the engine's error or the timeout, once the stream has begun.
+        """
+        shown = plans.TextFilter(plan.family)
+        events = [first]
+        while True:
+            # everything that has arrived goes out in one write: fewer wake-ups under load
+            text = "".join(ev.text for ev in events if isinstance(ev, P.TokenEvent) and ev.text)
+            visible = shown.feed(text) if text else ""
+            if visible:
+                yield visible
+            if gen.finished:
+                break
+            events = [await gen.next_event(), *gen.ready_events()]
+        if gen.outcome.finish == "error":
+            raise _engine_error(gen.outcome.error)
+        final = self.reply(gen, plan)
+        rest = shown.rest(final)
+        if rest:
+            yield rest
+        yield final
+
+    @staticmethod
+    def settle(gen: Generation) -> None:
+        """A stream's end, however it came: a disconnect cancels the generation in the worker."""
+        if not gen.finished:
+            gen.abandon("disconnected")
+        else:
+            gen.record()
+
+    def _extras(self, gen: Generation, plan: plans.Plan) -> dict[str, Any]:
+        out = gen.outcome
+        extras: dict[str, Any] = {"timings": F.timings(out.stats, out.n_tokens)}
+        if gen.speculative is not None:
+            extras["speculative"] = F.speculative_report(out.stats, gen.speculative)
+            notes = (*out.notes, *plan.notes)
+            if notes:
+                extras["speculative"]["note"] = " ".join(notes)
+        return extras
 
     async def _first_event(self, gen: Generation, message: P.GenerateRequestMsg) -> P.Event:
         await gen.start(message)
@@ -233,82 +417,43 @@ class Api:
                     raise _engine_error(gen.outcome.error)
                 return event
 
-    async def _collect(self, gen: Generation, first: P.Event) -> Response:
-        try:
-            while not gen.finished:
-                await gen.next_event()
-        except F.ApiError as err:
-            gen.status = err.status
-            gen.record()
-            return error_response(err)
-        out = gen.outcome
-        if out.finish == "error":
-            failure = _engine_error(out.error)
-            gen.status = failure.status
-            gen.record()
-            return error_response(failure)
-        created, model = F.now(), self.served_ids()[0]
-        builder = F.chat_completion if gen.endpoint == "chat" else F.completion
-        body = builder(F.new_id("chatcmpl" if gen.endpoint == "chat" else "cmpl"), created, model, out.text,
-                       out.finish)
-        body.update(self._extras(gen))
-        gen.record()
-        return JSONResponse(body)
-
-    def _extras(self, gen: Generation) -> dict[str, Any]:
-        out = gen.outcome
-        prompt_tokens = out.stats.prompt_tokens if out.stats else 0
-        extras: dict[str, Any] = {"usage": F.usage(prompt_tokens, out.n_tokens),
-                                  "timings": F.timings(out.stats, out.n_tokens)}
-        if gen.speculative is not None:
-            extras["speculative"] = F.speculative_report(out.stats, gen.speculative)
-            if out.notes:
-                extras["speculative"]["note"] = " ".join(out.notes)
-        return extras
-
-    async def _sse(self, gen: Generation, parsed: F.ParsedRequest, first: P.Event,
-                   endpoint: str) -> AsyncIterator[str]:
+    async def _openai_sse(self, endpoint: str, parsed: F.ParsedRequest, gen: Generation, plan: plans.Plan,
+                          first: P.Event) -> AsyncIterator[str]:
         rid = F.new_id("chatcmpl" if endpoint == "chat" else "cmpl")
-        created, model, usage = F.now(), self.served_ids()[0], parsed.include_usage
+        created, model, usage, fp = F.now(), self.served_ids()[0], parsed.include_usage, self.fingerprint()
 
-        def chunk(text: str | None, finish: str | None) -> str:
+        def chunk(text: str | None, finish: str | None, logprobs: Any = None, delta: Any = None) -> dict[str, Any]:
             if endpoint == "chat":
-                delta = {} if text is None else {"content": text}
-                data = F.chat_chunk(rid, created, model, delta, finish, usage)
-            else:
-                data = F.completion_chunk(rid, created, model, text or "", finish, usage)
-            return _sse_data(data)
+                return F.chat_chunk(rid, created, model, delta or ({} if text is None else {"content": text}),
+                                    finish, usage, fp, F.chat_logprobs(logprobs))
+            return F.completion_chunk(rid, created, model, text or "", finish, usage, fp,
+                                      F.completion_logprobs(logprobs))
 
         try:
             if endpoint == "chat":
-                yield _sse_data(F.chat_chunk(rid, created, model, {"role": "assistant", "content": ""}, None, usage))
-            events = [first]
-            while True:
-                # everything that has arrived goes out in one write: fewer wake-ups under load
-                text = "".join(chunk(ev.text, None) for ev in events if isinstance(ev, P.TokenEvent) and ev.text)
-                if text:
-                    yield text
-                if gen.finished:
-                    break
-                events = [await gen.next_event(), *gen.ready_events()]
-            out = gen.outcome
-            if out.finish == "error":
-                yield _sse_data(_engine_error(out.error).body())
-            else:
-                last = json.loads(chunk(None, out.finish)[len("data: "):])
-                last.update({k: v for k, v in self._extras(gen).items() if k != "usage"})
-                yield _sse_data(last)
-                if usage:
-                    yield _sse_data(F.usage_chunk(rid, created, model, endpoint, self._extras(gen)["usage"]))
+                yield _sse_data(chunk(None, None, delta={"role": "assistant", "content": ""}))
+            final: Reply | None = None
+            async for piece in self.pieces(gen, plan, first):
+                if isinstance(piece, Reply):
+                    final = piece
+                else:
+                    yield _sse_data(chunk(piece, None))
+            assert final is not None
+            if final.tool_calls:
+                calls = [{"index": i, **call} for i, call in enumerate(F.tool_call_objects(final.tool_calls))]
+                yield _sse_data(chunk(None, None, delta={"tool_calls": calls}))
+            # the logprobs of the whole reply come with its last chunk (tokens and text pieces do not align)
+            last = chunk(None, final.finish, final.logprobs)
+            last.update(final.extras)
+            yield _sse_data(last)
+            if usage:
+                yield _sse_data(F.usage_chunk(rid, created, model, endpoint, F.reply_usage([final]), fp))
             yield "data: [DONE]\n\n"
-        except F.ApiError as err:  # the timeout, once the stream has begun
+        except F.ApiError as err:  # the engine's error or the timeout, once the stream has begun
             yield _sse_data(err.body())
             yield "data: [DONE]\n\n"
         finally:  # a disconnect cancels this generator: stop the generation in the worker
-            if not gen.finished:
-                gen.abandon("disconnected")
-            else:
-                gen.record()
+            self.settle(gen)
 
     # -- helpers -----------------------------------------------------------------
     async def _read_json(self, request: Request) -> Any:
@@ -420,11 +565,16 @@ def create_app(link: EngineLink, config: ServerConfig, metrics: Metrics | None =
     routes = [
         Route("/health", api.health, methods=["GET"]),
         Route("/metrics", api.metrics_text, methods=["GET"]),
-        Route("/v1/models", api.models, methods=["GET"]),
-        Route("/v1/models/{model_id:path}", api.model, methods=["GET"]),
-        Route("/v1/chat/completions", api.chat, methods=["POST"]),
-        Route("/v1/completions", api.completions, methods=["POST"]),
+        Route("/tokenize", api.tokenize, methods=["POST"]),
+        Route("/detokenize", api.detokenize, methods=["POST"]),
     ]
+    for prefix in ("/v1", ""):  # the OpenAI routes answer without /v1 too, as llama-server's do
+        routes += [
+            Route(f"{prefix}/models", api.models, methods=["GET"]),
+            Route(f"{prefix}/models/{{model_id:path}}", api.model, methods=["GET"]),
+            Route(f"{prefix}/chat/completions", api.chat, methods=["POST"]),
+            Route(f"{prefix}/completions", api.completions, methods=["POST"]),
+        ]
     app = Starlette(routes=routes, middleware=middleware,
                     exception_handlers={HTTPException: _http_error, Exception: _server_error})
     app.state.api = api

@@ -21,6 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "unseen by other users' ps; default: none on loopback, the key stored by the app's panel on "
                    "other addresses)")
     p.add_argument("--alias", help="the model name clients use (default: the file's name without .gguf)")
+    p.add_argument("--strict-model", action="store_true",
+                   help="refuse requests naming another model (default: any name is served by the loaded model)")
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="allow browser calls from this origin (repeatable; default: CORS off)")
     p.add_argument("--queue", type=int, default=C.DEFAULT_QUEUE, help="requests that may wait; more get 503")
@@ -87,7 +89,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = C.ServerConfig(host=args.host, port=args.port, api_key=key, model_id=args.alias,
                             cors_origins=tuple(args.cors_origin), max_queue=args.queue,
                             queue_timeout_s=args.queue_timeout, request_timeout_s=args.timeout,
-                            max_body_bytes=args.max_body)
+                            max_body_bytes=args.max_body, strict_model=args.strict_model)
     try:
         C.check(config)
     except C.ConfigError as exc:

@@ -43,6 +43,8 @@ class ServerConfig:
         max_body_bytes: a larger request body gets 413.
         header_timeout_s / body_timeout_s: a request head / body slower than this gets 408 and is closed.
         max_connections: connections open at once; a further one gets 503 at once (engine/server/deadlines.py).
+        strict_model: refuse a request naming another model (400); by default any name, or none, is served
+            by the loaded model, as llama-server does, since clients send what their user typed or a default.
     """
 
     host: str = DEFAULT_HOST
@@ -58,6 +60,7 @@ class ServerConfig:
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    strict_model: bool = False
 
     @property
     def base_url(self) -> str:

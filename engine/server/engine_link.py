@@ -42,7 +42,7 @@ class EngineLink(Protocol):
         """Speculation for a request that does not choose: the model's autotune profile, or off."""
         ...
 
-    def submit(self, request: P.GenerateRequestMsg, sink: Sink) -> None:
+    def submit(self, request: P.GenerateRequestMsg | P.TokenizeRequest, sink: Sink) -> None:
         """Send ``request``; ``sink`` gets its events up to and including the final one.
 
         Raises:
@@ -55,6 +55,10 @@ class EngineLink(Protocol):
         ...
 
     def new_id(self) -> str:
+        ...
+
+    def engine_build(self) -> P.EngineBuild | None:
+        """The worker's engine build (the responses' ``system_fingerprint`` names it), None before the handshake."""
         ...
 
     def responsive(self, timeout_s: float) -> bool:
@@ -105,7 +109,10 @@ class WorkerLink:
             self._ids += 1
             return f"s{self._ids}"
 
-    def submit(self, request: P.GenerateRequestMsg, sink: Sink) -> None:
+    def engine_build(self) -> P.EngineBuild | None:
+        return self.client.hello.engine
+
+    def submit(self, request: P.GenerateRequestMsg | P.TokenizeRequest, sink: Sink) -> None:
         with self._lock:
             if self._model is None:
                 raise EngineUnavailable("The engine is restarting after a crash; retry in a few seconds.")

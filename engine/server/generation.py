@@ -98,6 +98,7 @@ class Outcome:
     stats: P.StatsSnapshot | None = None
     error: P.ErrorEvent | None = None
     notes: tuple[str, ...] = ()
+    logprobs: list[P.TokenLogprobs] | None = None
 
 
 class Generation:
@@ -189,7 +190,7 @@ class Generation:
             else:
                 out.notes += (event.message,)
         if isinstance(event, P.DoneEvent):
-            out.finish, out.n_tokens = event.finish_reason, event.n_tokens
+            out.finish, out.n_tokens, out.logprobs = event.finish_reason, event.n_tokens, event.logprobs
             out.stats = event.stats or out.stats
         if P.is_final(event):
             if isinstance(event, P.ErrorEvent):

@@ -5,11 +5,19 @@ Rules that matter to a client:
 - Every parameter is checked; a wrong type or value is a 400 naming it. Text
   holding a lone surrogate (``"\\ud800"``), in a value or a name, is a 400
   ``invalid_text`` naming the field.
-- A parameter that would change the result and is not supported (``n`` > 1,
-  ``tools``, ``logprobs``, ``response_format`` other than text, ``logit_bias``,
-  ``echo``, ``best_of`` > 1, ``suffix``) is a 400 naming it, never ignored.
+- ``tools`` / ``tool_choice`` (and the legacy ``functions`` / ``function_call``),
+  ``response_format`` (text, json_object, json_schema), llama-server's
+  ``grammar`` and ``json_schema``, ``logprobs`` / ``top_logprobs``,
+  ``logit_bias`` and ``n`` are honoured.
+- A parameter that would change the result and is not supported (``echo``,
+  ``best_of`` > 1, ``suffix``, audio) is a 400 naming it, never ignored.
   Unknown parameters are refused the same way. Parameters that cannot change
-  the text (``user``, ``metadata``, ``store``, ``service_tier``) are accepted.
+  the text are accepted: OpenAI's ``user``, ``metadata``, ``store``,
+  ``service_tier``, ``parallel_tool_calls``, and llama-server's ``cache_prompt``,
+  ``id_slot``, ``timings_per_token`` and the others in ``LLAMA_SERVER_INERT``
+  (some only at the value that means "off").
+- Any ``model``, or none, is served by the loaded model (the response names it),
+  as llama-server does; ``strict_model`` refuses other names.
 - Defaults follow OpenAI: ``temperature`` 1, ``top_p`` 1, no other sampler, no
   penalty. llama-server's ``top_k``, ``min_p``, ``repeat_penalty`` and
   ``repeat_last_n`` are accepted too.
@@ -23,6 +31,7 @@ Rules that matter to a client:
 
 from __future__ import annotations
 
+import json
 import math
 import secrets
 import time
@@ -30,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.sampling import MAX_SEED, RANDOM_SEED, SamplingParams
+from engine.server.reply import Reply, TokenLogprob, ToolCall
 from engine.speculative.settings import MODES, SpeculativeSettings
 from engine.speculative.stats import StatsSnapshot
 from engine.unicode_text import first_bad_text, printable
@@ -37,20 +47,33 @@ from engine.unicode_text import first_bad_text, printable
 MAX_STOPS = 16
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
+MAX_N = 8  # choices per request (each is one generation, one after another)
+MAX_TOP_LOGPROBS = 20  # as OpenAI (the worker protocol's limit too)
 # Accepted, and they cannot change the text.
-_INERT = {"user", "metadata", "store", "service_tier", "parallel_tool_calls"}
+_INERT = {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "prompt_cache_key", "safety_identifier"}
+# llama-server's fields that change nothing here: the cache is always used (prefix reuse), one slot,
+# timings always sent; those that name a sampler are accepted only at the value that turns it off.
+LLAMA_SERVER_INERT = {"cache_prompt", "id_slot", "timings_per_token", "return_progress", "n_keep", "n_indent",
+                      "t_max_prompt_ms", "samplers", "post_sampling_probs", "return_tokens", "n_cmpl",
+                      "chat_template_kwargs", "reasoning_format", "add_generation_prompt"}
 # Refused unless absent or at the value that means "off".
 _OFF_VALUES: dict[str, tuple[Any, ...]] = {
-    "n": (1,), "logprobs": (False, None), "top_logprobs": (None, 0), "tools": (None, []), "tool_choice": (None, "none"),
-    "functions": (None, []), "function_call": (None, "none"), "logit_bias": (None, {}), "best_of": (None, 1),
-    "echo": (False, None), "suffix": (None, ""), "audio": (None,), "modalities": (None, ["text"]),
-    "prediction": (None,), "reasoning_effort": (None,), "web_search_options": (None,),
+    "best_of": (None, 1), "echo": (False, None), "suffix": (None, ""), "audio": (None,),
+    "modalities": (None, ["text"]), "prediction": (None,), "reasoning_effort": (None,),
+    "web_search_options": (None,),
+    # llama-server's samplers at their "off" values
+    "typical_p": (None, 1, 1.0), "mirostat": (None, 0), "dynatemp_range": (None, 0, 0.0),
+    "xtc_probability": (None, 0, 0.0), "dry_multiplier": (None, 0, 0.0), "ignore_eos": (None, False),
+    "n_probs": (None, 0), "t_max_predict_ms": (None, 0), "min_keep": (None, 0, 1),
 }
 _SAMPLING = {"temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
              "repeat_penalty", "repeat_last_n"}
-_COMMON = {"model", "stream", "stream_options", "max_tokens", "stop", "speculative"} | _SAMPLING
-CHAT_FIELDS = _COMMON | {"messages", "max_completion_tokens", "response_format"} | _INERT | set(_OFF_VALUES)
-COMPLETION_FIELDS = _COMMON | {"prompt"} | _INERT | set(_OFF_VALUES)
+_COMMON = {"model", "stream", "stream_options", "max_tokens", "stop", "speculative", "n", "logit_bias",
+           "logprobs", "grammar", "json_schema"} | _SAMPLING
+_TOOLS = {"tools", "tool_choice", "functions", "function_call", "response_format", "top_logprobs",
+          "max_completion_tokens"}
+CHAT_FIELDS = _COMMON | {"messages"} | _TOOLS | _INERT | LLAMA_SERVER_INERT | set(_OFF_VALUES)
+COMPLETION_FIELDS = _COMMON | {"prompt"} | _INERT | LLAMA_SERVER_INERT | set(_OFF_VALUES)
 
 
 class ApiError(Exception):
@@ -129,12 +152,10 @@ def _refuse_unsupported(body: dict[str, Any], allowed: set[str]) -> None:
     if unknown:
         raise bad(unknown[0], f"Unrecognized request argument supplied: {unknown[0]}", "unknown_parameter")
     for name, off in _OFF_VALUES.items():
-        if name in body and body[name] not in off:
+        if name in body and not any(body[name] == value and type(body[name]) is type(value) for value in off):
+            shown = next((v for v in off if v is not None), None)
             raise bad(name, f"'{name}' is not supported by this server (it would change the result); "
-                      f"leave it out or set it to {off[0]!r}", "unsupported_parameter")
-    fmt = body.get("response_format")
-    if fmt is not None and fmt != {"type": "text"}:
-        raise bad("response_format", "Only response_format {'type': 'text'} is supported", "unsupported_parameter")
+                      f"leave it out or set it to {shown!r}", "unsupported_parameter")
 
 
 def _stop(body: dict[str, Any]) -> list[str]:
@@ -218,11 +239,12 @@ def _max_tokens(body: dict[str, Any], default: int, *names: str) -> int:
     return default
 
 
-def _model(body: dict[str, Any], served: tuple[str, ...]) -> str:
+def model_name(body: dict[str, Any], served: tuple[str, ...], strict: bool = False) -> str:
+    """The id to answer with: the loaded model's, whatever the request named, unless ``strict``."""
     model = body.get("model")
-    if not isinstance(model, str):
+    if model is not None and not isinstance(model, str):
         raise bad("model", f"'model' must be a string naming the model, not {model!r}", "invalid_type")
-    if model not in served:
+    if strict and model not in served:
         raise bad("model", f"The model '{model}' is not served here; this server serves {served[0]!r} "
                   "(GET /v1/models lists it)", "model_not_found")
     return served[0]
@@ -244,46 +266,207 @@ def _message_text(content: Any, where: str) -> str:
     raise bad("messages", f"{where}.content must be a string or a list of text parts", "invalid_type")
 
 
-def _messages(body: dict[str, Any]) -> list[dict[str, str]]:
+def _arguments_text(value: Any, where: str) -> str:
+    """A call's arguments as JSON object text (clients send text; some send the object)."""
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False)
+    if value is None or value == "":
+        return "{}"
+    if not isinstance(value, str):
+        raise bad("messages", f"{where}.arguments must be JSON text", "invalid_type")
+    return value
+
+
+def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(calls, list):
+        raise bad("messages", f"{where}.tool_calls must be a list", "invalid_type")
+    out = []
+    for k, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise bad("messages", f"{where}.tool_calls[{k}] must be {{id, type: 'function', function: {{name, "
+                      "arguments}}}}", "invalid_type")
+        call_id = call.get("id")
+        out.append({"id": call_id if isinstance(call_id, str) else f"call_{k}", "type": "function",
+                    "function": {"name": function["name"],
+                                 "arguments": _arguments_text(function.get("arguments"), f"{where}.tool_calls[{k}]")}})
+    return out
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad("messages", "'messages' must be a non-empty list of {role, content} objects", "invalid_type")
-    out = []
+    out: list[dict[str, Any]] = []
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
             raise bad("messages", f"{where} must be an object", "invalid_type")
         role = message.get("role")
-        if not isinstance(role, str) or role not in CHAT_ROLES:
-            raise bad("messages", f"{where}.role {role!r} is not supported; use system, user or assistant",
+        if not isinstance(role, str) or role not in CHAT_ROLES and role not in ("tool", "function"):
+            raise bad("messages", f"{where}.role {role!r} is not supported; use system, user, assistant or tool",
                       "unsupported_parameter")
-        if message.get("tool_calls") or message.get("function_call"):
-            raise bad("messages", f"{where}: tool calls are not supported", "unsupported_parameter")
-        out.append({"role": CHAT_ROLES[role], "content": _message_text(message.get("content"), where)})
+        entry: dict[str, Any] = {"role": CHAT_ROLES.get(role, "tool"),
+                                 "content": _message_text(message.get("content"), where)}
+        calls = message.get("tool_calls")
+        if message.get("function_call"):  # the legacy single call
+            calls = [{"id": "call_0", "type": "function", "function": message["function_call"]}]
+        if calls:
+            if role != "assistant":
+                raise bad("messages", f"{where}: only an assistant message carries tool_calls", "invalid_value")
+            entry["tool_calls"] = _tool_calls(calls, where)
+        if role in ("tool", "function"):
+            for key in ("tool_call_id", "name"):
+                if isinstance(message.get(key), str):
+                    entry[key] = message[key]
+        out.append(entry)
     return out
 
 
-def parse_chat(body: Any, served: tuple[str, ...], n_ctx: int) -> ParsedRequest:
+def _tools(body: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | dict[str, Any]]:
+    """``tools`` and ``tool_choice`` (or the legacy ``functions`` and ``function_call``), checked."""
+    tools, choice = body.get("tools"), body.get("tool_choice")
+    if body.get("functions") is not None:  # legacy: one function per tool
+        tools = [{"type": "function", "function": f} for f in body["functions"]] \
+            if isinstance(body["functions"], list) else body["functions"]
+        legacy = body.get("function_call")
+        choice = {"type": "function", "function": legacy} if isinstance(legacy, dict) else legacy
+    if tools is None or tools == []:
+        if choice not in (None, "none", "auto"):
+            raise bad("tool_choice", "'tool_choice' needs 'tools'")
+        return None, "none"
+    if not isinstance(tools, list):
+        raise bad("tools", "'tools' must be a list of {type: 'function', function: {...}} objects", "invalid_type")
+    names = []
+    out = []
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(function, dict):
+            raise bad("tools", f"tools[{i}] must be {{type: 'function', function: {{name, description, "
+                      "parameters}}}}; other tool types are not supported", "invalid_type")
+        name = function.get("name")
+        if not isinstance(name, str) or not name or len(name) > 128:
+            raise bad("tools", f"tools[{i}].function.name must be a non-empty string", "invalid_type")
+        params = function.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(params, dict):
+            raise bad("tools", f"tools[{i}].function.parameters must be a JSON schema object", "invalid_type")
+        description = function.get("description")
+        out.append({"type": "function", "function": {
+            "name": name, **({"description": description} if isinstance(description, str) else {}),
+            "parameters": params}})
+        names.append(name)
+    if choice is None:
+        choice = "auto"
+    if isinstance(choice, dict):
+        wanted = (choice.get("function") or {}).get("name") if isinstance(choice.get("function"), dict) else None
+        if not isinstance(wanted, str) or wanted not in names:
+            raise bad("tool_choice", f"'tool_choice' names a function that is not among the tools ({names})")
+        return out, {"type": "function", "function": {"name": wanted}}
+    if choice not in ("auto", "none", "required"):
+        raise bad("tool_choice", "'tool_choice' must be auto, none, required or {type: 'function', function: "
+                  "{name}}")
+    return out, choice
+
+
+def _json_schema(body: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """What the output must be: a JSON schema ({} any object) from ``response_format`` or
+    llama-server's ``json_schema``, or llama-server's GBNF ``grammar``."""
+    fmt, schema, grammar = body.get("response_format"), body.get("json_schema"), body.get("grammar")
+    if grammar is not None and not isinstance(grammar, str):
+        raise bad("grammar", "'grammar' must be GBNF text", "invalid_type")
+    if schema is not None and not isinstance(schema, dict):
+        raise bad("json_schema", "'json_schema' must be a JSON schema object", "invalid_type")
+    if fmt is not None:
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        if kind == "json_object":
+            schema = {}
+        elif kind == "json_schema":
+            spec = fmt.get("json_schema")
+            inner = spec.get("schema", {}) if isinstance(spec, dict) else None
+            if not isinstance(inner, dict):
+                raise bad("response_format", "response_format.json_schema must be {name, schema, strict}",
+                          "invalid_type")
+            schema = inner or {"type": "object"}
+        elif kind != "text":
+            raise bad("response_format", "response_format.type must be text, json_object or json_schema",
+                      "invalid_value")
+    if schema is not None and grammar:
+        raise bad("grammar", "send a grammar or a JSON schema (response_format), not both")
+    return schema, grammar or None
+
+
+def _logprobs(body: dict[str, Any], chat: bool) -> int | None:
+    if chat:
+        wanted, top = body.get("logprobs"), _integer(body, "top_logprobs", None)
+        if wanted not in (None, True, False):
+            raise bad("logprobs", "'logprobs' must be true or false", "invalid_type")
+        if top is not None and not wanted:
+            raise bad("top_logprobs", "'top_logprobs' needs 'logprobs': true")
+        if not wanted:
+            return None
+        top = top or 0
+        if not 0 <= top <= MAX_TOP_LOGPROBS:
+            raise bad("top_logprobs", f"'top_logprobs' must be from 0 to {MAX_TOP_LOGPROBS}")
+        return top
+    top = _integer(body, "logprobs", None)  # the legacy endpoint: how many alternatives
+    if top is None:
+        return None
+    if not 0 <= top <= 5:
+        raise bad("logprobs", "'logprobs' must be from 0 to 5")
+    return top
+
+
+def _logit_bias(body: dict[str, Any]) -> dict[int, float]:
+    value = body.get("logit_bias")
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise bad("logit_bias", "'logit_bias' must map token ids to numbers from -100 to 100", "invalid_type")
+    out = {}
+    for token, bias in value.items():
+        if not str(token).isdigit() or isinstance(bias, bool) or not isinstance(bias, int | float) \
+                or not -100 <= bias <= 100:
+            raise bad("logit_bias", f"'logit_bias' maps token ids to numbers from -100 to 100, not "
+                      f"{token!r}: {bias!r}", "invalid_value")
+        out[int(token)] = float(bias)
+    return out
+
+
+def _n(body: dict[str, Any], stream: bool) -> int:
+    n = _integer(body, "n", 1) or 1
+    if not 1 <= n <= MAX_N:
+        raise bad("n", f"'n' must be from 1 to {MAX_N}")
+    if n > 1 and stream:
+        raise bad("n", "'n' > 1 is not supported with 'stream': true here; ask for the choices without streaming",
+                  "unsupported_parameter")
+    return n
+
+
+def parse_chat(body: Any, served: tuple[str, ...], n_ctx: int, strict_model: bool = False) -> ParsedRequest:
     """A ``/v1/chat/completions`` body, every field checked. Raises :class:`ApiError`."""
     if not isinstance(body, dict):
         raise bad("body", "The request body must be a JSON object", "invalid_type")
     check_text(body)
     _refuse_unsupported(body, CHAT_FIELDS)
-    model = _model(body, served)
+    model = model_name(body, served, strict_model)
     stream, include_usage = _stream(body)
+    tools, tool_choice = _tools(body)
+    schema, grammar = _json_schema(body)
     return ParsedRequest(model=model, messages=_messages(body), sampling=_sampling(body),
                          max_tokens=_max_tokens(body, n_ctx, "max_completion_tokens", "max_tokens"),
                          stop=_stop(body), speculative=speculative_from(body.get("speculative")),
-                         stream=stream, include_usage=include_usage)
+                         stream=stream, include_usage=include_usage, tools=tools, tool_choice=tool_choice,
+                         json_schema=schema, grammar=grammar, logprobs=_logprobs(body, chat=True),
+                         logit_bias=_logit_bias(body), n=_n(body, stream))
 
 
-def parse_completion(body: Any, served: tuple[str, ...], n_ctx: int) -> ParsedRequest:
+def parse_completion(body: Any, served: tuple[str, ...], n_ctx: int, strict_model: bool = False) -> ParsedRequest:
     """A ``/v1/completions`` body (one prompt string). Raises :class:`ApiError`."""
     if not isinstance(body, dict):
         raise bad("body", "The request body must be a JSON object", "invalid_type")
     check_text(body)
     _refuse_unsupported(body, COMPLETION_FIELDS)
-    model = _model(body, served)
+    model = model_name(body, served, strict_model)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
@@ -291,10 +474,12 @@ def parse_completion(body: Any, served: tuple[str, ...], n_ctx: int) -> ParsedRe
         raise bad("prompt", "'prompt' must be one string (lists of prompts and token arrays are not supported)",
                   "invalid_type")
     stream, include_usage = _stream(body)
+    schema, grammar = _json_schema(body)
     return ParsedRequest(model=model, prompt=prompt, sampling=_sampling(body),
                          max_tokens=_max_tokens(body, 16, "max_tokens"), stop=_stop(body),
                          speculative=speculative_from(body.get("speculative")), stream=stream,
-                         include_usage=include_usage)
+                         include_usage=include_usage, json_schema=schema, grammar=grammar,
+                         logprobs=_logprobs(body, chat=False), logit_bias=_logit_bias(body), n=_n(body, stream))
 
 
 # -- answering --------------------------------------------------------------------
@@ -306,9 +491,23 @@ def now() -> int:
     return int(time.time())
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+
+
+def reply_usage(replies: list[Reply]) -> dict[str, Any]:
+    """Usage over a request's choices: the prompt once, every choice's tokens."""
+    return usage(replies[0].prompt_tokens, sum(r.completion_tokens for r in replies), replies[0].cached_tokens)
+
+
+def fingerprint(engine: Any) -> str | None:
+    """``system_fingerprint``: the engine build that answered (version, backend, patch series)."""
+    if engine is None:
+        return None
+    patches = f"-{engine.patch_hash[:8]}" if engine.patch_hash else ""
+    return f"mtp-studio-llama-cpp-python-{engine.llama_cpp_python}-{engine.backend}{patches}"
 
 
 def timings(stats: StatsSnapshot | None, n_tokens: int) -> dict[str, Any]:
@@ -342,39 +541,84 @@ def speculative_report(stats: StatsSnapshot | None, setting: SpeculativeSettings
     return report
 
 
-def chat_chunk(rid: str, created: int, model: str, delta: dict[str, str], finish: str | None,
-               include_usage: bool) -> dict[str, Any]:
+def chat_logprobs(entries: tuple[TokenLogprob, ...] | None) -> dict[str, Any] | None:
+    """A choice's ``logprobs`` as the chat API shapes it."""
+    if entries is None:
+        return None
+    return {"content": [{"token": e.token, "logprob": e.logprob, "bytes": e.bytes,
+                         "top_logprobs": [{"token": t, "logprob": lp, "bytes": b} for t, lp, b in e.top]}
+                        for e in entries], "refusal": None}
+
+
+def completion_logprobs(entries: tuple[TokenLogprob, ...] | None) -> dict[str, Any] | None:
+    """A choice's ``logprobs`` as the legacy completions API shapes it (tokens, offsets, top maps)."""
+    if entries is None:
+        return None
+    offsets, at = [], 0
+    for e in entries:
+        offsets.append(at)
+        at += len(e.token)
+    return {"tokens": [e.token for e in entries], "token_logprobs": [e.logprob for e in entries],
+            "top_logprobs": [{t: lp for t, lp, _ in e.top} for e in entries], "text_offset": offsets}
+
+
+def tool_call_objects(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
+    return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+
+
+def chat_message(reply: Reply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content or (None if reply.tool_calls else ""),
+                               "refusal": None}
+    if reply.tool_calls:
+        message["tool_calls"] = tool_call_objects(reply.tool_calls)
+    if reply.reasoning:
+        message["reasoning_content"] = reply.reasoning  # as llama-server names it
+    return message
+
+
+def chat_chunk(rid: str, created: int, model: str, delta: dict[str, Any], finish: str | None,
+               include_usage: bool, system_fingerprint: str | None = None,
+               logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
     chunk = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-             "system_fingerprint": None,
-             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+             "system_fingerprint": system_fingerprint,
+             "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
     if include_usage:
         chunk["usage"] = None
     return chunk
 
 
 def completion_chunk(rid: str, created: int, model: str, text: str, finish: str | None,
-                     include_usage: bool) -> dict[str, Any]:
+                     include_usage: bool, system_fingerprint: str | None = None,
+                     logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
     chunk = {"id": rid, "object": "text_completion", "created": created, "model": model,
-             "system_fingerprint": None,
-             "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+             "system_fingerprint": system_fingerprint,
+             "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}]}
     if include_usage:
         chunk["usage"] = None
     return chunk
 
 
-def usage_chunk(rid: str, created: int, model: str, kind: str, usage_: dict[str, int]) -> dict[str, Any]:
+def usage_chunk(rid: str, created: int, model: str, kind: str, usage_: dict[str, Any],
+                system_fingerprint: str | None = None) -> dict[str, Any]:
     """The last chunk of a stream with ``include_usage``: no choices, the usage."""
     obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
-    return {"id": rid, "object": obj, "created": created, "model": model, "system_fingerprint": None,
+    return {"id": rid, "object": obj, "created": created, "model": model, "system_fingerprint": system_fingerprint,
             "choices": [], "usage": usage_}
 
 
-def chat_completion(rid: str, created: int, model: str, text: str, finish: str) -> dict[str, Any]:
-    return {"id": rid, "object": "chat.completion", "created": created, "model": model, "system_fingerprint": None,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                         "logprobs": None, "finish_reason": finish}]}
+def chat_completion(rid: str, created: int, replies: list[Reply], system_fingerprint: str | None = None
+                    ) -> dict[str, Any]:
+    return {"id": rid, "object": "chat.completion", "created": created, "model": replies[0].model,
+            "system_fingerprint": system_fingerprint,
+            "choices": [{"index": i, "message": chat_message(r), "logprobs": chat_logprobs(r.logprobs),
+                         "finish_reason": r.finish} for i, r in enumerate(replies)],
+            "usage": reply_usage(replies)}
 
 
-def completion(rid: str, created: int, model: str, text: str, finish: str) -> dict[str, Any]:
-    return {"id": rid, "object": "text_completion", "created": created, "model": model, "system_fingerprint": None,
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+def completion(rid: str, created: int, replies: list[Reply], system_fingerprint: str | None = None
+               ) -> dict[str, Any]:
+    return {"id": rid, "object": "text_completion", "created": created, "model": replies[0].model,
+            "system_fingerprint": system_fingerprint,
+            "choices": [{"index": i, "text": r.content, "logprobs": completion_logprobs(r.logprobs),
+                         "finish_reason": r.finish} for i, r in enumerate(replies)],
+            "usage": reply_usage(replies)}

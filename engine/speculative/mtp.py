@@ -34,12 +34,16 @@ import time
 import numpy as np
 
 from engine.runtime import Batch, Context, ContextParams, Model
+from engine.runtime.sampler import DraftGuide
 from engine.speculative.settings import MAX_DRAFT, SPECULATION_OFF, SpeculativeSettings
 
 # llama.cpp's MTP driver gates a draft token by its probability in a softmax
 # over the head's top 10 candidates (common/speculative.cpp); the same here,
 # so a ``p_min`` taken from a llama.cpp command line means the same thing.
 P_MIN_TOP_K = 10
+# Under a grammar the head drafts the likeliest of its top candidates the grammar allows
+# (engine/runtime/sampler.py, DraftGuide); below this many, drafting stops for the round.
+GUIDE_CANDIDATES = 32
 # Relative difference between two hidden states that counts as "the same
 # row" in the crop probe: numeric noise between batch shapes is ~1e-6..1e-3,
 # a different row differs by O(1).
@@ -141,6 +145,8 @@ class MTPDrafter:
         # positions [0, exact_end) of the MTP context hold rows a catch-up wrote, (x_p, h_target(p-1))
         # for the target's kept tokens: the next generation may keep them (engine/generation/prefix_cache.py)
         self.exact_end = 0
+        # set by the generator for a request with a grammar, for that request only
+        self.guide: DraftGuide | None = None
 
     # -- Drafter interface --------------------------------------------------
     def begin(self, settings: SpeculativeSettings, keep: int = 0) -> None:
@@ -243,10 +249,16 @@ class MTPDrafter:
             self.settle()
         t0 = time.perf_counter()
         n_max, p_min = min(self.settings.n_max, room), self.settings.p_min
-        if self.chained:
-            drafts = self._draft_chained(id_last, pos0, n_max, p_min)
-        else:
-            drafts = self._draft_looped(id_last, pos0, n_max, p_min)
+        if self.guide is not None:
+            self.guide.start()
+        try:
+            if self.chained:
+                drafts = self._draft_chained(id_last, pos0, n_max, p_min)
+            else:
+                drafts = self._draft_looped(id_last, pos0, n_max, p_min)
+        finally:
+            if self.guide is not None:
+                self.guide.end()
         if len(drafts) < self.settings.n_min:
             drafts = []
         # draft rows (and a chained head's pass over pos0) are not catch-up rows
@@ -320,10 +332,16 @@ class MTPDrafter:
         the top :data:`P_MIN_TOP_K` candidates (see :func:`top_probability`).
         """
         logits = np.ctypeslib.as_array(self.ctx.logits(row), shape=(self._n_vocab,))
-        token = int(logits.argmax())
         if p_min > 0.0 and top_probability(logits) < p_min:
             return None
-        return token
+        if self.guide is not None:  # under a grammar: the likeliest candidate it allows
+            k = min(GUIDE_CANDIDATES, self._n_vocab)
+            candidates = np.argpartition(logits, -k)[-k:]
+            # likeliest first, ties to the lower id, as the target's greedy pick breaks them; when the
+            # grammar allows none of the head's favourites, the likeliest allowed token of the whole row
+            token = self.guide.choose(sorted((int(t) for t in candidates), key=lambda t: (-logits[t], t)))
+            return token if token is not None else self.guide.best(logits)
+        return int(logits.argmax())
 
     def _draft_looped(self, id_last: int, pos0: int, n_max: int, p_min: float) -> list[int]:
         """One head fed its own hidden state: one single-row decode per draft token."""

@@ -1,7 +1,7 @@
 """Worker events (worker -> app): frozen dataclasses, decoded and checked
 field by field like the requests, so a client reads attributes, never keys.
 
-Every request ends with exactly one *final* event: ``loaded``, ``done``,
+Every request ends with exactly one *final* event: ``loaded``, ``done``, ``tokens``,
 ``ack`` (a cancel), ``unloaded``, ``bye``, or an ``error`` with ``final`` set.
 """
 
@@ -62,6 +62,8 @@ class ModelInfo:
     sidecar: str | None = None
     is_default_model: bool = False
     placement: list[str] | None = None  # with RPC servers: which device holds which blocks
+    # the tool-call syntax its chat template uses (engine/generation/tool_calls.py), None: no tools
+    tool_syntax: str | None = None
 
     @property
     def can_draft(self) -> bool:
@@ -115,13 +117,44 @@ class StatsEvent:
 
 
 @dataclass(frozen=True)
+class TopLogprob:
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """One generated token's log-probability under the target's raw distribution (its verify
+    row under speculation), and the ``top`` most likely tokens of that row."""
+
+    token: str
+    logprob: float
+    bytes: list[int]
+    top: list[TopLogprob]
+
+
+@dataclass(frozen=True)
 class DoneEvent:
     id: str | None
     finish_reason: str  # stop | length | cancelled | error
     stats: StatsSnapshot | None = None
     prompt_mode: str | None = None  # template | completion
     n_tokens: int = 0
+    logprobs: list[TokenLogprobs] | None = None  # when the request asked for them, one per generated token
     type: str = "done"
+
+
+@dataclass(frozen=True)
+class TokensEvent:
+    """The answer to ``tokenize``: the tokens, each one's text (bytes a piece splits are shown
+    as U+FFFD), and the whole text they make."""
+
+    id: str | None
+    tokens: list[int]
+    pieces: list[str]
+    text: str
+    type: str = "tokens"
 
 
 @dataclass(frozen=True)
@@ -156,8 +189,8 @@ class ByeEvent:
     type: str = "bye"
 
 
-Event = (ReadyEvent | LoadedEvent | PrefillEvent | TokenEvent | StatsEvent | DoneEvent | ErrorEvent | AckEvent
-         | UnloadedEvent | ByeEvent)
+Event = (ReadyEvent | LoadedEvent | PrefillEvent | TokenEvent | StatsEvent | DoneEvent | TokensEvent | ErrorEvent
+         | AckEvent | UnloadedEvent | ByeEvent)
 
 EVENTS: dict[str, type] = {
     "ready": ReadyEvent,
@@ -166,6 +199,7 @@ EVENTS: dict[str, type] = {
     "token": TokenEvent,
     "stats": StatsEvent,
     "done": DoneEvent,
+    "tokens": TokensEvent,
     "error": ErrorEvent,
     "ack": AckEvent,
     "unloaded": UnloadedEvent,
@@ -177,7 +211,7 @@ def is_final(event: Event) -> bool:
     """Does this event end its request?"""
     if isinstance(event, ErrorEvent):
         return event.final
-    return isinstance(event, LoadedEvent | DoneEvent | AckEvent | UnloadedEvent | ByeEvent)
+    return isinstance(event, LoadedEvent | DoneEvent | TokensEvent | AckEvent | UnloadedEvent | ByeEvent)
 
 
 def decode_event(line: str | bytes) -> Event:

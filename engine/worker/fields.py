@@ -16,7 +16,12 @@ _SCALARS = (str, int, bool, float)
 
 
 def check(value: Any, annotation: Any, where: str) -> Any:
-    """Return ``value`` converted to ``annotation``, or raise ProtocolError."""
+    """Return ``value`` converted to ``annotation``, or raise ProtocolError.
+
+    ``Any`` takes any JSON value as it is: a field so typed (a tool's JSON
+    schema, a chat message with tool calls) is checked by its own owner."""
+    if annotation is Any:
+        return value
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(annotation)

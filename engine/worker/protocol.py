@@ -6,15 +6,16 @@ Requests (app -> worker, here) and events (worker -> app,
 naming the field; nothing is guessed at.
 
 Version 3 (2 plus: load n_threads_draft, speculative depth, stats draft_depth):
-  requests  load, generate, cancel, unload, shutdown
+  requests  load, generate, tokenize, cancel, unload, shutdown
   events    ready (the handshake), loaded, prefill (prompt progress), token,
-            stats, done, error, ack (ends a cancel), unloaded, bye
+            stats, done, tokens (answers tokenize), error, ack (ends a cancel), unloaded, bye
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,9 @@ from engine.worker.events import (  # noqa: F401  (re-exported: the protocol is 
     ReadyEvent,
     StatsEvent,
     TokenEvent,
+    TokenLogprobs,
+    TokensEvent,
+    TopLogprob,
     UnloadedEvent,
     decode_event,
     is_final,
@@ -46,12 +50,44 @@ from engine.worker.fields import build
 # 3: load takes n_threads_draft; speculative settings take depth (fixed | adaptive); stats carry draft_depth;
 #    load takes rpc / tensor_split / main_device and the loaded model says its placement (multi-machine);
 #    speculative modes "ngram" and "mtp+ngram" (ngram_min / ngram_max); stats carry per-source draft counts
-PROTOCOL_VERSION = 3
+# 4: generate takes tools, tool-call messages, a grammar, logit_bias and logprobs; done carries
+#    logprobs; the loaded model says its tool-call syntax; tokenize requests and tokens events
+PROTOCOL_VERSION = 4
 HANDSHAKE_TIMEOUT_S = 60.0  # the first import of llama_cpp can be slow on a cold disk
 
 
 # -- requests --------------------------------------------------------------
 _SAMPLING = SamplingParams()  # engine defaults: greedy, penalties off
+MAX_TOP_LOGPROBS = 20  # as OpenAI
+_MESSAGE_KEYS = {"role", "content", "tool_calls", "tool_call_id", "name"}
+
+
+def check_messages(messages: list[dict[str, Any]] | None) -> None:
+    """A chat message is ``{"role": str, "content": str | null}``, plus an assistant's
+    ``tool_calls`` (``[{"id", "type": "function", "function": {"name", "arguments": JSON text}}]``)
+    and a tool result's ``tool_call_id`` and ``name``; anything else is refused here, so a
+    template never sees a shape nobody checked.
+
+    Raises:
+        ValueError: naming the message and the field.
+    """
+    for i, message in enumerate(messages or ()):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict) or not set(message) <= _MESSAGE_KEYS:
+            raise ValueError(f"{where} must be an object with keys among {sorted(_MESSAGE_KEYS)}")
+        if not isinstance(message.get("role"), str):
+            raise ValueError(f"{where}.role must be a string")
+        if not isinstance(message.get("content", ""), str | None):
+            raise ValueError(f"{where}.content must be a string")
+        for key in ("tool_call_id", "name"):
+            if not isinstance(message.get(key, ""), str):
+                raise ValueError(f"{where}.{key} must be a string")
+        for k, call in enumerate(message.get("tool_calls") or ()):
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str) \
+                    or not isinstance(function.get("arguments"), str) or not isinstance(call.get("id", ""), str):
+                raise ValueError(f"{where}.tool_calls[{k}] must be {{id, type, function: {{name, arguments}}}} "
+                                 "with the arguments as JSON text")
 
 @dataclass(frozen=True)
 class LoadRequest:
@@ -77,7 +113,9 @@ class GenerateRequestMsg:
 
     id: str
     prompt: str | None = None
-    messages: list[dict[str, str]] | None = None
+    # {"role", "content"} and, with tools, assistant "tool_calls" (OpenAI's shape) and a tool
+    # result's "tool_call_id" / "name" (check_messages says what may be in one)
+    messages: list[dict[str, Any]] | None = None
     # flat, as llama.cpp's server takes them; the defaults are SamplingParams' own
     temperature: float = _SAMPLING.temperature
     top_k: int = _SAMPLING.top_k
@@ -91,10 +129,29 @@ class GenerateRequestMsg:
     max_tokens: int = 256
     stop: list[str] = field(default_factory=list)
     speculative: SpeculativeSettings = SPECULATION_OFF
+    # tools the chat template renders, in OpenAI's shape {"type": "function", "function": {...}}
+    tools: list[dict[str, Any]] | None = None
+    # the output must follow this GBNF grammar (root rule "root"; engine/generation/grammars.py makes
+    # one from a JSON schema)
+    grammar: str | None = None
+    # added to a token's logit before sampling, token id (as text, as OpenAI sends it) -> bias;
+    # -100 or less bans the token
+    logit_bias: dict[str, float] = field(default_factory=dict)
+    # -1: none; k >= 0: each generated token's log-probability and its k most likely alternatives
+    logprobs: int = -1
+    # render the messages with this chat template instead of the model's (the server's generic
+    # template for a model without one, when tools need a syntax)
+    template: str | None = None
     type: str = "generate"
 
     def __post_init__(self) -> None:
         self.sampling()  # a bad value never travels
+        check_messages(self.messages)
+        if not -1 <= self.logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"logprobs must be from -1 to {MAX_TOP_LOGPROBS}, not {self.logprobs}")
+        for token, bias in self.logit_bias.items():
+            if not token.isdigit() or not math.isfinite(bias):
+                raise ValueError(f"logit_bias maps token ids to finite numbers, not {token!r}: {bias!r}")
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(
@@ -102,6 +159,22 @@ class GenerateRequestMsg:
             repeat_penalty=self.repeat_penalty, repeat_last_n=self.repeat_last_n,
             presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
         )
+
+
+@dataclass(frozen=True)
+class TokenizeRequest:
+    """Text to tokens (``text``), or tokens to text (``tokens``), with the loaded model's vocabulary;
+    answered by one ``tokens`` event."""
+
+    id: str
+    text: str | None = None
+    tokens: list[int] | None = None
+    add_special: bool = True  # a BOS where the model adds one
+    type: str = "tokenize"
+
+    def __post_init__(self) -> None:
+        if (self.text is None) == (self.tokens is None):
+            raise ValueError("tokenize needs exactly one of 'text' or 'tokens'")
 
 
 @dataclass(frozen=True)
@@ -126,6 +199,7 @@ class ShutdownRequest:
 REQUESTS: dict[str, type] = {
     "load": LoadRequest,
     "generate": GenerateRequestMsg,
+    "tokenize": TokenizeRequest,
     "cancel": CancelRequest,
     "unload": UnloadRequest,
     "shutdown": ShutdownRequest,

@@ -33,13 +33,17 @@ from engine.worker.events import (
     ReadyEvent,
     StatsEvent,
     TokenEvent,
+    TokenLogprobs,
+    TokensEvent,
     UnloadedEvent,
 )
+from engine.worker.fields import build
 from engine.worker.protocol import (
     CancelRequest,
     GenerateRequestMsg,
     LoadRequest,
     ShutdownRequest,
+    TokenizeRequest,
     UnloadRequest,
 )
 
@@ -207,6 +211,8 @@ class Worker:
             elif isinstance(request, UnloadRequest):
                 self._unload()
                 self.out.send(UnloadedEvent(request.id))
+            elif isinstance(request, TokenizeRequest):
+                self._tokenize(request)
         except Exception as exc:
             kind = exc.kind if isinstance(exc, EngineError) else "internal"
             if not isinstance(exc, EngineError):  # a bug: report it, keep serving
@@ -260,7 +266,10 @@ class Worker:
             from engine.runtime import rpc
 
             rpc.on_abort(self._on_native_abort)
-        model = ModelInfo(**self.session.describe(), is_default_model=request.path is None)
+        from engine.generation import tool_calls
+
+        model = ModelInfo(**self.session.describe(), is_default_model=request.path is None,
+                          tool_syntax=tool_calls.family_of(self.session.facts.chat_template))
         self.out.send(LoadedEvent(request.id, model))
 
     def _on_native_abort(self, message: str) -> None:
@@ -297,6 +306,25 @@ class Worker:
             self.session.close()
             self.session = None
 
+    def _tokenize(self, request: TokenizeRequest) -> None:
+        from engine.errors import NoModelLoaded
+        from engine.generation.generator import check_prompt_chars
+
+        if self.session is None:
+            raise NoModelLoaded("No model is loaded; send a load request first.")
+        model = self.session.model
+        if request.text is not None:
+            check_prompt_chars(len(request.text), self.session.target.n_ctx)
+            tokens = model.tokenize(request.text, add_special=request.add_special, parse_special=True)
+        else:
+            tokens = request.tokens or []
+            bad = next((t for t in tokens if not 0 <= t < model.n_vocab), None)
+            if bad is not None:
+                raise ProtocolError(f"token {bad} is not in this model's vocabulary (0 to {model.n_vocab - 1})")
+        pieces = [model.piece(t, special=True) for t in tokens]
+        self.out.send(TokensEvent(request.id, tokens, [p.decode("utf-8", errors="replace") for p in pieces],
+                                  b"".join(pieces).decode("utf-8", errors="replace")))
+
     def _generate(self, request: GenerateRequestMsg) -> None:
         from engine.errors import NoModelLoaded
         from engine.generation.generator import GenerateRequest, generate
@@ -308,6 +336,10 @@ class Worker:
             notice = self.session.mtp_unavailable_reason or "This model has no MTP head."
             notice += " Drafting with n-grams only." if request.speculative.uses_ngram else " Decoding plainly."
             self.out.send(ErrorEvent(request.id, "speculative_unavailable", notice, final=False))
+        n_vocab = self.session.model.n_vocab
+        for token in request.logit_bias:
+            if int(token) >= n_vocab:
+                raise ProtocolError(f"logit_bias names token {token}; this model's tokens are 0 to {n_vocab - 1}")
         gen = GenerateRequest(
             prompt=request.prompt,
             messages=tuple(request.messages) if request.messages is not None else None,
@@ -315,6 +347,12 @@ class Worker:
             max_tokens=request.max_tokens,
             stop=tuple(request.stop),
             speculative=request.speculative,
+            tools=tuple(request.tools) if request.tools else None,
+            grammar=request.grammar,
+            logit_bias=tuple((int(token), bias if bias > -100 else float("-inf"))
+                             for token, bias in request.logit_bias.items()),
+            logprobs=request.logprobs,
+            template=request.template,
         )
         self.current = request.id
         try:
@@ -327,8 +365,10 @@ class Worker:
             )
         finally:
             self.current = None
+        logprobs = [build(TokenLogprobs, entry, "logprobs") for entry in result.logprobs] \
+            if request.logprobs >= 0 else None
         self.out.send(DoneEvent(request.id, result.finish_reason, result.stats.snapshot(), result.prompt_mode,
-                                len(result.tokens)))
+                                len(result.tokens), logprobs))
 
 
 def say(text: str) -> None:
@@ -363,7 +403,7 @@ def check_generate(request: GenerateRequestMsg) -> None:
     if request.max_tokens < 0:
         raise ProtocolError(f"generate.max_tokens must be 0 or more, got {request.max_tokens}")
     texts = [request.prompt or "", *request.stop]
-    texts += [value for message in request.messages or () for value in message.values()]
+    texts += [value for message in request.messages or () for value in message.values() if isinstance(value, str)]
     for text in texts:
         try:
             text.encode("utf-8")

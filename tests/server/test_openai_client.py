@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from tests.server.conftest import MODEL_ID
+from tests.server.conftest import MODEL_ID, start_server
 
 PROMPT = "hello world the"
 
@@ -99,9 +99,12 @@ def test_greedy_reply_is_identical_to_mtp_studio_chat(openai_client, model_path)
 @pytest.mark.parametrize(("kw", "param"), [
     ({"temperature": "hot"}, "temperature"),
     ({"max_tokens": 2.5}, "max_tokens"),
-    ({"n": 2}, "n"),
-    ({"logprobs": True}, "logprobs"),
-    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
+    ({"n": 9}, "n"),
+    ({"top_logprobs": 3}, "top_logprobs"),
+    ({"tools": [{"type": "web_search"}]}, "tools"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"logit_bias": {"12": 200}}, "logit_bias"),
+    ({"response_format": {"type": "xml"}}, "response_format"),
     ({"seed": -1}, "seed"),
     ({"extra_body": {"speculative": {"mode": "mtp", "n_max": 99}}}, "speculative"),
     ({"extra_body": {"mirostat": 2}}, "mirostat"),
@@ -113,10 +116,19 @@ def test_bad_or_unsupported_parameters_are_400s_naming_the_parameter(openai_clie
     assert param in caught.value.body["message"]
 
 
-def test_unknown_model_is_a_400_saying_which_model_is_served(openai_client):
-    with pytest.raises(openai.BadRequestError) as caught:
-        openai_client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
-    assert caught.value.body["code"] == "model_not_found" and MODEL_ID in caught.value.body["message"]
+def test_any_model_name_is_served_by_the_loaded_model_unless_strict(openai_client, link):
+    # clients send what their user typed or a default; the answer names the model that ran
+    reply = openai_client.chat.completions.create(model="gpt-4.1", messages=[{"role": "user", "content": "hi"}],
+                                                  max_tokens=2)
+    assert reply.model == MODEL_ID
+    strict = start_server(link, strict_model=True)
+    try:
+        client = openai.OpenAI(base_url=strict.base_url, api_key="x", max_retries=0, timeout=60)
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+        assert caught.value.body["code"] == "model_not_found" and MODEL_ID in caught.value.body["message"]
+    finally:
+        strict.stop()
 
 
 def test_bad_json_and_oversized_bodies_get_openai_style_errors(server):
@@ -151,7 +163,8 @@ def test_max_completion_tokens_and_roles(openai_client):
 
 
 @pytest.mark.parametrize(("body", "param"), [
-    ({"messages": [{"role": "tool", "content": "x", "tool_call_id": "1"}]}, "messages"),
+    ({"messages": [{"role": "user", "content": "x", "tool_calls": [{"id": "1", "function": {"name": "f"}}]}]},
+     "messages"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages"),
     ({"messages": [{"role": "user", "content": "hi"}], "stream_options": {"include_usage": True}}, "stream_options"),
     ({"messages": []}, "messages"),
