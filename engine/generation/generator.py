@@ -104,6 +104,7 @@ class GenerateResult:
     # with record_margins: one per token of ``tokens``, plus one for the
     # end-of-generation token when that ended the reply
     margins: list[float] = field(default_factory=list)
+    stop: str | None = None  # the request's stop string that ended it, when one did
     # with logprobs >= 0: one per token of ``tokens`` (see token_logprobs)
     logprobs: list[dict[str, Any]] = field(default_factory=list)
 
@@ -521,4 +522,5 @@ def generate(
         drafts_per_round=drafts_per_round,
         margins=out.margins,
         logprobs=out.logprobs,
+        stop=out.stops.matched,
     )

@@ -14,6 +14,7 @@ between decode steps).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import time
@@ -31,7 +32,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine.netaddr import is_loopback
+from engine.server import anthropic_format as A
 from engine.server import api_key
+from engine.server import dialects as D
+from engine.server import ollama_format as O
 from engine.server import openai_format as F
 from engine.server import plan as plans
 from engine.server.config import ServerConfig
@@ -42,7 +46,9 @@ from engine.server.reply import Reply
 from engine.worker import protocol as P
 
 HEALTH_PROBE_TIMEOUT_S = 3.0  # a worker answers a ping from its reader thread in milliseconds, even mid-reply
-ROUTES = ("chat/completions", "completions", "models", "metrics")  # the log's names for refused calls (bounded)
+# the log's names for refused calls (bounded)
+ROUTES = ("chat/completions", "completions", "models", "metrics", "messages", "messages/count_tokens", "responses",
+          "api/chat", "api/generate", "tokenize", "detokenize")
 # worker error kinds that are the request's fault (400); others are the server's (500)
 CLIENT_ERRORS = {"context": "context_length_exceeded", "protocol": "invalid_request", "template": "template_error",
                  "grammar": "invalid_grammar"}
@@ -108,16 +114,23 @@ class ApiKeyCheck:
         if scope["type"] != "http" or self.key is None or scope["path"] == "/health" or scope["method"] == "OPTIONS":
             await self.app(scope, receive, send)
             return
-        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() == "bearer" and api_key.matches(given.strip(), self.key):
+        headers = dict(scope["headers"])
+        scheme, _, given = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        anthropic_key = headers.get(b"x-api-key", b"").decode("latin-1")  # Anthropic's clients send it here
+        if (scheme.lower() == "bearer" and api_key.matches(given.strip(), self.key)) or \
+                (anthropic_key and api_key.matches(anthropic_key.strip(), self.key)):
             await self.app(scope, receive, send)
             return
-        err = F.ApiError(401, "Missing or wrong API key: send 'Authorization: Bearer <key>' with the key shown in "
-                         "MTP Studio's Local server panel (or given to mtp-studio serve).", code="invalid_api_key")
+        err = F.ApiError(401, "Missing or wrong API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>') "
+                         "with the key shown in MTP Studio's Local server panel (or given to mtp-studio serve).",
+                         code="invalid_api_key")
         path = scope["path"].removeprefix("/v1/").strip("/")
         self.metrics.record(RequestRecord(when=time.time(), endpoint=path if path in ROUTES else "other",
                                           status=401, outcome="unauthorized", stream=False))
+        if path.startswith("messages"):  # in the shape the Anthropic client reads
+            body = A.error_body(err)
+            await JSONResponse(body, status_code=401)(scope, receive, send)
+            return
         await error_response(err)(scope, receive, send)
 
 
@@ -291,6 +304,123 @@ class Api:
         answer.update(replies[-1].extras)
         return JSONResponse(answer)
 
+    # -- Anthropic Messages, OpenAI Responses, Ollama -----------------------------------
+    async def run_dialect(self, request: Request, dialect: D.Dialect) -> Response:
+        """One request of an API beside OpenAI's chat and completions, on the same queue and engine."""
+
+        def refuse(err: F.ApiError) -> Response:
+            return JSONResponse(dialect.error_body(err), status_code=err.status, headers=err.headers)
+
+        try:
+            body = await self._read_json(request)
+            model = self.loaded()
+            parsed = dialect.parse(body, self.served_ids(), model.n_ctx, self.config.strict_model)
+        except F.ApiError as err:
+            self._reject(dialect.name, err)
+            return refuse(err)
+        if isinstance(parsed, O.LoadCheck):  # Ollama's "load the model": it is loaded
+            return JSONResponse(O.load_body(parsed))
+        try:
+            if parsed.stream:
+                started = await self.begin(request, dialect.name, parsed)
+                if started is None:
+                    return Response(status_code=499)
+                return StreamingResponse(self._dialect_stream(dialect, body, parsed, *started),
+                                         media_type=dialect.media_type,
+                                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            reply = await self.complete(request, dialect.name, parsed)
+        except F.ApiError as err:
+            return refuse(err)
+        if reply is None:
+            return Response(status_code=499)
+        return JSONResponse(dialect.answer(reply, body))
+
+    async def _dialect_stream(self, dialect: D.Dialect, body: Any, parsed: F.ParsedRequest, gen: Generation,
+                              plan: plans.Plan, first: P.Event) -> AsyncIterator[str]:
+        stream = dialect.stream(self.served_ids()[0], body, parsed)
+        try:
+            for wire in stream.start():
+                yield wire
+            async for piece in self.pieces(gen, plan, first):
+                wires = stream.finish(piece) if isinstance(piece, Reply) else \
+                    [wire for text in piece for wire in stream.text(text)]
+                yield "".join(wires)
+        except F.ApiError as err:  # the engine's error or the timeout, once the stream has begun
+            for wire in stream.error(err):
+                yield wire
+        finally:
+            self.settle(gen)
+
+    async def messages(self, request: Request) -> Response:
+        return await self.run_dialect(request, D.MESSAGES)
+
+    async def responses(self, request: Request) -> Response:
+        return await self.run_dialect(request, D.RESPONSES)
+
+    async def ollama_chat(self, request: Request) -> Response:
+        return await self.run_dialect(request, D.OLLAMA_CHAT)
+
+    async def ollama_generate(self, request: Request) -> Response:
+        return await self.run_dialect(request, D.OLLAMA_GENERATE)
+
+    async def count_tokens(self, request: Request) -> Response:
+        """Anthropic's ``/v1/messages/count_tokens``: the prompt the same body would decode, rendered by the
+        worker with the model's template and tools, nothing generated."""
+        try:
+            body = await self._read_json(request)
+            model = self.loaded()
+            if isinstance(body, dict):
+                body = {**body, "max_tokens": body.get("max_tokens", 1), "stream": False}
+            parsed = A.parse(body, self.served_ids(), model.n_ctx, strict_model=self.config.strict_model)
+            reply = await self.complete(request, "messages", dataclasses.replace(parsed, max_tokens=0))
+        except F.ApiError as err:
+            return JSONResponse(A.error_body(err), status_code=err.status, headers=err.headers)
+        if reply is None:
+            return Response(status_code=499)
+        return JSONResponse(A.count_tokens_body(reply.prompt_tokens))
+
+    def _facts(self) -> dict[str, Any]:
+        model = self.loaded()
+        path = Path(model.path)
+        try:
+            modified = path.stat().st_mtime
+        except OSError:
+            modified = 0.0
+        return {"path": model.path, "size": model.size_bytes, "modified": modified,
+                "architecture": model.architecture, "n_params": model.n_params,
+                "quantization": _quantization(model.description)}
+
+    async def ollama_tags(self, request: Request) -> Response:
+        try:
+            return JSONResponse(O.tags_body(self.served_ids()[0], **self._facts()))
+        except F.ApiError as err:
+            return JSONResponse(O.error_body(err), status_code=err.status, headers=err.headers)
+
+    async def ollama_ps(self, request: Request) -> Response:
+        try:
+            return JSONResponse(O.ps_body(self.served_ids()[0], **self._facts(), n_ctx=self.loaded().n_ctx))
+        except F.ApiError as err:
+            return JSONResponse(O.error_body(err), status_code=err.status, headers=err.headers)
+
+    async def ollama_show(self, request: Request) -> Response:
+        try:
+            body = await self._read_json(request)
+            O.parse_show(body, self.served_ids(), strict_model=self.config.strict_model)
+            model, facts = self.loaded(), self._facts()
+        except F.ApiError as err:
+            return JSONResponse(O.error_body(err), status_code=err.status, headers=err.headers)
+        capabilities = ("completion", "tools") if model.has_chat_template or model.tool_syntax else ("completion",)
+        return JSONResponse(O.show_body(architecture=facts["architecture"], n_ctx=model.n_ctx,
+                                        n_params=facts["n_params"], quantization=facts["quantization"],
+                                        modified=facts["modified"], capabilities=capabilities))
+
+    async def ollama_version(self, request: Request) -> Response:
+        return JSONResponse(O.version_body())
+
+    async def root(self, request: Request) -> Response:
+        """``GET /``: Ollama's clients check that something answers here."""
+        return PlainTextResponse("MTP Studio is running (OpenAI, Anthropic and Ollama APIs).")
+
     # -- what every API's routes share ------------------------------------------
     async def begin(self, request: Request, endpoint: str, parsed: F.ParsedRequest,
                     choice: int = 0) -> tuple[Generation, plans.Plan, P.Event] | None:
@@ -362,11 +492,12 @@ class Api:
         return plans.reply(plan, self.served_ids()[0], out.text, out.finish,
                            prompt_tokens=stats.prompt_tokens if stats else 0, completion_tokens=out.n_tokens,
                            cached_tokens=stats.prompt_reused if stats else 0, logprobs=out.logprobs,
-                           extras=self._extras(gen, plan))
+                           stop=out.stop, extras=self._extras(gen, plan))
 
-    async def pieces(self, gen: Generation, plan: plans.Plan, first: P.Event) -> AsyncIterator[str | Reply]:
+    async def pieces(self, gen: Generation, plan: plans.Plan, first: P.Event) -> AsyncIterator[list[str] | Reply]:
         """A running generation as content deltas (tool-call markup held back), then its :class:`Reply`.
-        The caller's ``finally`` calls :meth:`settle`.
+        Deltas come in lists: all that arrived since the last, one per token event, so a stream writes
+        them in one go but still as one chunk per token. The caller's ``finally`` calls :meth:`settle`.
 
         Raises:
             ApiError: the engine's error or the timeout, once the stream has begun.
@@ -375,8 +506,8 @@ class Api:
         events = [first]
         while True:
             # everything that has arrived goes out in one write: fewer wake-ups under load
-            text = "".join(ev.text for ev in events if isinstance(ev, P.TokenEvent) and ev.text)
-            visible = shown.feed(text) if text else ""
+            visible = [shown.feed(ev.text) for ev in events if isinstance(ev, P.TokenEvent) and ev.text]
+            visible = [text for text in visible if text]
             if visible:
                 yield visible
             if gen.finished:
@@ -387,7 +518,7 @@ class Api:
         final = self.reply(gen, plan)
         rest = shown.rest(final)
         if rest:
-            yield rest
+            yield [rest]
         yield final
 
     @staticmethod
@@ -437,7 +568,7 @@ class Api:
                 if isinstance(piece, Reply):
                     final = piece
                 else:
-                    yield _sse_data(chunk(piece, None))
+                    yield "".join(_sse_data(chunk(text, None)) for text in piece)
             assert final is not None
             if final.tool_calls:
                 calls = [{"index": i, **call} for i, call in enumerate(F.tool_call_objects(final.tool_calls))]
@@ -491,6 +622,12 @@ class Api:
                                           outcome="rejected", stream=False))
 
 
+def _quantization(description: str) -> str | None:
+    """The quantization llama.cpp names in a model's description ("glm4moe 1B Q8_0" -> "Q8_0")."""
+    last = description.split()[-1] if description.split() else ""
+    return last if re.fullmatch(r"(I?Q\d\w*|F16|BF16|F32|MXFP4\w*)", last, flags=re.I) else None
+
+
 def _unavailable(message: str) -> JSONResponse:
     return JSONResponse({"status": "unavailable", "error": {"message": message, "type": "unavailable_error",
                          "code": 503}}, status_code=503)
@@ -537,7 +674,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     status = exc.status_code
     if status == 404:
-        message, code = f"There is no {request.url.path} here; the API is under /v1 (GET /v1/models).", "not_found"
+        message, code = (f"There is no {request.url.path} here; the APIs are OpenAI's under /v1 (GET /v1/models), "
+                         "Anthropic's /v1/messages and Ollama's under /api (docs/server.md).", "not_found")
     elif status == 405:
         message, code = f"{request.method} is not allowed on {request.url.path}.", "method_not_allowed"
     else:
@@ -558,7 +696,8 @@ def create_app(link: EngineLink, config: ServerConfig, metrics: Metrics | None =
     if config.cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
                                      allow_methods=["GET", "POST", "OPTIONS"],
-                                     allow_headers=["Authorization", "Content-Type"]))
+                                     allow_headers=["Authorization", "Content-Type", "x-api-key",
+                                                    "anthropic-version"]))
     if is_loopback(config.host):
         middleware.insert(0, Middleware(LoopbackHostCheck))
     middleware.append(Middleware(ApiKeyCheck, key=config.api_key, metrics=metrics))
@@ -567,6 +706,17 @@ def create_app(link: EngineLink, config: ServerConfig, metrics: Metrics | None =
         Route("/metrics", api.metrics_text, methods=["GET"]),
         Route("/tokenize", api.tokenize, methods=["POST"]),
         Route("/detokenize", api.detokenize, methods=["POST"]),
+        Route("/", api.root, methods=["GET", "HEAD"]),
+        Route("/v1/messages", api.messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", api.count_tokens, methods=["POST"]),
+        Route("/v1/responses", api.responses, methods=["POST"]),
+        Route("/responses", api.responses, methods=["POST"]),
+        Route("/api/chat", api.ollama_chat, methods=["POST"]),
+        Route("/api/generate", api.ollama_generate, methods=["POST"]),
+        Route("/api/tags", api.ollama_tags, methods=["GET"]),
+        Route("/api/ps", api.ollama_ps, methods=["GET"]),
+        Route("/api/show", api.ollama_show, methods=["POST"]),
+        Route("/api/version", api.ollama_version, methods=["GET"]),
     ]
     for prefix in ("/v1", ""):  # the OpenAI routes answer without /v1 too, as llama-server's do
         routes += [

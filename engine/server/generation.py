@@ -99,6 +99,7 @@ class Outcome:
     error: P.ErrorEvent | None = None
     notes: tuple[str, ...] = ()
     logprobs: list[P.TokenLogprobs] | None = None
+    stop: str | None = None  # the stop string that ended it
 
 
 class Generation:
@@ -190,7 +191,8 @@ class Generation:
             else:
                 out.notes += (event.message,)
         if isinstance(event, P.DoneEvent):
-            out.finish, out.n_tokens, out.logprobs = event.finish_reason, event.n_tokens, event.logprobs
+            out.finish, out.n_tokens, out.logprobs, out.stop = (event.finish_reason, event.n_tokens, event.logprobs,
+                                                                event.stop)
             out.stats = event.stats or out.stats
         if P.is_final(event):
             if isinstance(event, P.ErrorEvent):

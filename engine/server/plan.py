@@ -92,7 +92,7 @@ def logprobs_of(done: list[P.TokenLogprobs] | None) -> tuple[TokenLogprob, ...] 
 
 
 def reply(plan: Plan, model_id: str, text: str, finish: str, *, prompt_tokens: int, completion_tokens: int,
-          cached_tokens: int, logprobs: list[P.TokenLogprobs] | None = None,
+          cached_tokens: int, logprobs: list[P.TokenLogprobs] | None = None, stop: str | None = None,
           extras: dict[str, Any] | None = None) -> Reply:
     """The API-neutral answer: the text split into content and tool calls when tools were offered."""
     content, calls = text, ()
@@ -103,7 +103,7 @@ def reply(plan: Plan, model_id: str, text: str, finish: str, *, prompt_tokens: i
         finish = "tool_calls"
     return Reply(model=model_id, content=content, tool_calls=calls, finish=finish, prompt_tokens=prompt_tokens,
                  completion_tokens=completion_tokens, cached_tokens=cached_tokens, logprobs=logprobs_of(logprobs),
-                 extras=extras or {})
+                 stop_sequence=stop, extras=extras or {})
 
 
 class TextFilter:

@@ -9,23 +9,10 @@ disagree about it.
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-
-def call_id() -> str:
-    """A tool call's id, unique enough for a client to pair the call with its result."""
-    return f"call_{secrets.token_hex(12)}"
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """A function call the model made: its name and its arguments as JSON text (as OpenAI sends them)."""
-
-    name: str
-    arguments: str  # JSON object text
-    id: str = field(default_factory=call_id)
+from engine.generation.tool_calls import ToolCall, call_id  # noqa: F401  (re-exported: part of a Reply)
 
 
 @dataclass(frozen=True)
@@ -51,6 +38,7 @@ class Reply:
         cached_tokens: prompt tokens the engine already held (prefix reuse).
         logprobs: per generated token, when asked for.
         reasoning: text of a thinking block the template family marks, when the model wrote one.
+        stop_sequence: the request's stop string that ended the reply (Anthropic names it).
     """
 
     model: str
@@ -62,4 +50,5 @@ class Reply:
     cached_tokens: int = 0
     logprobs: tuple[TokenLogprob, ...] | None = None
     reasoning: str = ""
+    stop_sequence: str | None = None  # the stop string that ended the reply, when one did
     extras: dict[str, Any] = field(default_factory=dict)  # timings and the speculation report

@@ -142,6 +142,7 @@ class DoneEvent:
     prompt_mode: str | None = None  # template | completion
     n_tokens: int = 0
     logprobs: list[TokenLogprobs] | None = None  # when the request asked for them, one per generated token
+    stop: str | None = None  # the stop string that ended the reply, when one did
     type: str = "done"
 
 

@@ -368,7 +368,7 @@ class Worker:
         logprobs = [build(TokenLogprobs, entry, "logprobs") for entry in result.logprobs] \
             if request.logprobs >= 0 else None
         self.out.send(DoneEvent(request.id, result.finish_reason, result.stats.snapshot(), result.prompt_mode,
-                                len(result.tokens), logprobs))
+                                len(result.tokens), logprobs, result.stop))
 
 
 def say(text: str) -> None:

@@ -17,7 +17,6 @@ import json
 import httpx
 import openai
 import pydantic
-import pytest
 
 from tests.server.conftest import MODEL_ID
 
@@ -34,7 +33,8 @@ MTP = {"speculative": {"mode": "mtp", "n_max": 3}}
 
 
 def ask(client: openai.OpenAI, messages: list, spec: dict, **kw: object) -> object:
-    return client.chat.completions.create(model=MODEL_ID, messages=messages, temperature=0, extra_body=spec, **kw)
+    kw.setdefault("temperature", 0)
+    return client.chat.completions.create(model=MODEL_ID, messages=messages, extra_body=spec, **kw)
 
 
 def test_an_agent_loop_calls_a_tool_gets_the_result_and_answers_with_mtp_as_without(openai_client):
@@ -62,11 +62,11 @@ def test_an_agent_loop_calls_a_tool_gets_the_result_and_answers_with_mtp_as_with
 def test_a_named_tool_choice_calls_that_tool_and_streams_the_call(openai_client):
     named = {"type": "function", "function": {"name": "get_time"}}
     whole = ask(openai_client, [{"role": "user", "content": "time?"}], MTP, tools=[WEATHER, TIME],
-                tool_choice=named, max_tokens=60)
+                tool_choice=named, max_tokens=120)
     (call,) = whole.choices[0].message.tool_calls
     assert call.function.name == "get_time" and json.loads(call.function.arguments)["zone"] in ("UTC", "CET")
     chunks = list(ask(openai_client, [{"role": "user", "content": "time?"}], MTP, tools=[WEATHER, TIME],
-                      tool_choice=named, max_tokens=60, stream=True))
+                      tool_choice=named, max_tokens=120, stream=True))
     deltas = [c.choices[0].delta for c in chunks if c.choices]
     calls = [tc for d in deltas for tc in (d.tool_calls or [])]
     assert len(calls) == 1 and calls[0].function.name == "get_time"
@@ -140,14 +140,17 @@ def test_n_choices_and_logit_bias(openai_client):
     sampled = ask(openai_client, [{"role": "user", "content": "hello"}], MTP, max_tokens=12, n=3,
                   temperature=1.0, seed=4)
     assert len({c.message.content for c in sampled.choices}) > 1  # each choice draws on its own
-    plain = openai_client.completions.create(model=MODEL_ID, prompt="hello", max_tokens=6, temperature=0,
-                                             logprobs=0)
-    first = plain.choices[0].logprobs.tokens[0]
-    token_id = httpx.post(f"{openai_client.base_url}".replace("/v1/", "/tokenize"), timeout=30,
-                          json={"content": first, "add_special": False}).json()["tokens"][0]
-    banned = openai_client.completions.create(model=MODEL_ID, prompt="hello", max_tokens=6, temperature=0,
-                                              logit_bias={str(token_id): -100})
-    assert not banned.choices[0].text.startswith(first)
+    root = str(openai_client.base_url).removesuffix("/v1/")
+
+    def piece(token: int) -> str:
+        return httpx.post(f"{root}/detokenize", json={"tokens": [token]}, timeout=30).json()["content"]
+
+    boosted = openai_client.completions.create(model=MODEL_ID, prompt="hello", max_tokens=4, temperature=0,
+                                               logit_bias={"300": 100, "301": 90})
+    assert boosted.choices[0].text == piece(300) * 4
+    banned = openai_client.completions.create(model=MODEL_ID, prompt="hello", max_tokens=4, temperature=0,
+                                              logit_bias={"300": -100, "301": 90})
+    assert banned.choices[0].text == piece(301) * 4
 
 
 def test_llama_server_compatibility_details(server, openai_client):
