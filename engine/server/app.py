@@ -43,6 +43,7 @@ from engine.server.engine_link import EngineLink, EngineUnavailable
 from engine.server.generation import Gate, Generation
 from engine.server.metrics import Metrics, RequestRecord
 from engine.server.reply import Reply
+from engine.server.response_store import ResponseStore
 from engine.worker import protocol as P
 
 HEALTH_PROBE_TIMEOUT_S = 3.0  # a worker answers a ping from its reader thread in milliseconds, even mid-reply
@@ -140,6 +141,7 @@ class Api:
     def __init__(self, link: EngineLink, config: ServerConfig, metrics: Metrics) -> None:
         self.link, self.config, self.metrics = link, config, metrics
         self._gate: Gate | None = None
+        self._responses = D.responses(ResponseStore())  # the Responses API's kept responses
         self._probe: asyncio.Future[bool] | None = None
 
     @property
@@ -333,7 +335,7 @@ class Api:
             return refuse(err)
         if reply is None:
             return Response(status_code=499)
-        return JSONResponse(dialect.answer(reply, body))
+        return JSONResponse(dialect.answer(reply, body, parsed))
 
     async def _dialect_stream(self, dialect: D.Dialect, body: Any, parsed: F.ParsedRequest, gen: Generation,
                               plan: plans.Plan, first: P.Event) -> AsyncIterator[str]:
@@ -355,7 +357,7 @@ class Api:
         return await self.run_dialect(request, D.MESSAGES)
 
     async def responses(self, request: Request) -> Response:
-        return await self.run_dialect(request, D.RESPONSES)
+        return await self.run_dialect(request, self._responses)
 
     async def ollama_chat(self, request: Request) -> Response:
         return await self.run_dialect(request, D.OLLAMA_CHAT)

@@ -22,10 +22,11 @@ Request rules:
 - ``max_output_tokens`` (default: the context size), ``temperature`` (default 1), ``top_p``
   (default 1), llama-server's ``top_k``, ``min_p``, ``seed``, penalties, and our ``speculative``.
 - ``top_logprobs`` with ``include: ["message.output_text.logprobs"]``: per-token log-probabilities.
-- Stateless: ``previous_response_id`` and ``conversation`` are refused (this server keeps no
-  responses), ``background: true`` and ``prompt`` (stored prompt templates) too. ``store`` is accepted
-  (nothing is stored either way).
-- Accepted and ignored: ``store``, ``reasoning``, ``parallel_tool_calls``, ``metadata``, ``user``,
+- ``store`` (default true, as OpenAI's): the response is kept in memory (the most recent 256, while
+  the server runs; engine/server/response_store.py) and ``previous_response_id`` continues it. A
+  response not kept is a 404 saying to send the whole conversation. ``conversation`` objects,
+  ``background: true`` and ``prompt`` (stored prompt templates) are refused.
+- Accepted and ignored: ``reasoning``, ``parallel_tool_calls``, ``metadata``, ``user``,
   ``truncation``, ``include``, ``service_tier``, ``prompt_cache_key``, ``safety_identifier``,
   ``stream_options``, ``max_tool_calls``, and **any unknown field** (Codex adds fields often).
 - Model names: any ``model`` (or none) is served by the loaded model, unless ``strict_model``.
@@ -40,6 +41,7 @@ import copy
 import json
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from engine.server.openai_format import (
@@ -69,16 +71,31 @@ _ECHO_DEFAULTS: dict[str, Any] = {
 
 
 # -- request in -------------------------------------------------------------------
-def parse(body: Any, served: tuple[str, ...], n_ctx: int, *, strict_model: bool = False) -> ParsedRequest:
-    """A ``/v1/responses`` body. Raises :class:`ApiError` (answer it with :func:`error_body`)."""
+def parse(body: Any, served: tuple[str, ...], n_ctx: int, *, strict_model: bool = False,
+          history: Callable[[str], list[dict[str, Any]] | None] | None = None) -> ParsedRequest:
+    """A ``/v1/responses`` body. ``history`` finds the conversation a stored response ended
+    (``previous_response_id``; engine/server/response_store.py); without it, the request must carry
+    the whole conversation. Raises :class:`ApiError` (answer it with :func:`error_body`)."""
     if not isinstance(body, dict):
         raise bad("body", "The request body must be a JSON object", "invalid_type")
     check_text(body)
+    previous: list[dict[str, Any]] = []
     for name in STATELESS:
-        if body.get(name):
-            raise bad(name, f"'{name}' is not supported: this server keeps no responses or conversations "
-                      "(it is stateless, whatever 'store' says); send the whole conversation in 'input'",
-                      "unsupported_parameter")
+        value = body.get(name)
+        if not value:
+            continue
+        if name == "previous_response_id" and history is not None:
+            if not isinstance(value, str):
+                raise bad(name, "'previous_response_id' must be a response id", "invalid_type")
+            found = history(value)
+            if found is None:
+                raise ApiError(404, f"Response '{value}' is not kept here: this server keeps its most recent "
+                               "responses in memory only while it runs. Send the whole conversation in "
+                               "'input'.", param=name, code="response_not_found")
+            previous = found
+            continue
+        raise bad(name, f"'{name}' is not supported: this server keeps no conversations; send the whole "
+                  "conversation in 'input'", "unsupported_parameter")
     if body.get("background"):
         raise bad("background", "'background' responses are not supported (the server keeps no responses)",
                   "unsupported_parameter")
@@ -89,7 +106,8 @@ def parse(body: Any, served: tuple[str, ...], n_ctx: int, *, strict_model: bool 
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise bad("instructions", "'instructions' must be a string", "invalid_type")
-    messages = ([{"role": "system", "content": instructions}] if instructions else []) + _input(body.get("input"))
+    messages = ([{"role": "system", "content": instructions}] if instructions else []) + previous \
+        + _input(body.get("input"))
     tools = _tools(body.get("tools"))
     stream = body.get("stream", False)
     if stream is None:

@@ -135,10 +135,25 @@ def test_responses_instructions_are_a_system_message(openai_client):
     assert with_instructions.instructions == "Be terse."
 
 
-def test_responses_is_stateless(openai_client):
-    with pytest.raises(openai.BadRequestError) as refused:
-        openai_client.responses.create(model="m", input="again", previous_response_id="resp_123")
-    assert refused.value.body["param"] == "previous_response_id"
+def test_responses_continue_a_kept_response_as_if_the_conversation_were_sent(openai_client):
+    first = openai_client.responses.create(model="m", input=PROMPT, instructions="Be terse.", max_output_tokens=4,
+                                           temperature=0)
+    continued = openai_client.responses.create(model="m", previous_response_id=first.id, input="more",
+                                               max_output_tokens=4, temperature=0)
+    whole = openai_client.responses.create(model="m", max_output_tokens=4, temperature=0, input=[
+        {"role": "user", "content": PROMPT}, {"role": "assistant", "content": first.output_text},
+        {"role": "user", "content": "more"}])  # instructions are not inherited, as OpenAI's are not
+    assert continued.output_text == whole.output_text and continued.usage.input_tokens == whole.usage.input_tokens
+    streamed = list(openai_client.responses.create(model="m", input=PROMPT, max_output_tokens=4, temperature=0,
+                                                   stream=True))[-1].response
+    after_stream = openai_client.responses.create(model="m", previous_response_id=streamed.id, input="more",
+                                                  max_output_tokens=4, temperature=0)
+    assert after_stream.usage.input_tokens == whole.usage.input_tokens
+    unkept = openai_client.responses.create(model="m", input=PROMPT, max_output_tokens=2, store=False)
+    for gone in (unkept.id, "resp_123"):
+        with pytest.raises(openai.NotFoundError) as refused:
+            openai_client.responses.create(model="m", input="again", previous_response_id=gone)
+        assert refused.value.body["param"] == "previous_response_id"
 
 
 # -- Ollama -------------------------------------------------------------------------------------------------
