@@ -68,6 +68,7 @@ class GenerateRequest:
     tools: tuple[dict[str, Any], ...] | None = None
     # GBNF the output follows (engine/runtime/grammar.py turns a JSON schema into one)
     grammar: str | None = None
+    grammar_triggers: tuple[str, ...] = ()  # regular expressions that start a lazy grammar
     logit_bias: tuple[tuple[int, float], ...] = ()
     # -1: none; k >= 0: each generated token's log-probability and its k likeliest alternatives
     logprobs: int = -1
@@ -377,7 +378,8 @@ def generate(
         return _ended_early(stats, "length", prompt_mode, on_stats)
     out = _Output(session, request, on_text)
     sampler = Sampler(request.sampling, session.model.n_vocab, target.n_ctx, vocab=session.model.vocab,
-                      grammar=request.grammar, logit_bias=dict(request.logit_bias))
+                      grammar=request.grammar, grammar_triggers=request.grammar_triggers,
+                      logit_bias=dict(request.logit_bias))
     sampler.accept_prompt(tokens)
     batch = Batch(max(target.n_batch, MAX_DRAFT + 1))
     if isinstance(drafter, MTPDrafter) and request.guided_drafts:  # under a grammar: drafts it allows

@@ -10,6 +10,7 @@ call stays content, and nothing here raises on it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import secrets
@@ -442,7 +443,7 @@ _PARSERS: dict[str, Callable[[str, Types], list[Span]]] = {
 # -- grammars that force one call ---------------------------------------------------------------
 
 _FREE_PARAMETERS = 16  # the most parameters a forced call may write when its schema lists none
-_XML_VALUE, _XML_NAME = "[^<]*", "[a-zA-Z_] [a-zA-Z0-9_.-]*"
+_XML_NAME = "[a-zA-Z_] [a-zA-Z0-9_.-]*"
 
 
 @dataclass(frozen=True)
@@ -474,6 +475,35 @@ def forced_call_grammar(family: str, tools: list[dict[str, Any]], name: str | No
     rules = grammars.SchemaRules()
     rules.rule("root", " | ".join(_GRAMMARS[family](rules, i, f) for i, f in enumerate(functions)))
     return rules.text() + "\n"
+
+
+# Families whose calls are self-contained blocks, one after another: a reply may hold several.
+_REPEATABLE = (HERMES, QWEN3_XML, GLM45)
+
+
+def auto_call_grammar(family: str, tools: list[dict[str, Any]]) -> tuple[str, list[str]] | None:
+    """For ``tool_choice: "auto"``: a *lazy* grammar and the patterns that trigger it.
+
+    The model writes freely until it begins a call (the family's start marker); from there on
+    llama.cpp's lazy grammar holds it to well-formed calls of the given tools, one or more, so a
+    call it starts always parses. None for the families whose calls share one outer block (the
+    reply stays unconstrained there; :func:`parse` still reads what the model writes).
+    """
+    if family not in _REPEATABLE:
+        return None
+    functions = [_Function(f["name"], p if isinstance(p := f.get("parameters"), dict) else {})
+                 for f in filter(None, map(_function_of, tools))]
+    if not functions:
+        return None
+    rules = grammars.SchemaRules()
+    call = rules.rule("call", " | ".join(_GRAMMARS[family](rules, i, f) for i, f in enumerate(functions)))
+    rules.rule("root", f'{call} ("\\n" {call})*')
+    return rules.text() + "\n", [_regex_literal(_START[family])]
+
+
+def _regex_literal(text: str) -> str:
+    """``text`` as a regular expression matching it literally (ECMAScript, as llama.cpp compiles it)."""
+    return "".join("\\" + c if c in "\\^$.|?*+()[]{}" else c for c in text)
 
 
 def _lit(text: str) -> str:
@@ -513,22 +543,56 @@ def _json_family(*forms: Callable[[str, str], str]) -> Alternatives:
 XmlParam = Callable[[str, str, bool], str]
 
 
-def _xml_family(wrapper: Callable[[str], tuple[str, str]], param: XmlParam, *more: Callable[[str], tuple[str, str]]
-                ) -> Alternatives:
+def _text_without(rules: grammars.SchemaRules, words: tuple[str, ...]) -> str:
+    """The rule of any text holding none of ``words`` (the tags that would end a value early).
+
+    Code is what agents pass most (``if a < b``, ``cout << x``, ``<div>``), so a text value may hold
+    ``<`` and anything else except a tag that ends it. The rule is the automaton of that language:
+    one rule per prefix of a word read so far (as Aho-Corasick's), and every state may end.
+    """
+    prefixes = sorted({w[:k] for w in words for k in range(len(w))}, key=lambda p: (len(p), p))
+    alphabet = sorted({c for w in words for c in w})
+
+    def state(text: str) -> str | None:
+        """The longest suffix of ``text`` that begins a word; None when ``text`` ends with a word."""
+        if any(text.endswith(w) for w in words):
+            return None
+        return next(text[k:] for k in range(len(text) + 1) if text[k:] in prefixes)
+
+    tag = hashlib.sha1("\0".join(words).encode()).hexdigest()[:6]
+    names = {p: f"text-{tag}-{k}" for k, p in enumerate(prefixes)}
+    for prefix in prefixes:
+        moves = {c: state(prefix + c) for c in alphabet}
+        special = sorted(c for c, after in moves.items() if after != "")  # a longer prefix, or a whole word
+        others = f"[^{''.join(_class_char(c) for c in special)}]" if special else "[^\\x00]"
+        alternatives = [f"{others} {names['']}"]
+        alternatives += [f"{_lit(c)} {names[after]}" for c, after in moves.items() if after]
+        rules.rule(names[prefix], f"( {' | '.join(alternatives)} )?")
+    return names[""]
+
+
+def _class_char(c: str) -> str:
+    """``c`` inside a GBNF character class."""
+    return {"\\": "\\\\", "]": "\\]", "[": "\\[", "^": "\\^", "-": "\\-", "\n": "\\n"}.get(c, c)
+
+
+def _xml_family(wrapper: Callable[[str], tuple[str, str]], param: XmlParam, *more: Callable[[str], tuple[str, str]],
+                ends: tuple[str, ...]) -> Alternatives:
     """A family with one tag per parameter: ``wrapper(name)`` (opening, closing) around them, or
-    any of ``more`` wrappers."""
+    any of ``more`` wrappers; a text value holds none of the tags in ``ends`` (its parser would end
+    the value, or the call, there)."""
     def alternatives(rules: grammars.SchemaRules, i: int, f: _Function) -> str:
+        text_value = _text_without(rules, ends)
         props = f.schema.get("properties")
         if not isinstance(props, dict):  # no parameters listed: any names, any values
-            free = rules.rule(f"fn{i}-param", param(rules.rule("xml-name", _XML_NAME),
-                                                    rules.rule("xml-value", _XML_VALUE), True))
+            free = rules.rule(f"fn{i}-param", param(rules.rule("xml-name", _XML_NAME), text_value, True))
             body = [f"{free}{{0,{_FREE_PARAMETERS}}}"]
         else:
             listed = f.schema.get("required")
             required = {r for r in listed if isinstance(r, str)} if isinstance(listed, list) else set()
             body = []
             for k, (key, schema) in enumerate(props.items()):
-                value, text = _xml_value(rules, schema, f"fn{i}-p{k}")
+                value, text = _xml_value(rules, schema, f"fn{i}-p{k}", text_value)
                 one = rules.rule(f"fn{i}-p{k}-param", param(_lit(str(key)), value, text))
                 body.append(one if key in required else f"{one}?")
         return " | ".join(_seq(_lit(opening), *body, _lit(closing)) for opening, closing in
@@ -536,18 +600,18 @@ def _xml_family(wrapper: Callable[[str], tuple[str, str]], param: XmlParam, *mor
     return alternatives
 
 
-def _xml_value(rules: grammars.SchemaRules, schema: Any, name: str) -> tuple[str, bool]:
-    """A parameter value's rule, and whether it is text (a string) rather than JSON."""
+def _xml_value(rules: grammars.SchemaRules, schema: Any, name: str, text_value: str) -> tuple[str, bool]:
+    """A parameter value's rule, and whether it is text (a string, ``text_value``'s rule) rather than JSON."""
     if not isinstance(schema, dict):
-        return rules.rule("xml-value", _XML_VALUE), True
+        return text_value, True
     kind, enum = schema.get("type"), schema.get("enum")
     if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum) and kind in (None, "string"):
         return rules.rule(name, " | ".join(_lit(v) for v in enum)), True
     if kind == "string" or (isinstance(kind, list) and "string" in kind) or (kind is None and enum is None
                                                                             and "const" not in schema):
-        return rules.rule("xml-value", _XML_VALUE), True
+        return text_value, True
     if not _converts(schema):
-        return rules.rule("xml-value", _XML_VALUE), True
+        return text_value, True
     return rules.schema(schema, name), False
 
 
@@ -573,25 +637,30 @@ _GRAMMARS: dict[str, Alternatives] = {
         _lit("<|tool_call_end|><|tool_calls_section_end|>"))),
     QWEN3_XML: _xml_family(
         lambda n: (f"<tool_call>\n<function={n}>\n", "</function>\n</tool_call>"),
-        lambda key, value, text: _seq(_lit("<parameter="), key, _lit(">\n"), value, _lit("\n</parameter>\n"))),
+        lambda key, value, text: _seq(_lit("<parameter="), key, _lit(">\n"), value, _lit("\n</parameter>\n")),
+        ends=("</parameter>", "<parameter=", "</function>")),
     GLM45: _xml_family(
         lambda n: (f"<tool_call>{n}\n", "</tool_call>"),  # GLM-4.7 leaves out the newline; the parser reads both
         lambda key, value, text: _seq(_lit("<arg_key>"), key, _lit("</arg_key>\n<arg_value>"), value,
-                                      _lit("</arg_value>\n"))),
+                                      _lit("</arg_value>\n")),
+        ends=("</arg_value>", "</tool_call>")),
     HY3: _xml_family(
         lambda n: (f"<tool_calls:opensource>\n<tool_call:opensource>{n}<tool_sep:opensource>\n",
                    "</tool_call:opensource>\n</tool_calls:opensource>"),
         lambda key, value, text: _seq(_lit("<arg_key:opensource>"), key,
                                       _lit("</arg_key:opensource>\n<arg_value:opensource>"), value,
-                                      _lit("</arg_value:opensource>\n"))),
+                                      _lit("</arg_value:opensource>\n")),
+        ends=("</arg_value:opensource>", "</tool_call:opensource>")),
     MINIMAX_M2: _xml_family(
         lambda n: (f'<minimax:tool_call>\n<invoke name="{n}">\n', "</invoke>\n</minimax:tool_call>"),
-        lambda key, value, text: _seq(_lit('<parameter name="'), key, _lit('">'), value, _lit("</parameter>\n"))),
+        lambda key, value, text: _seq(_lit('<parameter name="'), key, _lit('">'), value, _lit("</parameter>\n")),
+        ends=("</parameter>", "</invoke>")),
     DSML: _xml_family(  # V3.2 writes function_calls, V4 tool_calls
         lambda n: (f'<｜DSML｜function_calls>\n<｜DSML｜invoke name="{n}">\n',
                    "</｜DSML｜invoke>\n</｜DSML｜function_calls>"),
         lambda key, value, text: _seq(_lit('<｜DSML｜parameter name="'), key,
                                       _lit(f'" string="{"true" if text else "false"}">'), value,
                                       _lit("</｜DSML｜parameter>\n")),
-        lambda n: (f'<｜DSML｜tool_calls>\n<｜DSML｜invoke name="{n}">\n', "</｜DSML｜invoke>\n</｜DSML｜tool_calls>")),
+        lambda n: (f'<｜DSML｜tool_calls>\n<｜DSML｜invoke name="{n}">\n', "</｜DSML｜invoke>\n</｜DSML｜tool_calls>"),
+        ends=("</｜DSML｜parameter>", "</｜DSML｜invoke>")),
 }

@@ -40,9 +40,12 @@ class Sampler:
     """
 
     def __init__(self, params: SamplingParams, n_vocab: int = 0, n_ctx: int = 0, *, vocab: Any = None,
-                 grammar: str | None = None, logit_bias: dict[int, float] | None = None) -> None:
-        """``grammar`` (GBNF, root rule ``root``) needs the model's ``vocab``; ``logit_bias`` maps
-        token ids to what is added to their logits (-inf bans a token).
+                 grammar: str | None = None, grammar_triggers: Sequence[str] = (),
+                 logit_bias: dict[int, float] | None = None) -> None:
+        """``grammar`` (GBNF, root rule ``root``) needs the model's ``vocab``; with
+        ``grammar_triggers`` (regular expressions) it is *lazy*: the output is free until one of
+        them matches, and the grammar holds from the match on. ``logit_bias`` maps token ids to
+        what is added to their logits (-inf bans a token).
 
         Raises:
             GrammarError: llama.cpp cannot parse the grammar.
@@ -60,7 +63,12 @@ class Sampler:
                 entry.token, entry.bias = token, bias
             lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_logit_bias(n_vocab, len(entries), entries))
         if grammar is not None:
-            stage = lib.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), b"root")
+            if grammar_triggers:
+                patterns = (ctypes.c_char_p * len(grammar_triggers))(*(t.encode("utf-8") for t in grammar_triggers))
+                stage = lib.llama_sampler_init_grammar_lazy_patterns(vocab, grammar.encode("utf-8"), b"root",
+                                                                     patterns, len(grammar_triggers), None, 0)
+            else:
+                stage = lib.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), b"root")
             if not stage:
                 detail = "; ".join(native.recent_log(3)) or "no message from llama.cpp"
                 self.close()

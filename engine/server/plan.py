@@ -11,8 +11,9 @@ the rest once for all of them:
   back to a generic format); a template with no syntax we know is parsed as
   Hermes, the syntax most fine-tunes use. ``tool_choice`` "required" or a
   named function constrains the output with a grammar that allows exactly one
-  well-formed call, so even a model that would not call a tool does;
-  "none" renders no tools.
+  well-formed call, so even a model that would not call a tool does; "auto"
+  uses a lazy grammar, triggered by the call marker, where the family allows
+  (a call the model begins is well formed); "none" renders no tools.
 - **Structured output.** A JSON schema (``{}``: any object) or a GBNF grammar
   goes to the worker, which samples under it; speculation keeps the output
   identical (engine/runtime/sampler.py says why).
@@ -81,6 +82,8 @@ def make(parsed: ParsedRequest, model: P.ModelInfo, default: SpeculativeSettings
             if fields["grammar"] is not None:
                 raise bad("tool_choice", "a required tool call cannot be combined with a grammar or a JSON format")
             fields["grammar"] = tool_calls.forced_call_grammar(family, parsed.tools, name)
+        elif fields["grammar"] is None and (lazy := tool_calls.auto_call_grammar(family, parsed.tools)):
+            fields["grammar"], fields["grammar_triggers"] = lazy  # a call the model begins is well formed
     return Plan(fields=fields, family=family, speculative=speculative, notes=notes, tools=tuple(parsed.tools or ()))
 
 

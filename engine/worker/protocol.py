@@ -134,6 +134,9 @@ class GenerateRequestMsg:
     # the output must follow this GBNF grammar (root rule "root"; engine/generation/grammars.py makes
     # one from a JSON schema)
     grammar: str | None = None
+    # regular expressions: with any, the grammar is lazy (free output until one matches, constrained from
+    # the match on; a tool call the model begins is then well formed)
+    grammar_triggers: list[str] = field(default_factory=list)
     # added to a token's logit before sampling, token id (as text, as OpenAI sends it) -> bias;
     # -100 or less bans the token
     logit_bias: dict[str, float] = field(default_factory=dict)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -132,3 +133,19 @@ def test_under_a_grammar_the_head_drafts_only_what_the_grammar_allows(session):
     finally:
         guide.end()
         checker.close()
+
+
+def test_a_lazy_grammar_leaves_the_text_free_until_its_trigger_then_holds_it(session):
+    # what auto tool calls use: free text until the call marker, then a well-formed call
+    free = run(session, None, max_tokens=40)
+    words = free.text.split(" ")
+    trigger = " " + next(w for w in words[3:] if w and w.isalpha())
+    start = free.text.index(trigger)
+    gbnf = f'root ::= "{trigger}" " = " [0-9] [0-9] [0-9]'
+    plain = run(session, None, max_tokens=60, grammar=gbnf, grammar_triggers=(re.escape(trigger),))
+    assert plain.text.startswith(free.text[:start + len(trigger)])  # untouched up to and through the trigger
+    assert re.fullmatch(r" = [0-9]{3}", plain.text[start + len(trigger):]), plain.text
+    assert plain.finish_reason == "stop"  # the grammar ended it
+    for n_max in (1, 3):
+        assert run(session, n_max, max_tokens=60, grammar=gbnf, grammar_triggers=(re.escape(trigger),)).tokens \
+            == plain.tokens

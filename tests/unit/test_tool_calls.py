@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -565,3 +566,42 @@ def test_an_xml_grammar_names_only_the_declared_parameters(llama, vocab_model, b
     assert not _grammar_takes(llama, vocab_model, byte_tokens, grammar, weather)
     free = tc.forced_call_grammar(tc.QWEN3_XML, [{"type": "function", "function": {"name": "get_weather"}}])
     assert _grammar_takes(llama, vocab_model, byte_tokens, free, weather)
+
+
+WRITE = [{"type": "function", "function": {"name": "write", "parameters": {
+    "type": "object", "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
+    "required": ["path", "text"]}}}]
+CODE = 'if (a < b && c<<2 > 1) { cout << "<div>" << x; } // </param <parameter x'
+WRITTEN = {
+    tc.QWEN3_XML: lambda text: ("<tool_call>\n<function=write>\n<parameter=path>\na.cc\n</parameter>\n"
+                                f"<parameter=text>\n{text}\n</parameter>\n</function>\n</tool_call>"),
+    tc.GLM45: lambda text: ("<tool_call>write\n<arg_key>path</arg_key>\n<arg_value>a.cc</arg_value>\n"
+                            f"<arg_key>text</arg_key>\n<arg_value>{text}</arg_value>\n</tool_call>"),
+    tc.MINIMAX_M2: lambda text: ('<minimax:tool_call>\n<invoke name="write">\n<parameter name="path">a.cc</parameter>\n'
+                                 f'<parameter name="text">{text}</parameter>\n</invoke>\n</minimax:tool_call>'),
+}
+
+
+@pytest.mark.parametrize("family", sorted(WRITTEN))
+def test_an_xml_text_value_may_hold_code_but_not_the_tag_that_ends_it(llama, vocab_model, byte_tokens, family):
+    # agents pass code through tool calls: '<', '<<' and tags are text; only the closing tag is not
+    grammar = tc.forced_call_grammar(family, WRITE)
+    call = WRITTEN[family](CODE)
+    assert _grammar_takes(llama, vocab_model, byte_tokens, grammar, call)
+    assert json.loads(tc.parse(family, call, WRITE)[1][0].arguments)["text"] == CODE
+    closing = {tc.QWEN3_XML: "</parameter>", tc.GLM45: "</arg_value>", tc.MINIMAX_M2: "</parameter>"}[family]
+    assert not _grammar_takes(llama, vocab_model, byte_tokens, grammar,
+                              WRITTEN[family](f"a {closing} b"))
+
+
+@pytest.mark.parametrize("family", [tc.HERMES, tc.QWEN3_XML, tc.GLM45])
+def test_the_auto_grammar_allows_one_call_or_several_and_is_triggered_by_the_marker(llama, vocab_model, byte_tokens,
+                                                                                    family):
+    grammar, triggers = tc.auto_call_grammar(family, TOOLS)
+    (trigger,) = triggers  # a regular expression matching the family's call marker literally
+    assert re.fullmatch(trigger, tc.start_marker(family)) and not re.fullmatch(trigger, "<tool_callx")
+    weather, time = SAMPLES[family]
+    assert _grammar_takes(llama, vocab_model, byte_tokens, grammar, weather)
+    assert _grammar_takes(llama, vocab_model, byte_tokens, grammar, weather + "\n" + time)
+    assert not _grammar_takes(llama, vocab_model, byte_tokens, grammar, weather.replace("get_weather", "get_stock"))
+    assert tc.auto_call_grammar(tc.MISTRAL, TOOLS) is None  # calls in one block: left unconstrained
