@@ -434,7 +434,8 @@ class Api:
         """
         try:
             model = self.loaded()
-            plan = plans.make(parsed, model, self.link.default_speculative(), choice=choice)
+            plan = plans.make(parsed, model, self.link.default_speculative(), choice=choice,
+                              template=self.config.chat_template)
             # everything that can fail is made before the place in line is taken: from admit() on, each
             # path out gives it back (the generation's own endings, or the handlers below)
             gen = Generation(self.link, self.gate, self.config, self.metrics, endpoint, parsed.stream)

@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 from engine.hardware import default_threads
 from engine.server import config as C
@@ -21,6 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "unseen by other users' ps; default: none on loopback, the key stored by the app's panel on "
                    "other addresses)")
     p.add_argument("--alias", help="the model name clients use (default: the file's name without .gguf)")
+    p.add_argument("--chat-template", metavar="generic|FILE",
+                   help="render chat requests with this template instead of the model's: 'generic' (ChatML, "
+                        "with Hermes-style tools; for a model without a template) or a Jinja file")
     p.add_argument("--strict-model", action="store_true",
                    help="refuse requests naming another model (default: any name is served by the loaded model)")
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
@@ -90,6 +94,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             cors_origins=tuple(args.cors_origin), max_queue=args.queue,
                             queue_timeout_s=args.queue_timeout, request_timeout_s=args.timeout,
                             max_body_bytes=args.max_body, strict_model=args.strict_model)
+    if args.chat_template:
+        from engine.generation import chat_template
+
+        if args.chat_template == "generic":
+            config = replace(config, chat_template=chat_template.GENERIC_TEMPLATE)
+        else:
+            try:
+                config = replace(config, chat_template=Path(args.chat_template).read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError) as exc:
+                print(f"error: cannot read the chat template {args.chat_template}: {exc}", file=sys.stderr)
+                return 2
     try:
         C.check(config)
     except C.ConfigError as exc:

@@ -45,6 +45,8 @@ class ServerConfig:
         max_connections: connections open at once; a further one gets 503 at once (engine/server/deadlines.py).
         strict_model: refuse a request naming another model (400); by default any name, or none, is served
             by the loaded model, as llama-server does, since clients send what their user typed or a default.
+        chat_template: a chat template (Jinja text) for every chat request in place of the model's
+            (``serve --chat-template``); None: the model's own.
     """
 
     host: str = DEFAULT_HOST
@@ -61,6 +63,7 @@ class ServerConfig:
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     strict_model: bool = False
+    chat_template: str | None = None
 
     @property
     def base_url(self) -> str:

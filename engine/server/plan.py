@@ -49,8 +49,10 @@ class Plan:
     tools: tuple[dict[str, Any], ...] = ()  # their schemas say which parameter values are text
 
 
-def make(parsed: ParsedRequest, model: P.ModelInfo, default: SpeculativeSettings, *, choice: int = 0) -> Plan:
-    """The worker fields for ``parsed`` on ``model``; ``choice`` > 0 is the n-th of ``n`` (its seed moves on)."""
+def make(parsed: ParsedRequest, model: P.ModelInfo, default: SpeculativeSettings, *, choice: int = 0,
+         template: str | None = None) -> Plan:
+    """The worker fields for ``parsed`` on ``model``; ``choice`` > 0 is the n-th of ``n`` (its seed moves on).
+    ``template``: the server's chat template in place of the model's (``serve --chat-template``)."""
     speculative = parsed.speculative or default
     # what this model can run: chained heads draft at most their count; without a head MTP is off
     # and MTP + n-gram is n-gram (the report then says what ran, not what was asked)
@@ -70,10 +72,12 @@ def make(parsed: ParsedRequest, model: P.ModelInfo, default: SpeculativeSettings
             raise bad("response_format", str(exc)) from None
     family = None
     notes: tuple[str, ...] = ()
+    if template is not None and parsed.messages is not None:
+        fields["template"] = template
     if parsed.tools and parsed.tool_choice != "none":
-        family = model.tool_syntax or GENERIC_FAMILY
+        family = (tool_calls.family_of(template) if template is not None else model.tool_syntax) or GENERIC_FAMILY
         fields["tools"] = parsed.tools
-        if not model.has_chat_template:
+        if template is None and not model.has_chat_template:
             fields["template"] = chat_template.GENERIC_TEMPLATE
             notes = ("This model has no chat template; the generic ChatML template with Hermes-style tool calls "
                      "was used.",)
