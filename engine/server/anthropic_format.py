@@ -47,9 +47,10 @@ from engine.server.openai_format import (
     _sampling,
     bad,
     check_text,
+    function_tool,
     speculative_from,
 )
-from engine.server.reply import Reply
+from engine.server.reply import Reply, arguments_object
 
 MAX_STOP_SEQUENCES = 16
 ERROR_PREFIX = "Error: "  # a tool_result with is_error: true reaches the model as this + its text
@@ -228,20 +229,14 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
             raise bad("tools", f"tools[{i}]: the server tool {kind!r} is not available here; this server runs "
                       "only custom tools ({name, description, input_schema}) that the client executes",
                       "unsupported_parameter")
-        name, schema, description = tool.get("name"), tool.get("input_schema"), tool.get("description")
-        if not isinstance(name, str) or not name:
-            raise bad("tools", f"tools[{i}].name must be a non-empty string", "invalid_type")
+        name, schema = tool.get("name"), tool.get("input_schema")
+        if not isinstance(schema, dict):
+            raise bad("tools", f"tools[{i}].input_schema must be a JSON schema object", "invalid_type")
+        out.append(function_tool(f"tools[{i}]", name, schema, tool.get("description"), tool.get("strict"),
+                                 schema_field="input_schema"))
         if name in names:
             raise bad("tools", f"tools[{i}]: the tool name {name!r} is used twice")
         names.add(name)
-        if not isinstance(schema, dict):
-            raise bad("tools", f"tools[{i}].input_schema must be a JSON schema object", "invalid_type")
-        if description is not None and not isinstance(description, str):
-            raise bad("tools", f"tools[{i}].description must be a string", "invalid_type")
-        function: dict[str, Any] = {"name": name, "description": description or "", "parameters": schema}
-        if tool.get("strict") is True:
-            function["strict"] = True
-        out.append({"type": "function", "function": function})
     return out
 
 
@@ -295,15 +290,6 @@ def _output_schema(body: dict[str, Any]) -> dict[str, Any] | None:
 # -- response out -----------------------------------------------------------------
 def message_id() -> str:
     return f"msg_{secrets.token_hex(12)}"
-
-
-def arguments_object(arguments: str) -> dict[str, Any]:
-    """A tool call's JSON arguments as the object Anthropic sends (``{}`` when they are not a JSON object)."""
-    try:
-        value = json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def stop_reason(reply: Reply, stop_sequence: str | None = None) -> str:

@@ -45,7 +45,7 @@ from typing import Any
 
 from engine.sampling import MAX_SEED, RANDOM_SEED
 from engine.server.openai_format import ApiError, ParsedRequest, _sampling, bad, check_text, speculative_from
-from engine.server.reply import Reply, TokenLogprob
+from engine.server.reply import Reply, TokenLogprob, arguments_object
 
 OLLAMA_VERSION = "0.13.0"  # the Ollama API level answered by /api/version (clients gate features on it)
 # Ollama's own defaults (api/types.go DefaultOptions), for a request that leaves an option out
@@ -310,14 +310,6 @@ def created_at(when: float | None = None) -> str:
     """RFC 3339 in UTC with microseconds, as Ollama writes it (``2025-01-02T03:04:05.123456Z``)."""
     moment = datetime.fromtimestamp(time.time() if when is None else when, UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def arguments_object(arguments: str) -> dict[str, Any]:
-    try:
-        value = json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def tool_calls(reply: Reply) -> list[dict[str, Any]]:

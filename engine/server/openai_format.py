@@ -323,6 +323,24 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def function_tool(where: str, name: Any, parameters: Any, description: Any, strict: Any = None,
+                  schema_field: str = "parameters") -> dict[str, Any]:
+    """One function tool in the internal (OpenAI) shape, each field checked; ``where`` and
+    ``schema_field`` name them in the errors as the client's API names them."""
+    if not isinstance(name, str) or not name or len(name) > 128:
+        raise bad("tools", f"{where}.name must be a non-empty string", "invalid_type")
+    if parameters is None:
+        parameters = {"type": "object", "properties": {}}
+    if not isinstance(parameters, dict):
+        raise bad("tools", f"{where}.{schema_field} must be a JSON schema object", "invalid_type")
+    if description is not None and not isinstance(description, str):
+        raise bad("tools", f"{where}.description must be a string", "invalid_type")
+    function: dict[str, Any] = {"name": name, "description": description or "", "parameters": parameters}
+    if strict is True:
+        function["strict"] = True
+    return {"type": "function", "function": function}
+
+
 def _tools(body: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | dict[str, Any]]:
     """``tools`` and ``tool_choice`` (or the legacy ``functions`` and ``function_call``), checked."""
     tools, choice = body.get("tools"), body.get("tool_choice")
@@ -344,17 +362,9 @@ def _tools(body: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | dic
         if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(function, dict):
             raise bad("tools", f"tools[{i}] must be {{type: 'function', function: {{name, description, "
                       "parameters}}}}; other tool types are not supported", "invalid_type")
-        name = function.get("name")
-        if not isinstance(name, str) or not name or len(name) > 128:
-            raise bad("tools", f"tools[{i}].function.name must be a non-empty string", "invalid_type")
-        params = function.get("parameters", {"type": "object", "properties": {}})
-        if not isinstance(params, dict):
-            raise bad("tools", f"tools[{i}].function.parameters must be a JSON schema object", "invalid_type")
-        description = function.get("description")
-        out.append({"type": "function", "function": {
-            "name": name, **({"description": description} if isinstance(description, str) else {}),
-            "parameters": params}})
-        names.append(name)
+        out.append(function_tool(f"tools[{i}].function", function.get("name"), function.get("parameters"),
+                                 function.get("description"), function.get("strict")))
+        names.append(function["name"])
     if choice is None:
         choice = "auto"
     if isinstance(choice, dict):

@@ -9,6 +9,7 @@ disagree about it.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,3 +53,12 @@ class Reply:
     reasoning: str = ""
     stop_sequence: str | None = None  # the stop string that ended the reply, when one did
     extras: dict[str, Any] = field(default_factory=dict)  # timings and the speculation report
+
+
+def arguments_object(arguments: str) -> dict[str, Any]:
+    """A call's JSON arguments as the object Anthropic and Ollama send (``{}`` when not a JSON object)."""
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -51,6 +51,7 @@ from engine.server.openai_format import (
     _sampling,
     bad,
     check_text,
+    function_tool,
     speculative_from,
 )
 from engine.server.reply import Reply, TokenLogprob
@@ -94,7 +95,8 @@ def parse(body: Any, served: tuple[str, ...], n_ctx: int, *, strict_model: bool 
                                "'input'.", param=name, code="response_not_found")
             previous = found
             continue
-        raise bad(name, f"'{name}' is not supported: this server keeps no conversations; send the whole "
+        kept = "conversations" if name == "conversation" else "responses"
+        raise bad(name, f"'{name}' is not supported: this server keeps no {kept} here (stateless); send the whole "
                   "conversation in 'input'", "unsupported_parameter")
     if body.get("background"):
         raise bad("background", "'background' responses are not supported (the server keeps no responses)",
@@ -217,19 +219,8 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict):
             raise bad("tools", f"tools[{i}] must be an object", "invalid_type")
-        name, parameters, description = tool.get("name"), tool.get("parameters"), tool.get("description")
-        if not isinstance(name, str) or not name:
-            raise bad("tools", f"tools[{i}].name must be a non-empty string", "invalid_type")
-        if parameters is None:
-            parameters = {"type": "object", "properties": {}}
-        if not isinstance(parameters, dict):
-            raise bad("tools", f"tools[{i}].parameters must be a JSON schema object", "invalid_type")
-        if description is not None and not isinstance(description, str):
-            raise bad("tools", f"tools[{i}].description must be a string", "invalid_type")
-        function: dict[str, Any] = {"name": name, "description": description or "", "parameters": parameters}
-        if tool.get("strict") is True:
-            function["strict"] = True
-        out.append({"type": "function", "function": function})
+        out.append(function_tool(f"tools[{i}]", tool.get("name"), tool.get("parameters"), tool.get("description"),
+                                 tool.get("strict")))
     return out
 
 
