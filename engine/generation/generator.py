@@ -100,8 +100,9 @@ class GenerateResult:
     prompt_mode: str = chat_template.COMPLETION
     accepted_per_round: list[int] = field(default_factory=list)
     drafted_per_round: list[int] = field(default_factory=list)
-    # with record_drafts: the draft of every round, in order
+    # with record_drafts: the draft of every round, in order, and (MTP) each draft token's top-2 logit margin
     drafts_per_round: list[tuple[int, ...]] = field(default_factory=list)
+    draft_margins_per_round: list[tuple[float, ...]] = field(default_factory=list)
     # with record_margins: one per token of ``tokens``, plus one for the
     # end-of-generation token when that ended the reply
     margins: list[float] = field(default_factory=list)
@@ -384,9 +385,12 @@ def generate(
     batch = Batch(max(target.n_batch, MAX_DRAFT + 1))
     if isinstance(drafter, MTPDrafter) and request.guided_drafts:  # under a grammar: drafts it allows
         drafter.guide = sampler.draft_guide()
+    if isinstance(drafter, MTPDrafter) and request.record_drafts:
+        drafter.draft_margins = []
     accepted_per_round: list[int] = []
     drafted_per_round: list[int] = []
     drafts_per_round: list[tuple[int, ...]] = []
+    draft_margins_per_round: list[tuple[float, ...]] = []
     last_stats = time.perf_counter()
     try:
         # -- prefill, in chunks of n_batch; the drafter catches up on each chunk
@@ -469,6 +473,9 @@ def generate(
                 drafted_per_round.append(len(drafts))
                 if request.record_drafts:
                     drafts_per_round.append(tuple(drafts))
+                    if isinstance(drafter, MTPDrafter) and drafter.draft_margins is not None:
+                        draft_margins_per_round.append(tuple(drafter.draft_margins[-len(drafts):]))
+                        drafter.draft_margins.clear()
             if drafter is not None:
                 drafter.accept(accepted, pos0)
             stats.record_round(len(drafts), accepted, drafter.source if drafter is not None else "mtp")
@@ -501,6 +508,7 @@ def generate(
     finally:
         if isinstance(drafter, MTPDrafter):
             drafter.guide = None  # the session's drafter outlives this request; the guide reads its sampler
+            drafter.draft_margins = None
         sampler.close()
     session.prefix.keep(target, kept)
     if isinstance(drafter, MTPDrafter):
@@ -522,6 +530,7 @@ def generate(
         accepted_per_round=accepted_per_round,
         drafted_per_round=drafted_per_round,
         drafts_per_round=drafts_per_round,
+        draft_margins_per_round=draft_margins_per_round,
         margins=out.margins,
         logprobs=out.logprobs,
         stop=out.stops.matched,

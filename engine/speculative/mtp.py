@@ -147,6 +147,9 @@ class MTPDrafter:
         self.exact_end = 0
         # set by the generator for a request with a grammar, for that request only
         self.guide: DraftGuide | None = None
+        # a list while a request records its drafts: each draft's top-1 minus top-2 logit (how close
+        # the head was to drafting another token; tests tell a numeric near-tie from a wrong state)
+        self.draft_margins: list[float] | None = None
 
     # -- Drafter interface --------------------------------------------------
     def begin(self, settings: SpeculativeSettings, keep: int = 0) -> None:
@@ -334,6 +337,9 @@ class MTPDrafter:
         logits = np.ctypeslib.as_array(self.ctx.logits(row), shape=(self._n_vocab,))
         if p_min > 0.0 and top_probability(logits) < p_min:
             return None
+        if self.draft_margins is not None:
+            top2 = np.partition(logits, -2)[-2:]
+            self.draft_margins.append(float(top2[1] - top2[0]))
         if self.guide is not None:  # under a grammar: the likeliest candidate it allows
             k = min(GUIDE_CANDIDATES, self._n_vocab)
             candidates = np.argpartition(logits, -k)[-k:]

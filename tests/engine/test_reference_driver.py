@@ -180,3 +180,14 @@ def test_a_cut_driver_log_is_parsed_as_far_as_it_goes():
     rounds, unbudgeted, replays = reference.parse_rounds(log, n_predict=10)
     assert rounds == [reference.Round(0, 1, 2, (12, 14), 15), reference.Round(2, 0, 1, (16,), None)]
     assert unbudgeted == [] and replays == 1
+
+
+def test_a_draft_may_differ_from_the_drivers_only_at_a_numeric_tie_past_what_was_accepted():
+    theirs = reference.DriverRun([reference.Round(0, 1, 3, (5, 6, 9), 7)], [], 0, 3, 1, 4, 1.0)
+
+    def ours(drafts, margins):
+        return [reference.Round(0, 1, 3, drafts, 7, margins)]
+
+    assert not reference.round_differences(ours((5, 6, 36), (2.0, 1.0, 0.002)), theirs)  # a tie, not accepted
+    assert reference.round_differences(ours((5, 6, 36), (2.0, 1.0, 0.5)), theirs)  # a clear choice: a difference
+    assert reference.round_differences(ours((4, 6, 9), (0.002, 1.0, 1.0)), theirs)  # an accepted draft: never
