@@ -66,7 +66,7 @@ class GenerateRequest:
     messages: tuple[dict[str, Any], ...] | None = None
     # tools the chat template renders (OpenAI's shape); messages may then hold tool calls and results
     tools: tuple[dict[str, Any], ...] | None = None
-    # GBNF the output follows (engine/runtime/grammar.py turns a JSON schema into one)
+    # GBNF the output follows (engine/generation/grammars.py turns a JSON schema into one)
     grammar: str | None = None
     grammar_triggers: tuple[str, ...] = ()  # regular expressions that start a lazy grammar
     logit_bias: tuple[tuple[int, float], ...] = ()
@@ -474,8 +474,7 @@ def generate(
                 if request.record_drafts:
                     drafts_per_round.append(tuple(drafts))
                     if isinstance(drafter, MTPDrafter) and drafter.draft_margins is not None:
-                        draft_margins_per_round.append(tuple(drafter.draft_margins[-len(drafts):]))
-                        drafter.draft_margins.clear()
+                        draft_margins_per_round.append(tuple(drafter.draft_margins))
             if drafter is not None:
                 drafter.accept(accepted, pos0)
             stats.record_round(len(drafts), accepted, drafter.source if drafter is not None else "mtp")

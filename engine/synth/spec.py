@@ -74,6 +74,12 @@ SIZES = {
                   n_expert=8, n_expert_used=2, n_ff_exp=512, dtype="f16"),
 }
 
+# Real vocabularies: Qwen's 151,936 tokens and Gemma's / Step's 262,144. At 4,096 the LM head, the
+# p_min gate and the draft step's costs are unlike any real model's; benchmarks that the adaptive
+# policy and autotune learn from should use these.
+SIZES["bench-152k"] = replace(SIZES["bench"], n_vocab=151_936)
+SIZES["bench-262k"] = replace(SIZES["bench"], n_vocab=262_144)
+
 # Quantized sizes, as users run models (engine/synth/quant.py): tiny ones for tests.
 for _quant in ("q8_0", "q4_0"):
     SIZES[f"bench-{_quant}"] = replace(SIZES["bench"], dtype=_quant)

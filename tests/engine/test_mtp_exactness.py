@@ -206,3 +206,20 @@ def test_folded_catch_up_is_booked_as_catch_up_not_as_draft(monkeypatch):
         assert result.stats.phase_seconds["catch_up"] == session.drafter.seconds["catch_up"]
     finally:
         session.close()
+
+
+def test_the_cheap_p_min_gate_decides_as_the_top_ten_softmax_does_and_leaves_the_row_alone():
+    from engine.speculative.mtp import passes_p_min
+
+    rng = np.random.default_rng(7)
+    decided = 0
+    for n_vocab in (8, 4096, 151_936):
+        for spike in (0.0, 0.5, 1.5, 3.0, 10.0):
+            for p_min in (0.05, 0.3, 0.5, 0.75, 0.95):
+                row = (rng.standard_normal(n_vocab) * 2).astype(np.float32)
+                row[rng.integers(n_vocab)] = row.max() + spike
+                before = row.copy()
+                assert passes_p_min(row, p_min) == (top_probability(row) >= p_min), (n_vocab, spike, p_min)
+                assert np.array_equal(row, before)  # the context's buffer: masked and put back
+                decided += 1
+    assert decided == 75
