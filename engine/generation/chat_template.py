@@ -289,6 +289,10 @@ def _environment(limits: _Limits) -> Any:
     return BoundedEnvironment()
 
 
+# jinja2 filters that return generators; the templates are written for minja, where they return lists
+_LAZY_FILTERS = frozenset({"map", "select", "reject", "selectattr", "rejectattr", "batch", "slice"})
+
+
 def _bounded_filter(name: str, func: Callable[..., Any], limits: _Limits) -> Callable[..., Any]:
     """``func`` with the limits checked on its arguments and its result."""
 
@@ -305,7 +309,10 @@ def _bounded_filter(name: str, func: Callable[..., Any], limits: _Limits) -> Cal
             limits.too_big(_grown_size("join", [sep, items]))
         if name == "replace" and len(args) >= 4:  # (eval_ctx, s, old, new, count=None)
             limits.too_big(_grown_size("replace", [str(args[1]), *args[2:4]]))
-        return limits.check_size(func(*args, **kwargs))
+        result = func(*args, **kwargs)
+        if name in _LAZY_FILTERS:  # a list, as llama.cpp's minja returns: printed, it is the items, not
+            result = list(result)  # "<generator object sync_do_map at 0x…>" (llama-cpp-deepseek-r1 prints one)
+        return limits.check_size(result)
 
     return bounded
 

@@ -7,12 +7,10 @@ the forced-call grammars, compiled and checked by llama.cpp itself.
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import json
 import os
 import random
 import re
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ import pytest
 from engine.errors import TemplateError
 from engine.generation import chat_template
 from engine.generation import tool_calls as tc
+from tests.templates import bundled_templates
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,32 +59,9 @@ def _conversation(calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any
 
 # -- the templates llama.cpp bundles ------------------------------------------------------------
 
-def _build_engine() -> Any:
-    spec = importlib.util.spec_from_file_location("build_engine_for_tool_calls", ROOT / "packaging" / "build_engine.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def bundled() -> dict[str, str]:
-    """llama.cpp's models/templates/*.jinja: from MTP_LLAMA_CPP_SRC (a vendored llama.cpp tree), else
-    from the pinned sdist the engine build keeps. Neither is a failure that says what to do, never a
-    skip: a template the server cannot render must not pass unseen."""
-    given = os.environ.get("MTP_LLAMA_CPP_SRC", "")
-    if given and (Path(given) / "models" / "templates").is_dir():
-        return {p.name: p.read_text(encoding="utf-8") for p in (Path(given) / "models" / "templates").glob("*.jinja")}
-    sdist = _build_engine().cached_sdist()
-    if not sdist.is_file():
-        pytest.fail(f"the pinned llama-cpp-python sdist is not at {sdist}: run packaging/bootstrap.sh once "
-                    f"(it keeps it there), or set MTP_LLAMA_CPP_SRC to a vendored llama.cpp tree")
-    templates = {}
-    with tarfile.open(sdist) as tar:
-        for member in tar:
-            if "/vendor/llama.cpp/models/templates/" in member.name and member.name.endswith(".jinja"):
-                templates[Path(member.name).name] = tar.extractfile(member).read().decode("utf-8")
-    assert len(templates) > 50, f"only {len(templates)} templates in {sdist}"
-    return templates
+    return bundled_templates()
 
 
 # Templates that refuse this conversation for a reason of their own, and the words they say it with.
