@@ -19,9 +19,9 @@ import re
 import pytest
 
 from engine.errors import GrammarError
+from engine.generation import grammars
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
-from engine.generation import grammars
 from engine.speculative.drafter import SpeculativeParams
 from tests.engine.conftest import synth
 

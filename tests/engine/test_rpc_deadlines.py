@@ -23,6 +23,7 @@ from engine.worker import protocol as P
 from engine.worker.client import WorkerClient, WorkerDied
 from tests.fake_rpc import HELLO, read_command, reply
 
+
 class FakeServer:
     """Accepts one client at a time and runs ``script(conn)`` on it, in a thread."""
 

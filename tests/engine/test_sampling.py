@@ -17,7 +17,6 @@ import pytest
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
 from engine.sampling import BALANCED, DEFAULT_PRESET, PRECISE, PRESETS, SamplingParams
-from engine.speculative import identity
 from engine.speculative.settings import SPECULATION_OFF, mtp
 from engine.worker import protocol as P
 from tests.engine.conftest import synth

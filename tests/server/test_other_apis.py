@@ -5,14 +5,13 @@ is the same text through each, and each client's own types, stream parsers and e
 
 from __future__ import annotations
 
+import anthropic
 import httpx
+import ollama
 import openai
 import pytest
 
 from tests.server.conftest import MODEL_ID, start_server
-
-import anthropic
-import ollama
 
 PROMPT = "hello world the"
 MESSAGES = [{"role": "user", "content": PROMPT}]
@@ -59,7 +58,8 @@ def test_anthropic_greedy_reply_matches_openai_chat_and_its_usage_adds_up(claude
 
 def test_anthropic_stream_gives_the_same_text_and_counts(claude, greedy):
     text, _ = greedy
-    with claude.messages.stream(model="claude-haiku-4-5", max_tokens=24, messages=MESSAGES, extra_body=GREEDY) as stream:
+    with claude.messages.stream(model="claude-haiku-4-5", max_tokens=24, messages=MESSAGES,
+                                extra_body=GREEDY) as stream:
         pieces = list(stream.text_stream)
         final = stream.get_final_message()
     assert "".join(pieces) == text == final.content[0].text and len(pieces) > 1

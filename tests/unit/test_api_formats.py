@@ -24,8 +24,6 @@ from engine.server import responses_format as R
 from engine.server.openai_format import ApiError, ParsedRequest
 from engine.server.reply import Reply, TokenLogprob, ToolCall
 
-
-
 MODEL = "synth-glm4moe"
 SERVED = (MODEL, f"{MODEL}.gguf")
 N_CTX = 4096

@@ -116,7 +116,8 @@ def test_a_template_that_prints_a_lone_surrogate_is_a_template_error():
 
 def test_filters_that_jinja2_makes_lazy_give_lists_as_llama_cpps_templates_expect():
     # llama-cpp-deepseek-r1.jinja prints `tools | map(attribute=...)`: jinja2 would print a generator's repr
-    template = "{{ tools | map(attribute='function') | map(attribute='name') }} {{ (tools | selectattr('type') | list) | length }}"
+    template = ("{{ tools | map(attribute='function') | map(attribute='name') }} "
+                "{{ (tools | selectattr('type') | list) | length }}")
     tools = [{"type": "function", "function": {"name": "a"}}, {"type": "function", "function": {"name": "b"}}]
     text = chat_template.render([{"role": "user", "content": "x"}], template, tools=tools).text
     assert text == "['a', 'b'] 2"
