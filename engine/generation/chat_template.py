@@ -107,12 +107,22 @@ class RenderCancelled(Exception):
     """Rendering stopped because the request was cancelled (not an error)."""
 
 
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"  # Qwen3/3.5, QwQ, DeepSeek R1, GLM 4.5+, MiniMax M2, Step 3.5
+
+
 @dataclass(frozen=True)
 class RenderedPrompt:
     text: str
     mode: str  # TEMPLATE or COMPLETION
     # True when the rendered text already starts with BOS, so tokenization must not add another.
     has_bos: bool
+
+    @property
+    def opens_thinking(self) -> bool:
+        """Does the prompt end inside a thinking block its template opened (Qwen3.5's generation
+        prompt ends with ``<think>``)? Then the reply begins with reasoning."""
+        at = self.text.rfind(THINK_OPEN)
+        return self.mode == TEMPLATE and at >= 0 and THINK_CLOSE not in self.text[at:]
 
 
 def _raise(message: str) -> None:
@@ -445,6 +455,7 @@ def render(
     eos_token: str = "",
     tools: list[dict[str, Any]] | None = None,
     add_generation_prompt: bool = True,
+    extra: dict[str, Any] | None = None,
     time_limit_s: float = TIME_LIMIT_S,
     max_chars: int = MAX_CHARS,
     should_stop: Callable[[], bool] = lambda: False,
@@ -458,6 +469,8 @@ def render(
         tools: OpenAI function tools, given to the template as ``tools``. None leaves ``tools``
             undefined, as templates that test ``tools is defined`` expect when there are none.
         add_generation_prompt: end with the text that opens the assistant's turn.
+        extra: more variables for the template (a request's ``chat_template_kwargs``, such as
+            ``enable_thinking``); they cannot replace the ones above.
 
     Raises:
         TemplateError: the template does not compile, fails while rendering,
@@ -479,6 +492,7 @@ def render(
         }
         if tools is not None:
             variables["tools"] = copy.deepcopy(tools)
+        variables = {**copy.deepcopy(extra or {}), **variables}
         text = _collect(compiled.generate(**variables), limits)
     except (TemplateError, RenderCancelled):
         raise

@@ -44,6 +44,7 @@ import numpy as np
 from engine.errors import ContextError
 from engine.generation import chat_template
 from engine.generation.detokenizer import Detokenizer
+from engine.generation.reasoning import ReasoningSplit
 from engine.generation.session import Session
 from engine.generation.stops import StopMatcher
 from engine.runtime import Batch, Sampler, SamplingParams
@@ -73,6 +74,9 @@ class GenerateRequest:
     # -1: none; k >= 0: each generated token's log-probability and its k likeliest alternatives
     logprobs: int = -1
     template: str | None = None  # a chat template in place of the model's
+    template_kwargs: dict[str, Any] | None = None  # more template variables (enable_thinking, …)
+    # hand the text of a <think> block to on_reasoning instead of on_text (engine/generation/reasoning.py)
+    split_reasoning: bool = False
     # under a grammar, the MTP head drafts only what the grammar allows (off: it drafts freely and
     # the target rejects what breaks the grammar; tests and benchmarks compare the two)
     guided_drafts: bool = True
@@ -107,6 +111,7 @@ class GenerateResult:
     # end-of-generation token when that ended the reply
     margins: list[float] = field(default_factory=list)
     stop: str | None = None  # the request's stop string that ended it, when one did
+    reasoning: str = ""  # with split_reasoning: the <think> block's text (``text`` is the answer)
     # with logprobs >= 0: one per token of ``tokens`` (see token_logprobs)
     logprobs: list[dict[str, Any]] = field(default_factory=list)
 
@@ -115,6 +120,8 @@ class GenerateResult:
 # from accepted draft tokens
 TextCallback = Callable[[str, bool], None]
 StatsCallback = Callable[[GenerationStats], None]
+# on_reasoning(text): text of the reply's thinking block (with split_reasoning)
+ReasoningCallback = Callable[[str], None]
 # on_prefill(done, total): prompt tokens decoded so far, of how many
 PrefillCallback = Callable[[int, int], None]
 
@@ -143,6 +150,13 @@ def render_prompt(session: Session, request: GenerateRequest,
         TemplateError: the chat template failed or passed its limits.
         chat_template.RenderCancelled: ``should_stop`` said so while rendering.
     """
+    tokens, mode, _ = _render(session, request, should_stop)
+    return tokens, mode
+
+
+def _render(session: Session, request: GenerateRequest,
+            should_stop: Callable[[], bool]) -> tuple[list[int], str, bool]:
+    """As :func:`render_prompt`, and whether the prompt ends inside a thinking block it opened."""
     model = session.model
     n_ctx = session.target.n_ctx
     if request.messages is not None:
@@ -152,20 +166,25 @@ def render_prompt(session: Session, request: GenerateRequest,
             list(request.messages), request.template or session.facts.chat_template,
             bos_token=bos, eos_token=model.token_text(model.eos),
             max_chars=max(max_prompt_chars(n_ctx), chat_template.MAX_CHARS), should_stop=should_stop,
-            tools=list(request.tools) if request.tools else None,
+            tools=list(request.tools) if request.tools else None, extra=request.template_kwargs,
         )
         check_prompt_chars(len(rendered.text), n_ctx)
         tokens = model.tokenize(rendered.text, add_special=not rendered.has_bos, parse_special=True)
-        return tokens, rendered.mode
+        return tokens, rendered.mode, rendered.opens_thinking
     check_prompt_chars(len(request.prompt or ""), n_ctx)
-    return model.tokenize(request.prompt or "", add_special=True, parse_special=True), chat_template.COMPLETION
+    prompt = model.tokenize(request.prompt or "", add_special=True, parse_special=True)
+    return prompt, chat_template.COMPLETION, False
 
 
 class _Output:
     """Turns accepted tokens into visible text; decides when generation ends."""
 
-    def __init__(self, session: Session, request: GenerateRequest, on_text: TextCallback | None) -> None:
+    def __init__(self, session: Session, request: GenerateRequest, on_text: TextCallback | None,
+                 on_reasoning: ReasoningCallback | None = None, opens_thinking: bool = False) -> None:
         self.model = session.model
+        self.split = ReasoningSplit(opens_thinking) if request.split_reasoning else None
+        self.on_reasoning = on_reasoning
+        self.reasoning: list[str] = []
         self.detok = Detokenizer(self.model.piece)
         self.stops = StopMatcher(request.stop)
         self.max_tokens = request.max_tokens
@@ -186,22 +205,30 @@ class _Output:
         self.tokens.append(token)
         if logprob is not None:
             self.logprobs.append(logprob)
-        shown = self.stops.feed(self.detok.push(token))
-        if shown:
-            self.text.append(shown)
-            if self.on_text:
-                self.on_text(shown, from_draft)
+        self._show(self.stops.feed(self.detok.push(token)), from_draft)
         if self.stops.matched is not None:
             self.finish = "stop"
         elif len(self.tokens) >= self.max_tokens:
             self.finish = "length"
 
+    def _show(self, shown: str, from_draft: bool, last: bool = False) -> None:
+        pieces = [(shown, False)] if self.split is None else self.split.feed(shown)
+        if last and self.split is not None:
+            pieces += self.split.flush()
+        for text, reasoning in pieces:
+            if not text:
+                continue
+            if reasoning:
+                self.reasoning.append(text)
+                if self.on_reasoning:
+                    self.on_reasoning(text)
+            else:
+                self.text.append(text)
+                if self.on_text:
+                    self.on_text(text, from_draft)
+
     def close(self) -> None:
-        tail = self.stops.feed(self.detok.flush()) + self.stops.flush()
-        if tail:
-            self.text.append(tail)
-            if self.on_text:
-                self.on_text(tail, False)
+        self._show(self.stops.feed(self.detok.flush()) + self.stops.flush(), False, last=True)
 
 
 def accepts_draft(k: int, sampled: int, drafts: list[int], is_eog: Callable[[int], bool]) -> bool:
@@ -322,6 +349,7 @@ def generate(
     on_stats: StatsCallback | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     on_prefill: PrefillCallback | None = None,
+    on_reasoning: ReasoningCallback | None = None,
 ) -> GenerateResult:
     """Run one generation to its end; see the module docstring for the steps.
 
@@ -362,7 +390,7 @@ def generate(
     try:
         if should_stop():  # cancelled while it waited: not even the prompt is worth reading
             raise chat_template.RenderCancelled()
-        tokens, prompt_mode = render_prompt(session, request, should_stop)
+        tokens, prompt_mode, opens_thinking = _render(session, request, should_stop)
     except chat_template.RenderCancelled:
         templated = request.messages is not None and bool(request.template or session.facts.chat_template)
         return _ended_early(stats, "cancelled", chat_template.TEMPLATE if templated else chat_template.COMPLETION,
@@ -377,7 +405,7 @@ def generate(
     stats.prompt_tokens = len(tokens)
     if request.max_tokens <= 0:  # nothing to generate: not even the first sampled token
         return _ended_early(stats, "length", prompt_mode, on_stats)
-    out = _Output(session, request, on_text)
+    out = _Output(session, request, on_text, on_reasoning, opens_thinking)
     sampler = Sampler(request.sampling, session.model.n_vocab, target.n_ctx, vocab=session.model.vocab,
                       grammar=request.grammar, grammar_triggers=request.grammar_triggers,
                       logit_bias=dict(request.logit_bias))
@@ -533,4 +561,5 @@ def generate(
         margins=out.margins,
         logprobs=out.logprobs,
         stop=out.stops.matched,
+        reasoning="".join(out.reasoning),
     )

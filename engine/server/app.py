@@ -345,7 +345,8 @@ class Api:
                 yield wire
             async for piece in self.pieces(gen, plan, first):
                 wires = stream.finish(piece) if isinstance(piece, Reply) else \
-                    [wire for text in piece for wire in stream.text(text)]
+                    [wire for text, reasoning in piece for wire in (stream.reasoning(text) if reasoning
+                                                                    else stream.text(text))]
                 yield "".join(wires)
         except F.ApiError as err:  # the engine's error or the timeout, once the stream has begun
             for wire in stream.error(err):
@@ -495,12 +496,14 @@ class Api:
         return plans.reply(plan, self.served_ids()[0], out.text, out.finish,
                            prompt_tokens=stats.prompt_tokens if stats else 0, completion_tokens=out.n_tokens,
                            cached_tokens=stats.prompt_reused if stats else 0, logprobs=out.logprobs,
-                           stop=out.stop, extras=self._extras(gen, plan))
+                           stop=out.stop, reasoning=out.reasoning, extras=self._extras(gen, plan))
 
-    async def pieces(self, gen: Generation, plan: plans.Plan, first: P.Event) -> AsyncIterator[list[str] | Reply]:
-        """A running generation as content deltas (tool-call markup held back), then its :class:`Reply`.
-        Deltas come in lists: all that arrived since the last, one per token event, so a stream writes
-        them in one go but still as one chunk per token. The caller's ``finally`` calls :meth:`settle`.
+    async def pieces(self, gen: Generation, plan: plans.Plan,
+                     first: P.Event) -> AsyncIterator[list[tuple[str, bool]] | Reply]:
+        """A running generation as deltas ``(text, is_reasoning)`` (tool-call markup held back from the
+        answer), then its :class:`Reply`. Deltas come in lists: all that arrived since the last, one per
+        token event, so a stream writes them in one go but still as one chunk per token. The caller's
+        ``finally`` calls :meth:`settle`.
 
         Raises:
             ApiError: the engine's error or the timeout, once the stream has begun.
@@ -509,8 +512,9 @@ class Api:
         events = [first]
         while True:
             # everything that has arrived goes out in one write: fewer wake-ups under load
-            visible = [shown.feed(ev.text) for ev in events if isinstance(ev, P.TokenEvent) and ev.text]
-            visible = [text for text in visible if text]
+            visible = [(ev.text, True) if ev.reasoning else (shown.feed(ev.text), False)
+                       for ev in events if isinstance(ev, P.TokenEvent) and ev.text]
+            visible = [(text, reasoning) for text, reasoning in visible if text]
             if visible:
                 yield visible
             if gen.finished:
@@ -521,7 +525,7 @@ class Api:
         final = self.reply(gen, plan)
         rest = shown.rest(final)
         if rest:
-            yield [rest]
+            yield [(rest, False)]
         yield final
 
     @staticmethod
@@ -571,7 +575,8 @@ class Api:
                 if isinstance(piece, Reply):
                     final = piece
                 else:
-                    yield "".join(_sse_data(chunk(text, None)) for text in piece)
+                    yield "".join(_sse_data(chunk(None, None, delta={"reasoning_content": text}) if reasoning
+                                            else chunk(text, None)) for text, reasoning in piece)
             assert final is not None
             if final.tool_calls:
                 calls = [{"index": i, **call} for i, call in enumerate(F.tool_call_objects(final.tool_calls))]

@@ -100,6 +100,7 @@ class Outcome:
     notes: tuple[str, ...] = ()
     logprobs: list[P.TokenLogprobs] | None = None
     stop: str | None = None  # the stop string that ended it
+    reasoning: str = ""  # the reply's thinking block (with split_reasoning)
 
 
 class Generation:
@@ -181,7 +182,9 @@ class Generation:
 
     def _note(self, event: P.Event) -> None:
         out = self.outcome
-        if isinstance(event, P.TokenEvent):
+        if isinstance(event, P.TokenEvent) and event.reasoning:
+            out.reasoning += event.text
+        elif isinstance(event, P.TokenEvent):
             out.text += event.text
         elif isinstance(event, P.StatsEvent):
             out.stats = event.stats

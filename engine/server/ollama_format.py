@@ -26,8 +26,10 @@ Request rules:
   ignored, as Ollama ignores options its runner does not use.
 - ``tools`` are OpenAI-shaped already (``{"type": "function", "function": {…}}``).
 - ``logprobs`` / ``top_logprobs``: the chosen tokens' log-probabilities (and k alternatives).
-- ``keep_alive``, ``think``, ``truncate``, ``shift``, ``speculative`` (our extension) and unknown
-  fields are accepted and ignored (``speculative`` is used).
+- ``think: false`` sets the template's ``enable_thinking`` to false (Qwen3's templates read it); the text
+  of a thinking block comes back as ``thinking``.
+- ``keep_alive``, ``truncate``, ``shift``, ``speculative`` (our extension) and unknown fields are
+  accepted and ignored (``speculative`` is used).
 - Model names: any ``model`` is served by the loaded model, unless ``strict_model`` (then an unknown
   one is 404 ``model '…' not found``, Ollama's words; ``name:latest`` matches ``name``).
 
@@ -153,7 +155,9 @@ def _request(body: dict[str, Any], model: str, n_ctx: int, *, prompt: str | None
                          max_tokens=_num_predict(options, n_ctx), stop=_stop(options),
                          speculative=speculative_from(body.get("speculative")), stream=stream,
                          include_usage=stream, tools=tools or None, json_schema=_format(body.get("format")),
-                         logprobs=_logprobs(body))
+                         logprobs=_logprobs(body),
+                         # think: false asks a thinking model not to think (Qwen3's templates read enable_thinking)
+                         template_kwargs={"enable_thinking": False} if body.get("think") is False else None)
 
 
 def _sampling_options(options: dict[str, Any]) -> dict[str, Any]:

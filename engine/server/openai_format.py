@@ -54,8 +54,7 @@ _INERT = {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "p
 # llama-server's fields that change nothing here: the cache is always used (prefix reuse), one slot,
 # timings always sent; those that name a sampler are accepted only at the value that turns it off.
 LLAMA_SERVER_INERT = {"cache_prompt", "id_slot", "timings_per_token", "return_progress", "n_keep", "n_indent",
-                      "t_max_prompt_ms", "samplers", "post_sampling_probs", "return_tokens", "n_cmpl",
-                      "chat_template_kwargs", "reasoning_format", "add_generation_prompt"}
+                      "t_max_prompt_ms", "samplers", "post_sampling_probs", "return_tokens", "n_cmpl"}
 # Refused unless absent or at the value that means "off".
 _OFF_VALUES: dict[str, tuple[Any, ...]] = {
     "best_of": (None, 1), "echo": (False, None), "suffix": (None, ""), "audio": (None,),
@@ -71,7 +70,7 @@ _SAMPLING = {"temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty
 _COMMON = {"model", "stream", "stream_options", "max_tokens", "stop", "speculative", "n", "logit_bias",
            "logprobs", "grammar", "json_schema"} | _SAMPLING
 _TOOLS = {"tools", "tool_choice", "functions", "function_call", "response_format", "top_logprobs",
-          "max_completion_tokens"}
+          "max_completion_tokens", "chat_template_kwargs", "reasoning_format"}
 CHAT_FIELDS = _COMMON | {"messages"} | _TOOLS | _INERT | LLAMA_SERVER_INERT | set(_OFF_VALUES)
 COMPLETION_FIELDS = _COMMON | {"prompt"} | _INERT | LLAMA_SERVER_INERT | set(_OFF_VALUES)
 
@@ -118,6 +117,8 @@ class ParsedRequest:
     logprobs: int | None = None  # None: none; k: the chosen token's and k alternatives
     logit_bias: dict[int, float] = field(default_factory=dict)
     n: int = 1
+    template_kwargs: dict[str, Any] | None = None  # chat_template_kwargs (enable_thinking, …)
+    split_reasoning: bool = True  # a <think> block's text apart from the answer (reasoning_format "none": not)
 
 
 # -- checking -------------------------------------------------------------------
@@ -442,6 +443,22 @@ def _logit_bias(body: dict[str, Any]) -> dict[int, float]:
     return out
 
 
+def _template_kwargs(body: dict[str, Any]) -> dict[str, Any] | None:
+    value = body.get("chat_template_kwargs")
+    if value is not None and not isinstance(value, dict):
+        raise bad("chat_template_kwargs", "'chat_template_kwargs' must be an object of template variables",
+                  "invalid_type")
+    return value or None
+
+
+def _split_reasoning(body: dict[str, Any]) -> bool:
+    """llama-server's ``reasoning_format``: ``none`` leaves a <think> block in the content."""
+    value = body.get("reasoning_format", "auto")
+    if value not in ("auto", "deepseek", "deepseek-legacy", "none", None):
+        raise bad("reasoning_format", "'reasoning_format' must be auto, deepseek or none")
+    return value != "none"
+
+
 def _n(body: dict[str, Any], stream: bool) -> int:
     n = _integer(body, "n", 1) or 1
     if not 1 <= n <= MAX_N:
@@ -467,7 +484,8 @@ def parse_chat(body: Any, served: tuple[str, ...], n_ctx: int, strict_model: boo
                          stop=_stop(body), speculative=speculative_from(body.get("speculative")),
                          stream=stream, include_usage=include_usage, tools=tools, tool_choice=tool_choice,
                          json_schema=schema, grammar=grammar, logprobs=_logprobs(body, chat=True),
-                         logit_bias=_logit_bias(body), n=_n(body, stream))
+                         logit_bias=_logit_bias(body), n=_n(body, stream), template_kwargs=_template_kwargs(body),
+                         split_reasoning=_split_reasoning(body))
 
 
 def parse_completion(body: Any, served: tuple[str, ...], n_ctx: int, strict_model: bool = False) -> ParsedRequest:

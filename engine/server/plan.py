@@ -72,8 +72,11 @@ def make(parsed: ParsedRequest, model: P.ModelInfo, default: SpeculativeSettings
             raise bad("response_format", str(exc)) from None
     family = None
     notes: tuple[str, ...] = ()
-    if template is not None and parsed.messages is not None:
-        fields["template"] = template
+    if parsed.messages is not None:  # a chat: the template's variables, its thinking block apart
+        fields["template_kwargs"] = parsed.template_kwargs
+        fields["split_reasoning"] = parsed.split_reasoning
+        if template is not None:
+            fields["template"] = template
     if parsed.tools and parsed.tool_choice != "none":
         family = (tool_calls.family_of(template) if template is not None else model.tool_syntax) or GENERIC_FAMILY
         fields["tools"] = parsed.tools
@@ -100,17 +103,21 @@ def logprobs_of(done: list[P.TokenLogprobs] | None) -> tuple[TokenLogprob, ...] 
 
 def reply(plan: Plan, model_id: str, text: str, finish: str, *, prompt_tokens: int, completion_tokens: int,
           cached_tokens: int, logprobs: list[P.TokenLogprobs] | None = None, stop: str | None = None,
-          extras: dict[str, Any] | None = None) -> Reply:
+          reasoning: str = "", extras: dict[str, Any] | None = None) -> Reply:
     """The API-neutral answer: the text split into content and tool calls when tools were offered."""
     content, calls = text, ()
     if plan.family is not None:
         content, found = tool_calls.parse(plan.family, text, list(plan.tools))
+        if not found and not content.strip() and reasoning:
+            # a call written inside a thinking block the prompt opened and the reply never closed (a
+            # forced call on Qwen3.5 or GLM 4.7, whose generation prompt ends with <think>): it is the call
+            reasoning, found = tool_calls.parse(plan.family, reasoning, list(plan.tools))
         calls = tuple(found)
     if calls and finish == "stop":
         finish = "tool_calls"
     return Reply(model=model_id, content=content, tool_calls=calls, finish=finish, prompt_tokens=prompt_tokens,
                  completion_tokens=completion_tokens, cached_tokens=cached_tokens, logprobs=logprobs_of(logprobs),
-                 stop_sequence=stop, extras=extras or {})
+                 stop_sequence=stop, reasoning=reasoning.strip(), extras=extras or {})
 
 
 class TextFilter:

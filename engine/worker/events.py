@@ -106,6 +106,7 @@ class TokenEvent:
     id: str | None
     text: str  # a UTF-8-complete delta
     draft: bool = False  # it came from accepted draft tokens
+    reasoning: bool = False  # text of the reply's thinking block (requests with split_reasoning)
     type: str = "token"
 
 

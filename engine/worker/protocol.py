@@ -145,6 +145,11 @@ class GenerateRequestMsg:
     # render the messages with this chat template instead of the model's (the server's generic
     # template for a model without one, when tools need a syntax)
     template: str | None = None
+    # more variables for the chat template (a request's chat_template_kwargs, such as enable_thinking)
+    template_kwargs: dict[str, Any] | None = None
+    # send the text of the reply's <think> block as token events marked reasoning (the server's APIs
+    # carry it apart; the app shows the reply as written)
+    split_reasoning: bool = False
     type: str = "generate"
 
     def __post_init__(self) -> None:

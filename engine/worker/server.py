@@ -354,6 +354,8 @@ class Worker:
                              for token, bias in request.logit_bias.items()),
             logprobs=request.logprobs,
             template=request.template,
+            template_kwargs=request.template_kwargs,
+            split_reasoning=request.split_reasoning,
         )
         self.current = request.id
         try:
@@ -363,6 +365,7 @@ class Worker:
                 on_stats=lambda stats: self.out.send(StatsEvent(request.id, stats.snapshot())),
                 should_stop=lambda: self._stopping(request.id),
                 on_prefill=lambda done, total: self.out.send(PrefillEvent(request.id, done, total)),
+                on_reasoning=lambda text: self.out.send(TokenEvent(request.id, text, reasoning=True)),
             )
         finally:
             self.current = None

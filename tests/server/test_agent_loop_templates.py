@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import openai
 import pytest
@@ -29,16 +30,29 @@ RUN = {"type": "function", "function": {
                                   "properties": {"cmd": {"enum": ["pytest", "ls"]}}}}}
 
 
+def serve_with_template(name: str, tmp_path: Path) -> tuple[ServerThread, WorkerLink]:
+    """The synthetic MTP model (heads reading the hidden state) carrying one of llama.cpp's bundled templates."""
+    source = synth("glm4moe", "mixed", reads="hidden", seed=5).path("combined")
+    gguf = G.parse(source).with_kv("tokenizer.chat_template", G.value(G.STRING, bundled_templates()[name]))
+    link = WorkerLink(load_request_for(str(gguf.write(tmp_path / "templated.gguf")), n_ctx=8192, n_threads=1))
+    return start_server(link), link
+
+
 @pytest.fixture(scope="module", params=[("Qwen3.5-4B.jinja", "qwen3_xml"), ("Qwen-Qwen3-0.6B.jinja", "hermes")],
                 ids=["qwen3.5-xml", "qwen3-hermes"])
 def templated(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
     name, family = request.param
-    source = synth("glm4moe", "mixed", reads="hidden", seed=5).path("combined")
-    gguf = G.parse(source).with_kv("tokenizer.chat_template", G.value(G.STRING, bundled_templates()[name]))
-    path = gguf.write(tmp_path_factory.mktemp("templated") / "templated.gguf")
-    link = WorkerLink(load_request_for(str(path), n_ctx=8192, n_threads=1))
-    server: ServerThread = start_server(link)
+    server, link = serve_with_template(name, tmp_path_factory.mktemp("templated"))
     yield server, link, family
+    server.stop()
+    link.close()
+
+
+@pytest.fixture(scope="module")
+def qwen35(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerThread]:
+    """Qwen3.5's template: its generation prompt opens a thinking block (``<think>``)."""
+    server, link = serve_with_template("Qwen3.5-4B.jinja", tmp_path_factory.mktemp("qwen35"))
+    yield server
     server.stop()
     link.close()
 
@@ -70,3 +84,37 @@ def test_the_model_says_its_tool_syntax_and_the_loop_runs_the_same_with_and_with
         if mode == "mtp":
             assert first.model_extra["timings"]["draft_n"] > 0
     assert seen["mtp"] == seen["off"]
+
+
+THOUGHT = 'root ::= "step one" "\\n</think>\\n\\n" "done"'  # a reasoning model's shape, forced by a grammar
+
+
+def test_a_thinking_block_the_template_opened_comes_back_as_reasoning_in_every_api(qwen35):
+    server = qwen35
+    client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0, timeout=300)
+    question = [{"role": "user", "content": "Think, then answer."}]
+    reply = client.chat.completions.create(model=MODEL_ID, messages=question, temperature=0, max_tokens=40,
+                                           extra_body={"grammar": THOUGHT})
+    message = reply.choices[0].message
+    assert message.content == "done" and message.model_extra["reasoning_content"] == "step one"
+    chunks = list(client.chat.completions.create(model=MODEL_ID, messages=question, temperature=0, max_tokens=40,
+                                                 stream=True, extra_body={"grammar": THOUGHT}))
+    deltas = [c.choices[0].delta for c in chunks if c.choices]
+    assert "".join(d.content or "" for d in deltas) == "done"
+    assert "".join((d.model_extra or {}).get("reasoning_content") or "" for d in deltas).strip() == "step one"
+    raw = client.chat.completions.create(model=MODEL_ID, messages=question, temperature=0, max_tokens=40,
+                                         extra_body={"grammar": THOUGHT, "reasoning_format": "none"})
+    assert raw.choices[0].message.content == "step one\n</think>\n\ndone"  # llama-server's "none": as written
+    closed = client.chat.completions.create(  # the template closes the block itself: nothing to split
+        model=MODEL_ID, messages=question, temperature=0, max_tokens=40,
+        extra_body={"grammar": THOUGHT, "chat_template_kwargs": {"enable_thinking": False}})
+    assert closed.usage.prompt_tokens > reply.usage.prompt_tokens
+    assert closed.choices[0].message.content == "step one\n</think>\n\ndone"
+    import anthropic
+
+    claude = anthropic.Anthropic(base_url=server.base_url.removesuffix("/v1"), api_key="x", max_retries=0,
+                                 timeout=300)
+    message = claude.messages.create(model="m", max_tokens=24, messages=question, extra_body={"temperature": 0})
+    # a block never closed within max_tokens: all of it is thinking, the answer is empty
+    assert [b.type for b in message.content] == ["thinking", "text"] and message.stop_reason == "max_tokens"
+    assert message.content[0].thinking and message.content[1].text == ""
