@@ -54,12 +54,23 @@ _SYLLABLES = ("ka", "lo", "mi", "ren", "to", "sa", "vi", "dor", "ne", "pa", "ru"
 def filler_words(n: int) -> list[str]:
     """``n`` distinct readable words: common English first, then made-up ones."""
     words = list(dict.fromkeys(_WORDS))[:n]
+    seen = set(words)
     i = 0
     while len(words) < n:
-        a, b, c = i % 16, (i // 16) % 16, (i // 256) % 16
-        word = _SYLLABLES[a] + _SYLLABLES[b] + (_SYLLABLES[c] if i >= 256 else "")
-        if word not in words:
+        # i's base-16 digits as syllables, two at least: the first 4,096 are the words small
+        # vocabularies always had; real-sized ones (151,936 tokens) go on with longer words
+        digits = [i % 16, (i // 16) % 16]
+        rest = i // 256
+        if i >= 256:
+            digits.append(rest % 16)
+            rest //= 16
+            while rest:
+                digits.append(rest % 16)
+                rest //= 16
+        word = "".join(_SYLLABLES[d] for d in digits)
+        if word not in seen:
             words.append(word)
+            seen.add(word)
         i += 1
     return words
 
