@@ -4,19 +4,25 @@ One app per data folder (:class:`InstanceGuard`): a second one would take
 the first one's streaming reply for one left by a crash and mark it
 interrupted (the store's recovery on open), and both would write the same
 conversations. A second start asks the first to show its window and exits.
+
+A data folder that cannot be written (a full disk, no permission) is no
+second instance and no damaged database: the app says so in a dialog and
+exits, the conversations database untouched (:class:`CannotStart`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import shutil
 import sys
 from pathlib import Path
 
 from PySide6.QtCore import QLockFile, QObject, QTimer, Signal
 from PySide6.QtGui import QIcon
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QMessageBox
 
+from app.chat.store import DiskFull, NotSaved
 from app.engine_client import EngineClient
 from app.hardware_probe import HardwareProbe
 from app.main_window import MainWindow
@@ -27,6 +33,21 @@ from engine.build_record import app_version
 
 ICON = Path(__file__).resolve().parents[1] / "assets" / "icons" / "mtp-studio-256.png"
 ANSWER_TIMEOUT_MS = 3000  # how long a second start waits for the first to answer
+
+
+NO_ROOM_BYTES = 1 << 20  # less free space than this is a full disk for the app (SQLite's index alone takes 32 KiB)
+
+
+def no_room(folder: Path) -> bool:
+    """Whether ``folder``'s disk is (as good as) full for this user; SQLite reports some full disks as I/O errors."""
+    try:
+        return shutil.disk_usage(folder).free < NO_ROOM_BYTES
+    except OSError:
+        return False
+
+
+class CannotStart(RuntimeError):
+    """The data folder cannot be written (a full disk, no permission); the message says what to do."""
 
 
 class AlreadyRunning(RuntimeError):
@@ -63,9 +84,22 @@ class InstanceGuard(QObject):
         return "mtp-studio-" + hashlib.sha256(str(data_dir.resolve()).encode()).hexdigest()[:16]
 
     def acquire(self) -> None:
-        """Take the data folder, or raise :class:`AlreadyRunning` having touched nothing in it."""
+        """Take the data folder, or raise :class:`AlreadyRunning` having touched nothing in it.
+
+        Raises:
+            AlreadyRunning: another app holds the lock.
+            CannotStart: the lock file cannot be written (a full disk, a read-only folder).
+        """
         if not self._lock.tryLock(0):
-            raise AlreadyRunning(f"MTP Studio is already running with the data folder {self.data_dir}.")
+            if self._lock.error() == QLockFile.LockError.LockFailedError:
+                raise AlreadyRunning(f"MTP Studio is already running with the data folder {self.data_dir}.")
+            full = no_room(self.data_dir)
+            why = ("its disk is full" if full else
+                   "permission denied" if self._lock.error() == QLockFile.LockError.PermissionError
+                   else "it cannot be written")
+            raise CannotStart(f"MTP Studio cannot write to its data folder {self.data_dir} ({why}). "
+                              + ("Free some space on that disk and start MTP Studio again." if full else
+                                 "Make the folder writable and start MTP Studio again."))
         name = self.server_name(self.data_dir)
         QLocalServer.removeServer(name)  # a socket a crashed holder left; the lock says none is live
         self._server = QLocalServer(self)
@@ -99,6 +133,7 @@ class Services:
 
     Raises:
         AlreadyRunning: another app holds the data folder; nothing was opened.
+        CannotStart: the data folder cannot be written; nothing in it was changed.
     """
 
     def __init__(self) -> None:
@@ -107,7 +142,13 @@ class Services:
         self.instance.acquire()
         # a damaged file of either kind is set aside or reset, never a reason not to start
         self.settings, notices = Settings.read()
-        self.store, store_notices = open_store(paths.data_dir() / "conversations.sqlite3")
+        try:
+            self.store, store_notices = open_store(paths.data_dir() / "conversations.sqlite3")
+        except NotSaved as exc:  # a full disk: the database is sound, and kept as it is
+            self.instance.release()
+            why = "its disk is full" if isinstance(exc, DiskFull) or no_room(paths.data_dir()) else str(exc)
+            raise CannotStart(f"MTP Studio cannot open its conversations in {paths.data_dir()} ({why}). "
+                              "Free some space on that disk and start MTP Studio again.") from exc
         self.notices = [*notices, *store_notices]
         self.client = EngineClient()
         # One probe for the app: its fingerprint keys autotune profiles, and
@@ -132,7 +173,8 @@ class Services:
     def shutdown(self) -> None:
         self.probe.stop()
         self.client.stop()
-        self.settings.save()
+        self.window.chat.saver.flush()  # one more try for a reply that waited for the disk
+        self.settings.try_save()  # the window's close already told the user what is not saved
         self.store.close()
         self.instance.release()
 
@@ -159,6 +201,10 @@ def run(argv: list[str], smoke: bool = False) -> int:
         services = Services()
     except AlreadyRunning as exc:
         return hand_over(exc)
+    except CannotStart as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        QMessageBox.critical(None, "MTP Studio cannot start", str(exc))
+        return 1
     services.start()
     if smoke:
         from app.smoke import SmokeTest

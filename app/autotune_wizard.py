@@ -357,7 +357,7 @@ class AutotuneWizard(QWizard):
             if result is not None and result.threads:  # measured here: the next load uses them
                 self.settings.n_threads = result.threads
                 self.settings.n_threads_draft = result.threads_draft
-            self.settings.save()
+            self.settings.try_save()  # on a full disk: kept in memory, saved at quit
         super().accept()
 
     def reject(self) -> None:

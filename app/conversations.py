@@ -6,6 +6,10 @@ Chats that share a title are told apart by their date and model in the list.
 Deleting asks first (a conversation cannot be brought back). Export starts in
 the user's Documents folder and offers Markdown, JSON and plain text; the
 chosen filter decides the format.
+
+On a full disk nothing here raises: a new chat or a delete is refused with a
+status-bar message that says to free space, and a rename asks again with
+what was typed and why (the same for a title that is not valid text).
 """
 
 from __future__ import annotations
@@ -40,7 +44,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.chat.controller import ChatController
-from app.chat.store import Conversation, ConversationStore
+from app.chat.reply_saver import refusal
+from app.chat.store import Conversation, ConversationStore, NotSaved
+from app.text_check import is_text, not_text_notice
 
 Index = QModelIndex | QPersistentModelIndex
 # export formats: the save dialog's filter -> the format, which is also the file's extension
@@ -163,26 +169,48 @@ class ConversationController(QObject):
             return
         open_id = self.chat.conversation_id
         if open_id is None or self.store.messages(open_id):
-            self.chat.new_conversation()
+            try:
+                self.chat.new_conversation()
+            except NotSaved as exc:
+                self.sig_message.emit(refusal(exc, "no new chat was started. Free some space and try again."),
+                                      10000)
+                return
         if self.sidebar.search.text():
             self.sidebar.search.clear()  # a search would hide the new chat from the list
         self.refresh()
         self.sig_opened.emit()
 
-    def ensure_conversation(self) -> int:
-        """The open conversation's id, creating one if none is open."""
+    def ensure_conversation(self) -> int | None:
+        """The open conversation's id, creating one if none is open; None (and a message) when the disk
+        refused the new one."""
         if self.chat.conversation_id is None:
-            self.chat.new_conversation()
+            try:
+                self.chat.new_conversation()
+            except NotSaved as exc:
+                self.sig_message.emit(refusal(exc, "no chat could be started. Free some space and try again."),
+                                      10000)
+                return None
             self.refresh()
-        assert self.chat.conversation_id is not None
         return self.chat.conversation_id
 
     def rename(self, conv_id: int) -> None:
-        title, ok = QInputDialog.getText(self.sidebar, "Rename conversation", "Title:",
-                                         text=self.store.get(conv_id).title)
-        if ok and title.strip():
-            self.store.update(conv_id, title=title.strip())
+        """Ask for a title; one that cannot be stored is asked for again, as typed, with the reason."""
+        title, why = self.store.get(conv_id).title, ""
+        while True:
+            title, ok = QInputDialog.getText(self.sidebar, "Rename conversation",
+                                             f"{why}\n\nTitle:" if why else "Title:", text=title)
+            if not ok or not title.strip():
+                return
+            if not is_text(title):
+                why = not_text_notice("Title")
+                continue
+            try:
+                self.store.update(conv_id, title=title.strip())
+            except NotSaved as exc:
+                why = refusal(exc, "the new title was not saved. Free some space and press OK again, or Cancel.")
+                continue
             self.refresh()
+            return
 
     def ask_delete(self, conv_id: int) -> None:
         """Delete after the user says yes: there is no bringing a conversation back."""
@@ -194,17 +222,24 @@ class ConversationController(QObject):
             self.sidebar, "Delete conversation",
             f"Delete “{title}” and all its messages? This cannot be undone.",
             QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
-        if answer == QMessageBox.StandardButton.Yes:
-            self.delete(conv_id)
+        if answer == QMessageBox.StandardButton.Yes and self.delete(conv_id):
             self.sig_message.emit(f"Deleted “{title}”.", 4000)
 
-    def delete(self, conv_id: int) -> None:
+    def delete(self, conv_id: int) -> bool:
+        """Delete a conversation; False (with a message when the disk refused) when it is still there."""
         if self.chat.busy and conv_id == self.chat.conversation_id:
-            return
-        self.store.delete(conv_id)
+            return False
+        try:
+            self.store.delete(conv_id)
+        except NotSaved as exc:
+            title = self.store.get(conv_id).title
+            self.sig_message.emit(refusal(exc, f"“{title}” was not deleted. Free some space and delete it again."),
+                                  10000)
+            return False
         if conv_id == self.chat.conversation_id:
             self.chat.close_conversation()
         self.refresh()
+        return True
 
     def export(self, fmt: str, conv_id: int | None = None) -> None:
         conv_id = conv_id if conv_id is not None else self.chat.conversation_id
@@ -238,7 +273,10 @@ class ConversationController(QObject):
 
     def _note_model(self) -> None:
         if self._model_name and self.chat.conversation_id is not None:
-            self.store.update(self.chat.conversation_id, model=self._model_name)
+            try:
+                self.store.update(self.chat.conversation_id, model=self._model_name)
+            except NotSaved:  # a label in the list; the chat's next reply writes it again
+                pass
 
     def _select(self, conversation_id: int) -> None:
         row = self.model.row_of(conversation_id)

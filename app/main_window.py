@@ -3,6 +3,11 @@ statistics on the right, engine state in the status bar.
 
 It builds the widgets and controllers and wires them; what happens lives in
 them (conversations, chat, model loading, engine status).
+
+Closing the window is the last chance to save: a reply still waiting for disk
+space is written once more, and so are the preferences; if the disk still
+refuses, a dialog says what would be lost and offers Retry (after freeing
+space), Quit without saving, or Cancel (the app stays open and keeps retrying).
 """
 
 from __future__ import annotations
@@ -11,12 +16,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
-from PySide6.QtWidgets import QCheckBox, QMainWindow, QMenu, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QMainWindow,
+    QMenu,
+    QMessageBox,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.chat.chat_pane import ChatPane
 from app.chat.controller import ChatController
+from app.chat.reply_saver import refusal
 from app.chat.stats_panel import StatsPanel
-from app.chat.store import ConversationStore
+from app.chat.store import ConversationStore, DiskFull, NotSaved
 from app.chat.transcript import TranscriptView
 from app.conversations import ConversationController, ConversationListModel, ConversationSidebar
 from app.engine_client import EngineClient
@@ -181,11 +196,23 @@ class MainWindow(QMainWindow):
     def open_chat_settings(self) -> None:
         from app.chat.chat_settings import ChatSettingsDialog
 
-        conv = self.store.get(self.conversation_list.ensure_conversation())
+        conv_id = self.conversation_list.ensure_conversation()
+        if conv_id is None:  # the disk refused a new chat; the status bar says so
+            return
+        conv = self.store.get(conv_id)
+
+        def save(values: dict[str, object], system_prompt: str) -> str:
+            try:
+                self.store.update(conv.id, settings=values, system_prompt=system_prompt)
+            except NotSaved as exc:
+                return refusal(exc, "these settings were not saved. Free some space and press OK again, "
+                                    "or Cancel to leave them as they were.")
+            return ""
+
         dialog = ChatSettingsDialog(asdict(self.chat.chat_values()), conv.system_prompt, self.client.max_draft, self,
-                                    auto=self.chat.profile_speculative, auto_speedup=self.chat.profile_speedup)
-        if dialog.exec():
-            self.store.update(conv.id, settings=dialog.values(), system_prompt=dialog.system_prompt.toPlainText())
+                                    auto=self.chat.profile_speculative, auto_speedup=self.chat.profile_speedup,
+                                    save=save)
+        dialog.exec()  # OK saves (and stays open while it cannot)
 
     def open_autotune(self) -> None:
         from app.autotune_wizard import AutotuneWizard
@@ -204,14 +231,48 @@ class MainWindow(QMainWindow):
         if dialog.exec():
             reload_needed = dialog.apply()
             apply_theme(self)  # a new theme shows now, not after a restart
-            self.settings.save()
+            problem = self.settings.try_save()
+            if problem:
+                self._message(f"Your preferences apply now but could not be saved: {problem}. "
+                              "Free some space; closing MTP Studio tries again.", 15000)
             if reload_needed:
                 self.models.load()
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        save_window_state(self)
+        if not self.save_before_closing():
+            event.ignore()
+            return
         if self.chat.busy:
             self.chat.stop()
         self.models_page.shutdown()
-        save_window_state(self)
-        self.settings.save()
         event.accept()
+
+    def save_before_closing(self) -> bool:
+        """Write what waits for the disk; True when all of it is written or the user chose to lose it."""
+        while True:
+            lost = []
+            if not self.chat.saver.flush():
+                exc = self.chat.saver.error
+                why = "the disk is full" if isinstance(exc, DiskFull) else str(exc)
+                lost.append(f"• a reply ({self.chat.saver.waiting_chars():,} characters): {why} "
+                            f"({self.store.path.parent})")
+            problem = self.settings.try_save()
+            if problem:
+                lost.append(f"• your preferences: {problem}")
+            if not lost:
+                return True
+            box = QMessageBox(QMessageBox.Icon.Warning, "Not saved",
+                              "This is not saved yet and is lost if MTP Studio quits now:\n\n" + "\n".join(lost)
+                              + "\n\nFree some space on that disk, then choose Retry. Cancel keeps MTP Studio "
+                                "open (a reply is saved by itself once there is room).", parent=self)
+            retry = box.addButton("Retry", QMessageBox.ButtonRole.AcceptRole)
+            give_up = box.addButton("Quit without saving", QMessageBox.ButtonRole.DestructiveRole)
+            box.addButton("Cancel", QMessageBox.ButtonRole.RejectRole)
+            box.setDefaultButton(retry)
+            box.exec()
+            if box.clickedButton() is give_up:
+                self.chat.saver.discard()
+                return True
+            if box.clickedButton() is not retry:
+                return False

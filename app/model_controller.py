@@ -203,7 +203,7 @@ class ModelController(QObject):
         if choice.path:
             recent = [choice.path] + [p for p in self.settings.recent_models if p != choice.path]
             self.settings.recent_models[:] = recent[:RECENT_MODELS]
-        self.settings.save()
+        self.settings.try_save()  # on a full disk: kept in memory, saved at quit
 
     def _on_error(self, ev: ErrorEvent) -> None:
         if not is_load_error(ev):
@@ -224,7 +224,7 @@ class ModelController(QObject):
         good = self._good
         if good is not None and good != LoadChoice.from_settings(self.settings):
             good.apply_to(self.settings)
-            self.settings.save()
+            self.settings.try_save()  # on a full disk: kept in memory, saved at quit
 
     def _show_failure(self, message: str) -> None:
         """Say what failed, what is loaded now, and offer the two ways on (not blocking: see open_sheet)."""

@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
 from app import background
 from app.server_link import ChatEngineLink
 from app.settings import Settings
+from app.text_check import is_text, not_text_notice
 from engine.server import api_key
 from engine.server.config import ConfigError, ServerConfig, is_loopback
 from engine.server.metrics import Metrics, RequestRecord
@@ -144,6 +145,9 @@ class ServerPanel(QDialog):
 
     def start(self) -> bool:
         host, port = self.host.currentText().strip(), self.port.value()
+        if not (is_text(host) and host.isprintable()):  # the socket call would raise TypeError inside Qt
+            self.status.setText(f"Not started: {not_text_notice('Address')}")
+            return False
         needs_key = self.require_key.isChecked() or not is_loopback(host)
         if needs_key and not self._key:
             self.new_key()
@@ -157,7 +161,7 @@ class ServerPanel(QDialog):
             return False
         self.settings.server_host, self.settings.server_port = host, port
         self.settings.server_require_key = self.require_key.isChecked()
-        self.settings.save()
+        self.settings.try_save()  # on a full disk: kept in memory, saved at quit
         self._update()
         self.sig_running.emit(True)
         return True

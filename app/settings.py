@@ -1,7 +1,9 @@
 """User settings, persisted as JSON in the config folder (platformdirs).
 
 Writes are atomic (temporary file + rename), so a crash never leaves a
-half-written settings file. An unreadable file falls back to defaults and is
+half-written settings file. A write the disk refuses (full, read-only) does
+not raise: :meth:`Settings.try_save` says why, the settings stay in use in
+memory, and closing the window tries again and tells the user. An unreadable file falls back to defaults and is
 kept aside under a name of its own (``settings.unreadable-<time>.json``); a
 field of the wrong type or out of range takes its default alone. Either way
 :meth:`Settings.read` returns a notice for the user.
@@ -14,6 +16,7 @@ preset, since those values were never a choice.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -120,10 +123,28 @@ class Settings:
         return cls(**values), notices
 
     def save(self) -> None:
+        """Write the settings file.
+
+        Raises:
+            OSError: it could not be written (the file as it was is kept).
+        """
         path = self.path()
         tmp = path.with_suffix(".json.partial")
-        tmp.write_text(json.dumps(dataclasses.asdict(self), indent=2))
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(json.dumps(dataclasses.asdict(self), indent=2))
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()  # a partial file would take what room is left
+            raise
+
+    def try_save(self) -> str:
+        """Write the settings file; why it could not be written ("" when it was)."""
+        try:
+            self.save()
+        except OSError as exc:
+            return f"{exc.strerror or exc} ({self.path()})"
+        return ""
 
 
 def _set_aside(path: Path, why: str) -> str:

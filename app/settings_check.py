@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from app.text_check import is_text
 from engine.sampling import MAX_SEED, PRESETS
 from engine.speculative.settings import MAX_DRAFT
 
@@ -39,12 +40,12 @@ def acceptable(key: str, value: Any, default: Any) -> bool:
         return not (isinstance(value, float) and not math.isfinite(value)) and low <= value <= high
     if key in CHOICES:
         return value in CHOICES[key]
-    if isinstance(value, str):
-        return _unicode(value)
+    if isinstance(value, str):  # a lone surrogate from a "\ud800" escape is not text
+        return is_text(value)
     if isinstance(value, list):
-        return all(isinstance(item, str) and _unicode(item) for item in value)
+        return all(isinstance(item, str) and is_text(item) for item in value)
     if isinstance(value, dict):
-        return all(isinstance(k, str) and isinstance(v, str) and _unicode(v) for k, v in value.items())
+        return all(isinstance(k, str) and isinstance(v, str) and is_text(v) for k, v in value.items())
     return True
 
 
@@ -58,10 +59,3 @@ def same_type(value: Any, default: Any) -> bool:
         return isinstance(value, int | float)
     return isinstance(value, type(default))
 
-
-def _unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate from a "\ud800" escape
-        return False
-    return True

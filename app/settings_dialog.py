@@ -1,4 +1,7 @@
-"""Preferences: engine, sampling and speculative defaults, and the theme."""
+"""Preferences: engine, sampling and speculative defaults, and the theme.
+
+OK checks the text fields first: one that is not valid text (a lone
+surrogate) keeps the dialog open, with what was typed and the field named."""
 
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from PySide6.QtWidgets import (
 
 from app.reply_fields import KEYS, ReplyFields
 from app.settings import Settings
+from app.text_check import first_not_text, not_text_notice
+from app.theme import palette_for
 from engine.hardware import default_threads, physical_cores
 from engine.speculative.settings import SpeculativeSettings
 
@@ -65,10 +70,24 @@ class SettingsDialog(QDialog):
         form.addRow("Theme", self.theme)
         self.reply = ReplyFields(form, {k: getattr(settings, k) for k in KEYS}, max_draft, auto, auto_speedup)
         form.addRow("System prompt for new chats", self.system_prompt)
+        self.problem = QLabel()  # why OK did not close the dialog
+        self.problem.setWordWrap(True)
+        self.problem.setStyleSheet(f"color:{palette_for('system').bad};")
+        self.problem.hide()
+        form.addRow(self.problem)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
+
+    def accept(self) -> None:
+        bad = first_not_text({"Remote devices (RPC)": self.rpc_servers.text(),
+                              "System prompt for new chats": self.system_prompt.toPlainText()})
+        if bad is not None:  # the dialog stays open with what was typed
+            self.problem.setText(not_text_notice(bad))
+            self.problem.show()
+            return
+        super().accept()
 
     def apply(self) -> bool:
         """Copy the values into the settings; True when the model must be reloaded."""

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from app.chat.store import ConversationStore
+from app.chat.store import ConversationStore, writing
 from app.set_aside import set_aside
 from engine.store.sqlite_salvage import padded_copy, recover_with_cli
 
@@ -58,7 +58,8 @@ def _problem(path: Path) -> str | None:
     except sqlite3.Error as exc:
         return str(exc)
     try:
-        result = db.execute("PRAGMA quick_check(1)").fetchone()[0]
+        with writing():  # reading a WAL database writes its index: a full disk raises NotSaved, not damage
+            result = db.execute("PRAGMA quick_check(1)").fetchone()[0]
         return None if result == "ok" else f"database disk image is malformed: {result}"
     except sqlite3.Error as exc:
         return str(exc)

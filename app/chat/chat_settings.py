@@ -1,16 +1,23 @@
 """Per-conversation settings: sampling, speculative decoding and the system
 prompt, stored with the conversation. Anything not set falls back to the
-app's preferences (and "auto" to the autotune profile)."""
+app's preferences (and "auto" to the autotune profile).
+
+OK saves before the dialog closes: a system prompt that is not valid text, or
+a disk that refuses the write, keeps the dialog open with what was typed and
+a line that says why."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QPlainTextEdit, QWidget
+from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLabel, QPlainTextEdit, QWidget
 
 from app.reply_fields import KEYS, SAMPLING_KEYS, ReplyFields
 from app.settings import Settings
+from app.text_check import is_text, not_text_notice
+from app.theme import palette_for
 from engine.sampling import RANDOM_SEED
 from engine.speculative.settings import SpeculativeSettings
 
@@ -49,14 +56,22 @@ def effective(global_settings: Settings, chat: dict[str, Any]) -> ReplyValues:
 class ChatSettingsDialog(QDialog):
     def __init__(self, values: dict[str, Any], system_prompt: str, max_draft: int,
                  parent: QWidget | None = None, auto: SpeculativeSettings | None = None,
-                 auto_speedup: float | None = None) -> None:
+                 auto_speedup: float | None = None,
+                 save: Callable[[dict[str, Any], str], str] | None = None) -> None:
+        """``save(values, system_prompt)``: store them; returns why it could not ("" when it did)."""
         super().__init__(parent)
+        self._save = save
         self.setWindowTitle("This chat's settings")
         form = QFormLayout(self)
         self.reply = ReplyFields(form, values, max_draft, auto, auto_speedup)
         self.system_prompt = QPlainTextEdit(system_prompt)
         self.system_prompt.setFixedHeight(80)
         form.addRow("System prompt", self.system_prompt)
+        self.problem = QLabel()  # why OK did not close the dialog
+        self.problem.setWordWrap(True)
+        self.problem.setStyleSheet(f"color:{palette_for('system').bad};")
+        self.problem.hide()
+        form.addRow(self.problem)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -64,3 +79,14 @@ class ChatSettingsDialog(QDialog):
 
     def values(self) -> dict[str, Any]:
         return self.reply.values()
+
+    def accept(self) -> None:
+        prompt = self.system_prompt.toPlainText()
+        problem = "" if is_text(prompt) else not_text_notice("System prompt")
+        if not problem and self._save is not None:
+            problem = self._save(self.values(), prompt)
+        if problem:  # the dialog stays open with what was typed
+            self.problem.setText(problem)
+            self.problem.show()
+            return
+        super().accept()

@@ -19,6 +19,12 @@ A model change clears the figures of the previous model.
 The reply is saved through a :class:`ReplySaver`: on a full disk it stays in
 memory and on screen, the chat says it is not saved, the reply still ends
 (the chat is never left busy), and the saver writes it once there is room.
+The chat's other writes are refused on a full disk before anything changes
+on screen or is asked of the engine, with a status-bar message that says what
+was not done: a message (or an edit) stays in the composer, Regenerate and a
+version switch keep the reply shown. A message and its empty reply row are
+written together (``ConversationStore.add_turn``), and an edit replaces the
+old exchange in that same write, so neither is ever half done.
 """
 
 from __future__ import annotations
@@ -29,12 +35,13 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, Signal
 
 from app.chat.chat_settings import ReplyValues, effective
-from app.chat.reply_saver import ReplySaver
+from app.chat.reply_saver import ReplySaver, refusal
 from app.chat.stats_panel import StatsPanel
-from app.chat.store import ConversationStore, DiskFull, Message, NotSaved
+from app.chat.store import ConversationStore, Message, NotSaved
 from app.chat.transcript import ShownMessage, TranscriptView
 from app.engine_client import EngineClient
 from app.settings import Settings
+from app.text_check import is_text
 from engine.speculative.settings import ADAPTIVE, MODES, MTP, SPECULATION_OFF, SpeculativeSettings
 from engine.speculative.stats import StatsSnapshot
 from engine.worker.events import DoneEvent, ErrorEvent, PrefillEvent, StatsEvent, TokenEvent, stats_from_json
@@ -159,8 +166,12 @@ class ChatController(QObject):
         self.conversation_id = conversation_id
         self._cut = None
         self.sig_context_notice.emit("")
-        shown = [ShownMessage(m.role, m.content, m.status, stats_from_json(m.stats), id=m.id, version=m.version,
-                              version_count=m.version_count) for m in self.store.messages(conversation_id)]
+        shown = []
+        for m in self.store.messages(conversation_id):
+            waiting = self.saver.waiting_for(m.id)  # a reply the disk has not taken yet shows as it is in memory
+            shown.append(ShownMessage(m.role, waiting.get("content", m.content), waiting.get("status", m.status),
+                                      stats_from_json(waiting.get("stats", m.stats)), id=m.id, version=m.version,
+                                      version_count=m.version_count))
         self.transcript.set_messages(shown)
         last = next((m.stats for m in reversed(shown) if m.stats), None)
         self.stats_panel.reset()
@@ -189,26 +200,39 @@ class ChatController(QObject):
     # -- a turn -----------------------------------------------------------------
     def send(self, text: str) -> bool:
         """Store the user's message and ask the engine for a reply."""
+        return self._send(text)
+
+    def _send(self, text: str, replace_from: int | None = None) -> bool:
+        """Store ``text`` (in place of message ``replace_from`` and what followed it) and ask for a reply.
+
+        False, with the reason on the status bar, when nothing was stored or asked: the caller
+        keeps the text (it stays in the composer)."""
         text = text.strip()
         if not text or self.busy:
             return False
-        if not _is_unicode(text):  # SQLite and the worker's pipe would both refuse it, inside Qt
+        if not is_text(text):  # SQLite and the worker's pipe would both refuse it, inside Qt
             self.sig_notice.emit("The message holds a character that is not valid text (a lone surrogate, "
                                  "as a broken paste can leave): remove it and send again.")
             return False
         try:
+            self.saver.write_waiting()  # a reply still waiting for the disk goes first
             if self.conversation_id is None:
                 self.new_conversation()
             assert self.conversation_id is not None
-            if not self.store.messages(self.conversation_id):
-                self.store.update(self.conversation_id, title=_title_from(text))
-            self.store.add_message(self.conversation_id, "user", text)
+            earlier = [m for m in self.store.messages(self.conversation_id)
+                       if replace_from is None or m.id < replace_from]
+            user, reply = self.store.add_turn(self.conversation_id, text, replace_from=replace_from,
+                                              title=None if earlier else _title_from(text))
         except NotSaved as exc:  # the message stays in the composer; nothing was sent
-            what = "The disk is full" if isinstance(exc, DiskFull) else f"Not saved: {exc}"
-            self.sig_notice.emit(f"{what}: the message was not sent. Free some space and send it again.")
+            self.sig_notice.emit(refusal(exc, "the message was not sent. Free some space and send it again."))
             return False
-        self.transcript.messages.append(ShownMessage("user", text))
-        self._request_reply()
+        if replace_from is not None:
+            self.open(self.conversation_id)  # the edited exchange is gone; the new message shows
+            if self.transcript.messages and self.transcript.messages[-1].id == reply.id:
+                self.transcript.messages.pop()  # its reply row shows as it streams, below
+        else:
+            self.transcript.messages.append(ShownMessage("user", text, id=user.id))
+        self._start_reply(reply)
         return True
 
     def regenerate(self) -> None:
@@ -216,11 +240,20 @@ class ChatController(QObject):
         if self.busy or self.conversation_id is None:
             return
         msgs = self.store.messages(self.conversation_id)
-        if msgs and msgs[-1].role == "assistant":
+        if not msgs:
+            return
+        again = msgs[-1].role == "assistant"
+        try:
+            self.saver.write_waiting()  # the reply shown must be on disk before it becomes an earlier version
+            reply = (self.store.new_version(msgs[-1].id) if again
+                     else self.store.add_message(self.conversation_id, "assistant", "", status="streaming"))
+        except NotSaved as exc:
+            self.sig_notice.emit(refusal(exc, "no new reply was asked for, and the one shown is kept. "
+                                              "Free some space and press Regenerate again."))
+            return
+        if again:
             self.transcript.messages.pop()
-            self._request_reply(again=msgs[-1].id)
-        elif msgs:
-            self._request_reply()
+        self._start_reply(reply)
 
     def last_user_message(self) -> Message | None:
         """The message "Edit last" edits; nothing changes until the edit is sent."""
@@ -229,22 +262,28 @@ class ChatController(QObject):
         return next((m for m in reversed(self.store.messages(self.conversation_id)) if m.role == "user"), None)
 
     def send_edited(self, message_id: int, text: str) -> bool:
-        """Replace the edited message (and what followed it) by ``text``, and ask for a reply."""
+        """Replace the edited message (and what followed it) by ``text``, and ask for a reply.
+
+        Refused (False, the exchange kept as it was) when ``text`` cannot be sent or stored."""
         if not text.strip() or self.busy or self.conversation_id is None:
             return False
         last = self.last_user_message()
         if last is None or last.id != message_id:  # another chat was opened meanwhile: a new message
             return self.send(text)
-        self.store.delete_from(self.conversation_id, message_id)
-        self.open(self.conversation_id)
-        return self.send(text)
+        return self._send(text, replace_from=message_id)
 
     def show_version(self, index: int, step: int) -> None:
         """Show the previous (``step`` -1) or next (+1) version of the reply at transcript position ``index``."""
         shown = self.transcript.messages[index] if 0 <= index < len(self.transcript.messages) else None
         if self.busy or shown is None or shown.id is None:
             return
-        m = self.store.select_version(shown.id, shown.version + step)
+        try:
+            self.saver.write_waiting()  # the shown version's newest text goes into the versions first
+            m = self.store.select_version(shown.id, shown.version + step)
+        except NotSaved as exc:  # the version shown is the one stored: nothing changes
+            self.sig_notice.emit(refusal(exc, "the other version was not shown (the version shown is saved with "
+                                              "the chat). Free some space and try again."))
+            return
         shown.content, shown.status, shown.stats = m.content, m.status, stats_from_json(m.stats)
         shown.version, shown.version_count, shown.segments = m.version, m.version_count, []
         self.transcript.rerender()
@@ -279,22 +318,21 @@ class ChatController(QObject):
             self.sig_notice.emit(f"The speculative settings are not valid ({exc}); this reply decodes plainly.")
             return SPECULATION_OFF
 
-    def _request_reply(self, again: int | None = None) -> None:
-        """Ask for a reply to the conversation; ``again``: a new version of that reply (Regenerate)."""
+    def _start_reply(self, reply: Message) -> None:
+        """Ask for ``reply`` (its row is stored, empty and ``streaming``) from the conversation before it."""
         assert self.conversation_id is not None
         conv = self.store.get(self.conversation_id)
-        history = [m for m in self.store.messages(self.conversation_id) if m.content and m.id != again]
+        history = [m for m in self.store.messages(self.conversation_id) if m.content and m.id != reply.id]
         self.turn = Turn(conv.system_prompt, history)
         if self._cut is not None:
             self.turn.start_at(self._cut)
         self._stopping = False
         self.stats_panel.reset()
-        self._ask()
-        self.reply = (self.store.new_version(again) if again is not None
-                      else self.store.add_message(self.conversation_id, "assistant", "", status="streaming"))
+        self.reply = reply
         self._reply_text = ""
         self._last_save = time.monotonic()
-        self.transcript.begin_reply(self.reply.id, self.reply.version, self.reply.version_count)
+        self._ask()
+        self.transcript.begin_reply(reply.id, reply.version, reply.version_count)
         self.sig_reply_started.emit()
 
     def _ask(self) -> None:
@@ -396,15 +434,6 @@ class ChatController(QObject):
         self.reply = None
         self.turn = None
         self.sig_reply_finished.emit(status)
-
-
-def _is_unicode(text: str) -> bool:
-    """Whether ``text`` can be written as UTF-8 (a lone surrogate cannot)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _title_from(text: str) -> str:

@@ -15,10 +15,16 @@ when opened (:meth:`ConversationStore._migrate`); nothing is rewritten.
 Text goes in through :func:`storable`: a Python ``str`` may hold lone UTF-16
 surrogates (a paste, a ``\\udc80``-style escape in JSON) that SQLite's UTF-8 cannot
 hold, and a message must never be lost for one odd character.
+Text comes out through :func:`_decoded`: bytes that are not UTF-8 in a row
+(written by another tool, or by hand) read as U+FFFD instead of raising.
 
-A write the disk cannot take (full, or failing) raises :class:`NotSaved`
-(:class:`DiskFull` for a full one) instead of SQLite's own error: the caller
-keeps what it meant to write and tries again later (``app/chat/reply_saver.py``).
+Every write the disk cannot take (full, or failing) raises :class:`NotSaved`
+(:class:`DiskFull` for a full one) instead of SQLite's own error, and leaves
+the database as it was: the caller keeps what it meant to write and tries
+again later (``app/chat/reply_saver.py``) or tells the user what was not done.
+A turn's two rows (the message and its empty reply, after what an edit
+replaces) are written in one transaction, so a full disk never leaves a
+message without its reply row or an edit half done.
 """
 
 from __future__ import annotations
@@ -75,7 +81,7 @@ class DiskFull(NotSaved):
 
 
 @contextmanager
-def _writing() -> Iterator[None]:
+def writing() -> Iterator[None]:
     """Translate SQLite's errors for a write the disk refused into :class:`NotSaved`.
 
     SQLite rolls the statement back itself, so nothing half-written is left and
@@ -131,15 +137,37 @@ class ConversationStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(str(path), isolation_level=None)  # autocommit; explicit transactions
         self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA foreign_keys=ON")
-        self.db.executescript(SCHEMA)
-        self._migrate()
-        self.recovered = self.mark_streaming_interrupted()
+        self.db.text_factory = _decoded  # a row whose text is not UTF-8 reads, with U+FFFD, instead of raising
+        try:
+            with writing():  # a full disk is not a damaged file: NotSaved, never set aside as unreadable
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=NORMAL")
+                self.db.execute("PRAGMA foreign_keys=ON")
+                self.db.executescript(SCHEMA)
+                self._migrate()
+        except BaseException:
+            self.db.close()
+            raise
+        try:
+            self.recovered = self.mark_streaming_interrupted()
+        except NotSaved:  # a full disk at start: those replies are marked at a later start
+            self.recovered = 0
 
     def close(self) -> None:
         self.db.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """Several writes as one: all of them, or (on :class:`NotSaved` or any error) none."""
+        with writing():
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+                self.db.execute("COMMIT")
+            except BaseException:
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
+                raise
 
     def _migrate(self) -> None:
         """Bring a database written by an older version up to :data:`SCHEMA_VERSION`, in place."""
@@ -161,7 +189,7 @@ class ConversationStore:
     def create(self, title: str = "New chat", system_prompt: str = "",
                settings: dict[str, Any] | None = None) -> Conversation:
         now = time.time()
-        with _writing():
+        with writing():
             cur = self.db.execute(
                 "INSERT INTO conversations(title, system_prompt, settings, created, updated) VALUES (?,?,?,?,?)",
                 (storable(title), storable(system_prompt), json.dumps(settings or {}), now, now),
@@ -200,11 +228,12 @@ class ConversationStore:
         if settings is not None:
             fields.append("settings=?")
             values.append(json.dumps(settings))
-        with _writing():
+        with writing():
             self.db.execute(f"UPDATE conversations SET {', '.join(fields)} WHERE id=?", (*values, conversation_id))
 
     def delete(self, conversation_id: int) -> None:
-        self.db.execute("DELETE FROM conversations WHERE id=?", (conversation_id,))
+        with writing():
+            self.db.execute("DELETE FROM conversations WHERE id=?", (conversation_id,))
 
     # -- messages -------------------------------------------------------------
     def messages(self, conversation_id: int) -> list[Message]:
@@ -214,7 +243,7 @@ class ConversationStore:
 
     def add_message(self, conversation_id: int, role: str, content: str, status: str = "complete") -> Message:
         now = time.time()
-        with _writing():
+        with writing():
             cur = self.db.execute(
                 "INSERT INTO messages(conversation_id, role, content, status, created) VALUES (?,?,?,?,?)",
                 (conversation_id, role, storable(content), status, now),
@@ -237,12 +266,33 @@ class ConversationStore:
             fields.append("stats=?")
             values.append(json.dumps(stats))
         if fields:
-            with _writing():
+            with writing():
                 self.db.execute(f"UPDATE messages SET {', '.join(fields)} WHERE id=?", (*values, message_id))
 
-    def delete_from(self, conversation_id: int, message_id: int) -> None:
-        """Delete ``message_id`` and everything after it (regenerate, edit and resend)."""
-        self.db.execute("DELETE FROM messages WHERE conversation_id=? AND id>=?", (conversation_id, message_id))
+    def add_turn(self, conversation_id: int, text: str, *, title: str | None = None,
+                 replace_from: int | None = None) -> tuple[Message, Message]:
+        """The user's message and its empty ``streaming`` reply, written together (both or neither).
+
+        ``title``: the conversation's new title (its first message); ``replace_from``: an edit,
+        that message and everything after it deleted in the same transaction.
+
+        Returns:
+            The user's message and the reply's row.
+        """
+        now = time.time()
+        with self._transaction():
+            if replace_from is not None:
+                self.db.execute("DELETE FROM messages WHERE conversation_id=? AND id>=?",
+                                (conversation_id, replace_from))
+            if title is not None:
+                self.db.execute("UPDATE conversations SET title=? WHERE id=?", (storable(title), conversation_id))
+            ids = [self.db.execute(
+                "INSERT INTO messages(conversation_id, role, content, status, created) VALUES (?,?,?,?,?)",
+                (conversation_id, role, content, status, now)).lastrowid
+                for role, content, status in (("user", storable(text), "complete"), ("assistant", "", "streaming"))]
+            self.db.execute("UPDATE conversations SET updated=? WHERE id=?", (now, conversation_id))
+        user, reply = (self.message(int(i or 0)) for i in ids)
+        return user, reply
 
     def message(self, message_id: int) -> Message:
         row = self.db.execute("SELECT * FROM messages WHERE id=?", (message_id,)).fetchone()
@@ -261,8 +311,9 @@ class ConversationStore:
         if not row["content"]:  # nothing came (an error, an empty stop): nothing worth keeping
             versions.pop(min(row["version"], len(versions) - 1))
         versions.append({"content": "", "status": "streaming", "stats": None, "created": now})
-        self.db.execute("UPDATE messages SET content='', status='streaming', stats=NULL, created=?, versions=?, "
-                        "version=? WHERE id=?", (now, json.dumps(versions), len(versions) - 1, message_id))
+        with writing():
+            self.db.execute("UPDATE messages SET content='', status='streaming', stats=NULL, created=?, versions=?, "
+                            "version=? WHERE id=?", (now, json.dumps(versions), len(versions) - 1, message_id))
         return self.message(message_id)
 
     def select_version(self, message_id: int, index: int) -> Message:
@@ -274,13 +325,15 @@ class ConversationStore:
         index = max(0, min(index, len(versions) - 1))
         chosen = versions[index]
         stats = json.dumps(chosen["stats"]) if chosen.get("stats") is not None else None
-        self.db.execute("UPDATE messages SET content=?, status=?, stats=?, created=?, versions=?, version=? "
-                        "WHERE id=?", (chosen["content"], chosen["status"], stats, chosen["created"],
-                                       json.dumps(versions) if len(versions) > 1 else "[]", index, message_id))
+        with writing():
+            self.db.execute("UPDATE messages SET content=?, status=?, stats=?, created=?, versions=?, version=? "
+                            "WHERE id=?", (chosen["content"], chosen["status"], stats, chosen["created"],
+                                           json.dumps(versions) if len(versions) > 1 else "[]", index, message_id))
         return self.message(message_id)
 
     def mark_streaming_interrupted(self) -> int:
-        cur = self.db.execute("UPDATE messages SET status='interrupted' WHERE status='streaming'")
+        with writing():
+            cur = self.db.execute("UPDATE messages SET status='interrupted' WHERE status='streaming'")
         return cur.rowcount
 
     # -- export -------------------------------------------------------------
@@ -322,6 +375,12 @@ class ConversationStore:
             note = "" if m.status == "complete" else f" ({m.status})"
             lines += [f"{names.get(m.role, m.role)}{note}:", m.content, ""]
         return "\n".join(lines)
+
+
+def _decoded(raw: bytes) -> str:
+    """A TEXT value as Python reads it: UTF-8, each byte that is not UTF-8 read as U+FFFD (a hand-edited or
+    foreign-written row; SQLite stores whatever bytes it is given)."""
+    return raw.decode("utf-8", "replace")
 
 
 def _json(text: object, kind: type, default: Any) -> Any:

@@ -204,3 +204,30 @@ def test_a_second_unreadable_settings_file_never_overwrites_the_first(qtbot, fol
         services.store.close()
     kept = sorted(p.read_text() for p in config.iterdir() if SETTINGS_ASIDE.search(p.name))
     assert kept == ["[1]", "[2]", "[3]"]
+
+
+def test_text_in_the_database_that_is_not_utf8_reads_with_replacement_characters(qtbot, folders):
+    # a hand-edited or foreign-written row: SQLite keeps the bytes, and Python's driver used to raise on
+    # reading them, so the app did not start (issue 31, "Unicode in files")
+    data, _ = folders
+    db = data / "conversations.sqlite3"
+    fill(db, conversations=2)
+    raw = sqlite3.connect(str(db))
+    raw.execute("UPDATE conversations SET title=CAST(X'5269766572ff' AS TEXT), "
+                "system_prompt=CAST(X'4265ff' AS TEXT) WHERE title='chat 0'")
+    raw.execute("UPDATE messages SET content=CAST(X'68c3' AS TEXT) WHERE id=1")
+    raw.commit()
+    raw.close()
+    services = start(qtbot)
+    try:
+        titles = {c.title for c in services.store.list()}
+        assert titles == {"River\ufffd", "chat 1"}
+        bad = next(c for c in services.store.list() if c.title == "River\ufffd")
+        assert bad.system_prompt == "Be\ufffd"
+        assert services.store.messages(bad.id)[0].content == "h\ufffd"
+        services.window.chat.open(bad.id)
+        assert services.window.chat.transcript.messages[0].content == "h\ufffd"
+        assert "River" in services.store.export_markdown(bad.id)
+        assert notice(services) == ""  # the file is sound: nothing set aside
+    finally:
+        services.shutdown()
