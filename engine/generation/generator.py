@@ -55,6 +55,9 @@ from engine.speculative.settings import MAX_DRAFT, SPECULATION_OFF, SpeculativeS
 from engine.speculative.stats import GenerationStats
 
 STATS_INTERVAL_S = 0.25
+# A request's grammar behind a thinking block the prompt opened: the rule the sampler starts from
+AFTER_THINKING_ROOT = "mtp-studio-after-thinking"
+AFTER_THINKING = f'\n{AFTER_THINKING_ROOT} ::= "</think>" [\\n]{{0,2}} root\n'
 # A prompt longer than this many characters per context token cannot fit (real
 # tokenizers average 2-5 characters a token); refusing it before tokenizing
 # spares a 100 MB prompt a minute of uncancellable tokenization.
@@ -70,6 +73,9 @@ class GenerateRequest:
     # GBNF the output follows (engine/generation/grammars.py turns a JSON schema into one)
     grammar: str | None = None
     grammar_triggers: tuple[str, ...] = ()  # regular expressions that start a lazy grammar
+    # the grammar holds the answer, not a thinking block the prompt opened (a JSON schema, a forced tool
+    # call); False: it holds the whole reply (a raw GBNF grammar, as llama-server applies one)
+    grammar_after_thinking: bool = True
     logit_bias: tuple[tuple[int, float], ...] = ()
     # -1: none; k >= 0: each generated token's log-probability and its k likeliest alternatives
     logprobs: int = -1
@@ -406,8 +412,13 @@ def generate(
     if request.max_tokens <= 0:  # nothing to generate: not even the first sampled token
         return _ended_early(stats, "length", prompt_mode, on_stats)
     out = _Output(session, request, on_text, on_reasoning, opens_thinking)
+    grammar, triggers, root = request.grammar, request.grammar_triggers, "root"
+    if grammar is not None and not triggers and opens_thinking and request.grammar_after_thinking:
+        # the prompt opened a thinking block: the model thinks freely, and the grammar (a JSON schema, a
+        # forced tool call) holds the answer from its closing tag on (a lazy grammar triggered there)
+        grammar, triggers, root = grammar + AFTER_THINKING, (chat_template.THINK_CLOSE,), AFTER_THINKING_ROOT
     sampler = Sampler(request.sampling, session.model.n_vocab, target.n_ctx, vocab=session.model.vocab,
-                      grammar=request.grammar, grammar_triggers=request.grammar_triggers,
+                      grammar=grammar, grammar_triggers=triggers, grammar_root=root,
                       logit_bias=dict(request.logit_bias))
     sampler.accept_prompt(tokens)
     batch = Batch(max(target.n_batch, MAX_DRAFT + 1))

@@ -40,7 +40,7 @@ class Sampler:
     """
 
     def __init__(self, params: SamplingParams, n_vocab: int = 0, n_ctx: int = 0, *, vocab: Any = None,
-                 grammar: str | None = None, grammar_triggers: Sequence[str] = (),
+                 grammar: str | None = None, grammar_triggers: Sequence[str] = (), grammar_root: str = "root",
                  logit_bias: dict[int, float] | None = None) -> None:
         """``grammar`` (GBNF, root rule ``root``) needs the model's ``vocab``; with
         ``grammar_triggers`` (regular expressions) it is *lazy*: the output is free until one of
@@ -65,10 +65,10 @@ class Sampler:
         if grammar is not None:
             if grammar_triggers:
                 patterns = (ctypes.c_char_p * len(grammar_triggers))(*(t.encode("utf-8") for t in grammar_triggers))
-                stage = lib.llama_sampler_init_grammar_lazy_patterns(vocab, grammar.encode("utf-8"), b"root",
-                                                                     patterns, len(grammar_triggers), None, 0)
+                stage = lib.llama_sampler_init_grammar_lazy_patterns(
+                    vocab, grammar.encode("utf-8"), grammar_root.encode(), patterns, len(grammar_triggers), None, 0)
             else:
-                stage = lib.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), b"root")
+                stage = lib.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), grammar_root.encode())
             if not stage:
                 detail = "; ".join(native.recent_log(3)) or "no message from llama.cpp"
                 self.close()

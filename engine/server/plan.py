@@ -64,7 +64,9 @@ def make(parsed: ParsedRequest, model: P.ModelInfo, default: SpeculativeSettings
                                   stop=parsed.stop, speculative=speculative, **sampling,
                                   logit_bias={str(t): b for t, b in parsed.logit_bias.items()},
                                   logprobs=-1 if parsed.logprobs is None else parsed.logprobs,
-                                  grammar=parsed.grammar)
+                                  grammar=parsed.grammar,
+                                  # a raw GBNF grammar holds the whole reply, as llama-server applies one
+                                  grammar_after_thinking=parsed.grammar is None)
     if parsed.json_schema is not None:
         try:
             fields["grammar"] = grammars.from_json_schema(parsed.json_schema)

@@ -137,6 +137,8 @@ class GenerateRequestMsg:
     # regular expressions: with any, the grammar is lazy (free output until one matches, constrained from
     # the match on; a tool call the model begins is then well formed)
     grammar_triggers: list[str] = field(default_factory=list)
+    # false: the grammar holds the whole reply, even a thinking block the prompt opened (a raw grammar)
+    grammar_after_thinking: bool = True
     # added to a token's logit before sampling, token id (as text, as OpenAI sends it) -> bias;
     # -100 or less bans the token
     logit_bias: dict[str, float] = field(default_factory=dict)

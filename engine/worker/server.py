@@ -350,6 +350,7 @@ class Worker:
             tools=tuple(request.tools) if request.tools else None,
             grammar=request.grammar,
             grammar_triggers=tuple(request.grammar_triggers),
+            grammar_after_thinking=request.grammar_after_thinking,
             logit_bias=tuple((int(token), bias if bias > -100 else float("-inf"))
                              for token, bias in request.logit_bias.items()),
             logprobs=request.logprobs,

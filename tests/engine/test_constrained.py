@@ -149,3 +149,25 @@ def test_a_lazy_grammar_leaves_the_text_free_until_its_trigger_then_holds_it(ses
     for n_max in (1, 3):
         assert run(session, n_max, max_tokens=60, grammar=gbnf, grammar_triggers=(re.escape(trigger),)).tokens \
             == plain.tokens
+
+
+def test_a_grammar_waits_for_the_end_of_a_thinking_block_the_prompt_opened(session):
+    # Qwen3.5's generation prompt ends inside <think>: a JSON schema or a forced tool call must hold the
+    # answer, not the reasoning, so the grammar starts at </think> (a lazy grammar triggered there)
+    thinking = "{% for m in messages %}{{ m['content'] }}{% endfor %} answer:<think>\n"
+    closed = "{% for m in messages %}{{ m['content'] }}{% endfor %} answer:<think></think>"
+    messages = ({"role": "user", "content": PROMPT},)
+    grammar = 'root ::= "x" "y"'
+    free = run(session, None, prompt=None, messages=messages, template=thinking, split_reasoning=True,
+               max_tokens=24)
+    raw = run(session, None, prompt=None, messages=messages, template=thinking, split_reasoning=True,
+              max_tokens=24, grammar=grammar, grammar_after_thinking=False)
+    assert raw.reasoning == "xy" and raw.finish_reason == "stop"  # a raw grammar holds the reasoning too
+    held = run(session, None, prompt=None, messages=messages, template=thinking, split_reasoning=True,
+               max_tokens=24, grammar=grammar)
+    assert held.tokens == free.tokens and held.reasoning and not held.text  # thinking is free
+    assert run(session, 3, prompt=None, messages=messages, template=thinking, split_reasoning=True,
+               max_tokens=24, grammar=grammar).tokens == held.tokens
+    answer = run(session, None, prompt=None, messages=messages, template=closed, split_reasoning=True,
+                 max_tokens=24, grammar=grammar)
+    assert answer.text == "xy" and answer.finish_reason == "stop"  # no block open: the grammar holds at once

@@ -64,7 +64,9 @@ def test_the_model_says_its_tool_syntax_and_the_loop_runs_the_same_with_and_with
     question = [{"role": "user", "content": "Write a test file, then run it."}]
     seen = {}
     for mode in ("off", "mtp"):
-        spec = {"speculative": mode}
+        # no thinking block in the prompt: the forced call's grammar holds from the first token (with one, it
+        # waits for </think>, which this synthetic model never writes)
+        spec = {"speculative": mode, "chat_template_kwargs": {"enable_thinking": False}}
         first = client.chat.completions.create(model=MODEL_ID, messages=question, tools=[WRITE, RUN],
                                                tool_choice="required", temperature=0, max_tokens=200,
                                                extra_body=spec)
@@ -118,3 +120,14 @@ def test_a_thinking_block_the_template_opened_comes_back_as_reasoning_in_every_a
     # a block never closed within max_tokens: all of it is thinking, the answer is empty
     assert [b.type for b in message.content] == ["thinking", "text"] and message.stop_reason == "max_tokens"
     assert message.content[0].thinking and message.content[1].text == ""
+
+
+def test_a_forced_call_waits_for_the_end_of_an_opened_thinking_block(qwen35):
+    # Qwen3.5 thinks first: the call's grammar holds from </think> on, so the reasoning is free text (this
+    # synthetic model never closes its block, so no call comes within the limit; a real one does)
+    client = openai.OpenAI(base_url=qwen35.base_url, api_key="x", max_retries=0, timeout=300)
+    reply = client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "Run it."}],
+                                           tools=[RUN], tool_choice="required", temperature=0, max_tokens=24)
+    message = reply.choices[0].message
+    assert not message.tool_calls and reply.choices[0].finish_reason == "length"
+    assert "<tool_call>" not in message.model_extra["reasoning_content"]  # free thinking, not a forced call
