@@ -39,9 +39,10 @@ from engine.server import ollama_format as O
 from engine.server import openai_format as F
 from engine.server import plan as plans
 from engine.server.config import ServerConfig
-from engine.server.engine_link import EngineLink, EngineUnavailable
-from engine.server.generation import Gate, Generation
+from engine.server.engine_link import EngineLink
+from engine.server.generation import Gate, Generation, engine_error
 from engine.server.metrics import Metrics, RequestRecord
+from engine.server.model_routes import ModelRoutes
 from engine.server.reply import Reply
 from engine.server.response_store import ResponseStore
 from engine.worker import protocol as P
@@ -50,23 +51,8 @@ HEALTH_PROBE_TIMEOUT_S = 3.0  # a worker answers a ping from its reader thread i
 # the log's names for refused calls (bounded)
 ROUTES = ("chat/completions", "completions", "models", "metrics", "messages", "messages/count_tokens", "responses",
           "api/chat", "api/generate", "tokenize", "detokenize")
-# worker error kinds that are the request's fault (400); others are the server's (500)
-CLIENT_ERRORS = {"context": "context_length_exceeded", "protocol": "invalid_request", "template": "template_error",
-                 "grammar": "invalid_grammar"}
-
-
 def error_response(err: F.ApiError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
-
-
-def _engine_error(event: P.ErrorEvent | None) -> F.ApiError:
-    if event is None:
-        return F.ApiError(500, "The generation ended with an error.", type_="server_error", code="engine_error")
-    if event.kind in ("worker_died", "no_model"):
-        return F.ApiError(503, event.message, type_="server_error", code="worker_died", headers={"Retry-After": "5"})
-    if event.kind in CLIENT_ERRORS:
-        return F.ApiError(400, event.message, code=CLIENT_ERRORS[event.kind])
-    return F.ApiError(500, event.message, type_="server_error", code=event.kind)
 
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]", "::1")
@@ -135,8 +121,9 @@ class ApiKeyCheck:
         await error_response(err)(scope, receive, send)
 
 
-class Api:
-    """The routes and the state they share (queue, metrics, the engine link)."""
+class Api(ModelRoutes):
+    """The routes and the state they share (queue, metrics, the engine link); the routes that only
+    describe the model or its vocabulary are in :class:`~engine.server.model_routes.ModelRoutes`."""
 
     def __init__(self, link: EngineLink, config: ServerConfig, metrics: Metrics) -> None:
         self.link, self.config, self.metrics = link, config, metrics
@@ -194,66 +181,6 @@ class Api:
                      "size": model.size_bytes, "mtp": model.mtp, "mtp_heads": model.mtp_heads,
                      "max_draft": model.max_draft, "sidecar": model.sidecar,
                      "speculative_default": self.link.default_speculative().to_json()}}]
-
-    async def tokenize(self, request: Request) -> Response:
-        """llama-server's ``/tokenize``: ``{"content", "add_special", "with_pieces"}`` -> ``{"tokens"}``."""
-        try:
-            body = await self._read_json(request)
-            F.check_text(body)
-            content = body.get("content") if isinstance(body, dict) else None
-            if not isinstance(content, str):
-                raise F.bad("content", "'content' must be the text to tokenize", "invalid_type")
-            add_special, pieces = body.get("add_special", False), body.get("with_pieces", False)
-            if not isinstance(add_special, bool) or not isinstance(pieces, bool):
-                raise F.bad("add_special", "'add_special' and 'with_pieces' must be true or false", "invalid_type")
-            answer = await self.tokens(P.TokenizeRequest(id=self.link.new_id(), text=content,
-                                                         add_special=add_special))
-        except F.ApiError as err:
-            return error_response(err)
-        if pieces:
-            return JSONResponse({"tokens": [{"id": t, "piece": p} for t, p in zip(answer.tokens, answer.pieces,
-                                                                                   strict=True)]})
-        return JSONResponse({"tokens": answer.tokens})
-
-    async def detokenize(self, request: Request) -> Response:
-        """llama-server's ``/detokenize``: ``{"tokens": [...]}`` -> ``{"content"}``."""
-        try:
-            body = await self._read_json(request)
-            tokens = body.get("tokens") if isinstance(body, dict) else None
-            if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool)
-                                                       for t in tokens):
-                raise F.bad("tokens", "'tokens' must be a list of token ids", "invalid_type")
-            answer = await self.tokens(P.TokenizeRequest(id=self.link.new_id(), tokens=tokens))
-        except F.ApiError as err:
-            return error_response(err)
-        return JSONResponse({"content": answer.text})
-
-    async def tokens(self, message: P.TokenizeRequest) -> P.TokensEvent:
-        """Ask the worker to tokenize (or detokenize); it answers after the generation it is running.
-
-        Raises:
-            ApiError: no engine (503), a bad token id (400), or no answer before the request timeout (504).
-        """
-        self.loaded()
-        loop = asyncio.get_running_loop()
-        answered: asyncio.Future[P.Event] = loop.create_future()
-
-        def sink(event: P.Event) -> None:
-            if P.is_final(event):
-                loop.call_soon_threadsafe(lambda: answered.done() or answered.set_result(event))
-
-        try:
-            self.link.submit(message, sink)
-        except EngineUnavailable as exc:
-            raise F.ApiError(503, str(exc), code="engine_unavailable", type_="server_error",
-                             headers={"Retry-After": str(self.config.retry_after_s)}) from None
-        try:
-            event = await asyncio.wait_for(answered, self.config.request_timeout_s)
-        except TimeoutError:
-            raise F.ApiError(504, "The engine did not answer in time.", code="timeout", type_="server_error") from None
-        if not isinstance(event, P.TokensEvent):
-            raise _engine_error(event if isinstance(event, P.ErrorEvent) else None)
-        return event
 
     async def metrics_text(self, request: Request) -> Response:
         return PlainTextResponse(self.metrics.prometheus(), media_type="text/plain; version=0.0.4")
@@ -382,48 +309,6 @@ class Api:
             return Response(status_code=499)
         return JSONResponse(A.count_tokens_body(reply.prompt_tokens))
 
-    def _facts(self) -> dict[str, Any]:
-        model = self.loaded()
-        path = Path(model.path)
-        try:
-            modified = path.stat().st_mtime
-        except OSError:
-            modified = 0.0
-        return {"path": model.path, "size": model.size_bytes, "modified": modified,
-                "architecture": model.architecture, "n_params": model.n_params,
-                "quantization": _quantization(model.description)}
-
-    async def ollama_tags(self, request: Request) -> Response:
-        try:
-            return JSONResponse(O.tags_body(self.served_ids()[0], **self._facts()))
-        except F.ApiError as err:
-            return JSONResponse(O.error_body(err), status_code=err.status, headers=err.headers)
-
-    async def ollama_ps(self, request: Request) -> Response:
-        try:
-            return JSONResponse(O.ps_body(self.served_ids()[0], **self._facts(), n_ctx=self.loaded().n_ctx))
-        except F.ApiError as err:
-            return JSONResponse(O.error_body(err), status_code=err.status, headers=err.headers)
-
-    async def ollama_show(self, request: Request) -> Response:
-        try:
-            body = await self._read_json(request)
-            O.parse_show(body, self.served_ids(), strict_model=self.config.strict_model)
-            model, facts = self.loaded(), self._facts()
-        except F.ApiError as err:
-            return JSONResponse(O.error_body(err), status_code=err.status, headers=err.headers)
-        capabilities = ("completion", "tools") if model.has_chat_template or model.tool_syntax else ("completion",)
-        return JSONResponse(O.show_body(architecture=facts["architecture"], n_ctx=model.n_ctx,
-                                        n_params=facts["n_params"], quantization=facts["quantization"],
-                                        modified=facts["modified"], capabilities=capabilities))
-
-    async def ollama_version(self, request: Request) -> Response:
-        return JSONResponse(O.version_body())
-
-    async def root(self, request: Request) -> Response:
-        """``GET /``: Ollama's clients check that something answers here."""
-        return PlainTextResponse("MTP Studio is running (OpenAI, Anthropic and Ollama APIs).")
-
     # -- what every API's routes share ------------------------------------------
     async def begin(self, request: Request, endpoint: str, parsed: F.ParsedRequest,
                     choice: int = 0) -> tuple[Generation, plans.Plan, P.Event] | None:
@@ -483,7 +368,7 @@ class Api:
             gen.record()
             raise
         if gen.outcome.finish == "error":
-            failure = _engine_error(gen.outcome.error)
+            failure = engine_error(gen.outcome.error)
             gen.status = failure.status
             gen.record()
             raise failure
@@ -521,7 +406,7 @@ class Api:
                 break
             events = [await gen.next_event(), *gen.ready_events()]
         if gen.outcome.finish == "error":
-            raise _engine_error(gen.outcome.error)
+            raise engine_error(gen.outcome.error)
         final = self.reply(gen, plan)
         rest = shown.rest(final)
         if rest:
@@ -552,7 +437,7 @@ class Api:
             event = await gen.next_event()
             if isinstance(event, P.TokenEvent) or P.is_final(event):
                 if gen.outcome.error is not None and gen.finished:
-                    raise _engine_error(gen.outcome.error)
+                    raise engine_error(gen.outcome.error)
                 return event
 
     async def _openai_sse(self, endpoint: str, parsed: F.ParsedRequest, gen: Generation, plan: plans.Plan,
@@ -628,12 +513,6 @@ class Api:
     def _reject(self, endpoint: str, err: F.ApiError) -> None:
         self.metrics.record(RequestRecord(when=time.time(), endpoint=endpoint, status=err.status,
                                           outcome="rejected", stream=False))
-
-
-def _quantization(description: str) -> str | None:
-    """The quantization llama.cpp names in a model's description ("glm4moe 1B Q8_0" -> "Q8_0")."""
-    last = description.split()[-1] if description.split() else ""
-    return last if re.fullmatch(r"(I?Q\d\w*|F16|BF16|F32|MXFP4\w*)", last, flags=re.I) else None
 
 
 def _unavailable(message: str) -> JSONResponse:

@@ -262,3 +262,19 @@ class Generation:
             acceptance_rate=stats.acceptance_rate if stats else None,
             speculative=self.speculative.label if self.speculative else "off",
             finish=out.finish if self.finished and self._running else None))
+
+
+# worker error kinds that are the request's fault (400); others are the server's (500)
+CLIENT_ERRORS = {"context": "context_length_exceeded", "protocol": "invalid_request", "template": "template_error",
+                 "grammar": "invalid_grammar"}
+
+
+def engine_error(event: P.ErrorEvent | None) -> ApiError:
+    """An engine's error event as the API error it answers (a request's fault is a 400)."""
+    if event is None:
+        return ApiError(500, "The generation ended with an error.", type_="server_error", code="engine_error")
+    if event.kind in ("worker_died", "no_model"):
+        return ApiError(503, event.message, type_="server_error", code="worker_died", headers={"Retry-After": "5"})
+    if event.kind in CLIENT_ERRORS:
+        return ApiError(400, event.message, code=CLIENT_ERRORS[event.kind])
+    return ApiError(500, event.message, type_="server_error", code=event.kind)
