@@ -46,7 +46,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from engine.sampling import MAX_SEED, RANDOM_SEED
-from engine.server.openai_format import ApiError, ParsedRequest, _sampling, bad, check_text, speculative_from
+from engine.server.openai_format import (
+    ApiError,
+    ParsedRequest,
+    _sampling,
+    bad,
+    check_text,
+    speculative_from,
+    stop_strings,
+)
 from engine.server.reply import Reply, TokenLogprob, arguments_object
 
 OLLAMA_VERSION = "0.13.0"  # the Ollama API level answered by /api/version (clients gate features on it)
@@ -181,15 +189,7 @@ def _num_predict(options: dict[str, Any], n_ctx: int) -> int:
 
 
 def _stop(options: dict[str, Any]) -> list[str]:
-    value = options.get("stop")
-    if value is None:
-        return []
-    stops = [value] if isinstance(value, str) else value
-    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-        raise bad("options.stop", f"options.stop must be a list of strings, not {value!r}", "invalid_type")
-    if len(stops) > MAX_STOPS:
-        raise bad("options.stop", f"options.stop may hold at most {MAX_STOPS} strings, not {len(stops)}")
-    return [s for s in stops if s]
+    return stop_strings(options.get("stop"), "options.stop")
 
 
 def _format(value: Any) -> dict[str, Any] | None:

@@ -159,16 +159,20 @@ def _refuse_unsupported(body: dict[str, Any], allowed: set[str]) -> None:
                       f"leave it out or set it to {shown!r}", "unsupported_parameter")
 
 
-def _stop(body: dict[str, Any]) -> list[str]:
-    value = body.get("stop")
+def stop_strings(value: Any, param: str = "stop") -> list[str]:
+    """A stop field (a string or a list of strings) checked, empty ones left out; ``param`` names it in errors."""
     if value is None:
         return []
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-        raise bad("stop", f"'stop' must be a string or a list of strings, not {value!r}", "invalid_type")
+        raise bad(param, f"'{param}' must be a string or a list of strings, not {value!r}", "invalid_type")
     if len(stops) > MAX_STOPS:
-        raise bad("stop", f"'stop' may hold at most {MAX_STOPS} strings, not {len(stops)}")
+        raise bad(param, f"'{param}' may hold at most {MAX_STOPS} strings, not {len(stops)}")
     return [s for s in stops if s]
+
+
+def _stop(body: dict[str, Any]) -> list[str]:
+    return stop_strings(body.get("stop"))
 
 
 def _stream(body: dict[str, Any]) -> tuple[bool, bool]:
