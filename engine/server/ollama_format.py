@@ -62,7 +62,6 @@ OLLAMA_VERSION = "0.13.0"  # the Ollama API level answered by /api/version (clie
 DEFAULTS: dict[str, Any] = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "repeat_penalty": 1.1,
                             "repeat_last_n": 64, "presence_penalty": 0.0, "frequency_penalty": 0.0}
 _SAMPLING_OPTIONS = (*DEFAULTS, "seed")
-MAX_STOPS = 16
 ROLES = ("system", "user", "assistant", "tool")
 DONE_REASONS = {"stop": "stop", "length": "length", "tool_calls": "stop", "cancelled": "stop"}
 CAPABILITIES = ("completion", "tools")
