@@ -126,6 +126,9 @@ class GenerateResult:
 # from accepted draft tokens
 TextCallback = Callable[[str, bool], None]
 StatsCallback = Callable[[GenerationStats], None]
+# on_text_logprobs(text, from_draft, logprobs): as on_text, with the logprobs of the tokens behind the text
+# (with logprobs >= 0; a stream sends each piece's own)
+TextLogprobsCallback = Callable[[str, bool, list[dict[str, Any]]], None]
 # on_reasoning(text): text of the reply's thinking block (with split_reasoning)
 ReasoningCallback = Callable[[str], None]
 # on_prefill(done, total): prompt tokens decoded so far, of how many
@@ -186,11 +189,15 @@ class _Output:
     """Turns accepted tokens into visible text; decides when generation ends."""
 
     def __init__(self, session: Session, request: GenerateRequest, on_text: TextCallback | None,
-                 on_reasoning: ReasoningCallback | None = None, opens_thinking: bool = False) -> None:
+                 on_reasoning: ReasoningCallback | None = None, opens_thinking: bool = False,
+                 on_text_logprobs: TextLogprobsCallback | None = None) -> None:
         self.model = session.model
+        self.on_text_logprobs = on_text_logprobs
         self.split = ReasoningSplit(opens_thinking) if request.split_reasoning else None
         self.on_reasoning = on_reasoning
         self.reasoning: list[str] = []
+        # the logprobs of tokens pushed since the last answer text went out (a stream sends them with it)
+        self.unsent_logprobs: list[dict[str, Any]] = []
         self.detok = Detokenizer(self.model.piece)
         self.stops = StopMatcher(request.stop)
         self.max_tokens = request.max_tokens
@@ -211,6 +218,7 @@ class _Output:
         self.tokens.append(token)
         if logprob is not None:
             self.logprobs.append(logprob)
+            self.unsent_logprobs.append(logprob)
         self._show(self.stops.feed(self.detok.push(token)), from_draft)
         if self.stops.matched is not None:
             self.finish = "stop"
@@ -230,8 +238,11 @@ class _Output:
                     self.on_reasoning(text)
             else:
                 self.text.append(text)
-                if self.on_text:
+                if self.on_text_logprobs:
+                    self.on_text_logprobs(text, from_draft, self.unsent_logprobs)
+                elif self.on_text:
                     self.on_text(text, from_draft)
+                self.unsent_logprobs = []
 
     def close(self) -> None:
         self._show(self.stops.feed(self.detok.flush()) + self.stops.flush(), False, last=True)
@@ -356,6 +367,7 @@ def generate(
     should_stop: Callable[[], bool] = lambda: False,
     on_prefill: PrefillCallback | None = None,
     on_reasoning: ReasoningCallback | None = None,
+    on_text_logprobs: TextLogprobsCallback | None = None,
 ) -> GenerateResult:
     """Run one generation to its end; see the module docstring for the steps.
 
@@ -411,7 +423,7 @@ def generate(
     stats.prompt_tokens = len(tokens)
     if request.max_tokens <= 0:  # nothing to generate: not even the first sampled token
         return _ended_early(stats, "length", prompt_mode, on_stats)
-    out = _Output(session, request, on_text, on_reasoning, opens_thinking)
+    out = _Output(session, request, on_text, on_reasoning, opens_thinking, on_text_logprobs)
     grammar, triggers, root = request.grammar, request.grammar_triggers, "root"
     if grammar is not None and not triggers and opens_thinking and request.grammar_after_thinking:
         # the prompt opened a thinking block: the model thinks freely, and the grammar (a JSON schema, a

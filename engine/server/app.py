@@ -47,6 +47,8 @@ from engine.server.reply import Reply
 from engine.server.response_store import ResponseStore
 from engine.worker import protocol as P
 
+# a streamed delta: its text, whether it is reasoning, and (asked for) the logprobs of its tokens
+Piece = tuple[str, bool, "list[P.TokenLogprobs] | None"]
 HEALTH_PROBE_TIMEOUT_S = 3.0  # a worker answers a ping from its reader thread in milliseconds, even mid-reply
 # the log's names for refused calls (bounded)
 ROUTES = ("chat/completions", "completions", "models", "metrics", "messages", "messages/count_tokens", "responses",
@@ -272,8 +274,8 @@ class Api(ModelRoutes):
                 yield wire
             async for piece in self.pieces(gen, plan, first):
                 wires = stream.finish(piece) if isinstance(piece, Reply) else \
-                    [wire for text, reasoning in piece for wire in (stream.reasoning(text) if reasoning
-                                                                    else stream.text(text))]
+                    [wire for text, reasoning, _ in piece for wire in (stream.reasoning(text) if reasoning
+                                                                       else stream.text(text))]
                 yield "".join(wires)
         except F.ApiError as err:  # the engine's error or the timeout, once the stream has begun
             for wire in stream.error(err):
@@ -384,9 +386,10 @@ class Api(ModelRoutes):
                            stop=out.stop, reasoning=out.reasoning, extras=self._extras(gen, plan))
 
     async def pieces(self, gen: Generation, plan: plans.Plan,
-                     first: P.Event) -> AsyncIterator[list[tuple[str, bool]] | Reply]:
-        """A running generation as deltas ``(text, is_reasoning)`` (tool-call markup held back from the
-        answer), then its :class:`Reply`. Deltas come in lists: all that arrived since the last, one per
+                     first: P.Event) -> AsyncIterator[list[Piece] | Reply]:
+        """A running generation as deltas ``(text, is_reasoning, logprobs)`` (tool-call markup held back
+        from the answer; the logprobs of the tokens behind an answer delta, when asked for), then its
+        :class:`Reply`. Deltas come in lists: all that arrived since the last, one per
         token event, so a stream writes them in one go but still as one chunk per token. The caller's
         ``finally`` calls :meth:`settle`.
 
@@ -397,9 +400,9 @@ class Api(ModelRoutes):
         events = [first]
         while True:
             # everything that has arrived goes out in one write: fewer wake-ups under load
-            visible = [(ev.text, True) if ev.reasoning else (shown.feed(ev.text), False)
+            visible = [(ev.text, True, None) if ev.reasoning else (shown.feed(ev.text), False, ev.logprobs)
                        for ev in events if isinstance(ev, P.TokenEvent) and ev.text]
-            visible = [(text, reasoning) for text, reasoning in visible if text]
+            visible = [piece for piece in visible if piece[0]]
             if visible:
                 yield visible
             if gen.finished:
@@ -410,7 +413,7 @@ class Api(ModelRoutes):
         final = self.reply(gen, plan)
         rest = shown.rest(final)
         if rest:
-            yield [(rest, False)]
+            yield [(rest, False, None)]
         yield final
 
     @staticmethod
@@ -461,13 +464,14 @@ class Api(ModelRoutes):
                     final = piece
                 else:
                     yield "".join(_sse_data(chunk(None, None, delta={"reasoning_content": text}) if reasoning
-                                            else chunk(text, None)) for text, reasoning in piece)
+                                            else chunk(text, None, plans.logprobs_of(entries)))
+                                  for text, reasoning, entries in piece)
             assert final is not None
             if final.tool_calls:
                 calls = [{"index": i, **call} for i, call in enumerate(F.tool_call_objects(final.tool_calls))]
                 yield _sse_data(chunk(None, None, delta={"tool_calls": calls}))
-            # the logprobs of the whole reply come with its last chunk (tokens and text pieces do not align)
-            last = chunk(None, final.finish, final.logprobs)
+            # each answer chunk carried its tokens' logprobs; the last chunk carries none
+            last = chunk(None, final.finish)
             last.update(final.extras)
             yield _sse_data(last)
             if usage:

@@ -107,6 +107,8 @@ class TokenEvent:
     text: str  # a UTF-8-complete delta
     draft: bool = False  # it came from accepted draft tokens
     reasoning: bool = False  # text of the reply's thinking block (requests with split_reasoning)
+    # with logprobs asked for: those of the tokens behind this text
+    logprobs: list[TokenLogprobs] | None = None
     type: str = "token"
 
 

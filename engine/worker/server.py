@@ -363,6 +363,9 @@ class Worker:
             result = generate(
                 self.session, gen,
                 on_text=lambda text, draft: self.out.send(TokenEvent(request.id, text, draft)),
+                on_text_logprobs=None if request.logprobs < 0 else lambda text, draft, entries: self.out.send(
+                    TokenEvent(request.id, text, draft,
+                               logprobs=[build(TokenLogprobs, e, "logprobs") for e in entries])),
                 on_stats=lambda stats: self.out.send(StatsEvent(request.id, stats.snapshot())),
                 should_stop=lambda: self._stopping(request.id),
                 on_prefill=lambda done, total: self.out.send(PrefillEvent(request.id, done, total)),

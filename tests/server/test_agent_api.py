@@ -127,6 +127,11 @@ def test_logprobs_are_the_targets_and_the_same_with_and_without_mtp(openai_clien
     for a, b in zip(off, mtp, strict=True):
         assert a.token == b.token and len(a.top_logprobs) == 2 and a.top_logprobs[0].token == a.token
         assert abs(a.logprob - b.logprob) < 1e-2
+    chunks = list(ask(openai_client, [{"role": "user", "content": "hello world"}], MTP, max_tokens=12, logprobs=True,
+                      top_logprobs=2, stream=True))
+    streamed = [t for c in chunks if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+    assert [(t.token, t.logprob) for t in streamed] == [(t.token, t.logprob) for t in mtp]  # each chunk its own
+    assert all(c.choices[0].logprobs is None for c in chunks if c.choices and not c.choices[0].delta.content)
     legacy = openai_client.completions.create(model=MODEL_ID, prompt="hello world", max_tokens=6, temperature=0,
                                               logprobs=2)
     assert len(legacy.choices[0].logprobs.tokens) == 6 and len(legacy.choices[0].logprobs.top_logprobs[0]) == 2
