@@ -52,6 +52,7 @@ from engine.server.openai_format import (
     _sampling,
     bad,
     check_text,
+    function_tools,
     speculative_from,
     stop_strings,
 )
@@ -211,26 +212,7 @@ def _logprobs(body: dict[str, Any]) -> int | None:
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
-    if tools is None:
-        return []
-    if not isinstance(tools, list):
-        raise bad("tools", "'tools' must be a list of tools", "invalid_type")
-    out = []
-    for i, tool in enumerate(tools):
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict) or tool.get("type", "function") != "function" \
-                or not isinstance(function.get("name"), str) or not function["name"]:
-            raise bad("tools", f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\", "
-                      "\"description\", \"parameters\"}}}}", "invalid_type")
-        parameters = function.get("parameters") or {"type": "object", "properties": {}}
-        if not isinstance(parameters, dict):
-            raise bad("tools", f"tools[{i}].function.parameters must be a JSON schema object", "invalid_type")
-        description = function.get("description") or ""
-        if not isinstance(description, str):
-            raise bad("tools", f"tools[{i}].function.description must be a string", "invalid_type")
-        out.append({"type": "function", "function": {"name": function["name"], "description": description,
-                                                      "parameters": parameters}})
-    return out
+    return [] if tools is None else function_tools(tools)
 
 
 def _arguments_text(arguments: Any, where: str) -> str:

@@ -346,6 +346,21 @@ def function_tool(where: str, name: Any, parameters: Any, description: Any, stri
     return {"type": "function", "function": function}
 
 
+def function_tools(tools: Any) -> list[dict[str, Any]]:
+    """A list of OpenAI-shaped function tools (as OpenAI's and Ollama's clients send them), checked."""
+    if not isinstance(tools, list):
+        raise bad("tools", "'tools' must be a list of {type: 'function', function: {...}} objects", "invalid_type")
+    out = []
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(function, dict):
+            raise bad("tools", f"tools[{i}] must be {{type: 'function', function: {{name, description, "
+                      "parameters}}}}; other tool types are not supported", "invalid_type")
+        out.append(function_tool(f"tools[{i}].function", function.get("name"), function.get("parameters"),
+                                 function.get("description"), function.get("strict")))
+    return out
+
+
 def _tools(body: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | dict[str, Any]]:
     """``tools`` and ``tool_choice`` (or the legacy ``functions`` and ``function_call``), checked."""
     tools, choice = body.get("tools"), body.get("tool_choice")
@@ -358,18 +373,8 @@ def _tools(body: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str | dic
         if choice not in (None, "none", "auto"):
             raise bad("tool_choice", "'tool_choice' needs 'tools'")
         return None, "none"
-    if not isinstance(tools, list):
-        raise bad("tools", "'tools' must be a list of {type: 'function', function: {...}} objects", "invalid_type")
-    names = []
-    out = []
-    for i, tool in enumerate(tools):
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(function, dict):
-            raise bad("tools", f"tools[{i}] must be {{type: 'function', function: {{name, description, "
-                      "parameters}}}}; other tool types are not supported", "invalid_type")
-        out.append(function_tool(f"tools[{i}].function", function.get("name"), function.get("parameters"),
-                                 function.get("description"), function.get("strict")))
-        names.append(function["name"])
+    out = function_tools(tools)
+    names = [tool["function"]["name"] for tool in out]
     if choice is None:
         choice = "auto"
     if isinstance(choice, dict):
