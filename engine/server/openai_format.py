@@ -43,12 +43,12 @@ from engine.server.reply import Reply, TokenLogprob, ToolCall
 from engine.speculative.settings import MODES, SpeculativeSettings
 from engine.speculative.stats import StatsSnapshot
 from engine.unicode_text import first_bad_text, printable
+from engine.worker.protocol import MAX_TOP_LOGPROBS  # as OpenAI's
 
 MAX_STOPS = 16
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 MAX_N = 8  # choices per request (each is one generation, one after another)
-MAX_TOP_LOGPROBS = 20  # as OpenAI (the worker protocol's limit too)
 # Accepted, and they cannot change the text.
 _INERT = {"user", "metadata", "store", "service_tier", "parallel_tool_calls", "prompt_cache_key", "safety_identifier"}
 # llama-server's fields that change nothing here: the cache is always used (prefix reuse), one slot,
