@@ -35,10 +35,10 @@ from app.json_process import JsonProcess
 from app.process import ProcessOutcome
 from app.settings import Settings
 from app.theme import Palette
-from engine import gguf_info
 from engine.autotune import messages
 from engine.errors import ModelFileError, ProtocolError
-from engine.gguf_info import GGUFFacts
+from engine.gguf import facts as gguf_info
+from engine.gguf.facts import GGUFFacts
 from engine.speculative.settings import SpeculativeSettings
 
 # How the output of a setting compared with no speculation (engine/speculative/identity.py).

@@ -33,7 +33,8 @@ from PySide6.QtWidgets import (
 
 from app import background
 from app.settings import Settings
-from engine import default_model, gguf_info
+from engine import default_model
+from engine.gguf import facts as gguf_info
 from engine.store import fit
 
 GPU_BACKENDS = ("cuda", "metal", "vulkan", "rocm", "hip", "sycl")

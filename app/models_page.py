@@ -40,7 +40,7 @@ from engine.store.download import Progress, download
 
 def _facts_lines(path: str, n_ctx: int) -> list[str]:
     """A model's header facts and its memory estimate at ``n_ctx``, as lines (or why not)."""
-    from engine.gguf_info import read_facts
+    from engine.gguf.facts import read_facts
 
     try:
         lines = read_facts(path).summary_lines()

@@ -156,7 +156,7 @@ def rpc_load_fields(args: argparse.Namespace) -> dict[str, object]:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from engine.gguf_info import read_facts
+    from engine.gguf.facts import read_facts
 
     facts = read_facts(args.file)
     if args.json:

@@ -3,7 +3,7 @@ into its header (metadata, tensor directory) and data, lets a mutation change
 any part of it, and writes it back; plus raw byte-level mutations (bit flips,
 truncations, lying counts).
 
-Independent of ``engine.gguf_header`` on purpose: the reader under test must
+Independent of ``engine.gguf.header`` on purpose: the reader under test must
 not be the one that builds its inputs.
 """
 

@@ -9,9 +9,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine import gguf_info, sidecar
 from engine.errors import ContextError, SpeculativeUnavailable
 from engine.generation.prefix_cache import PrefixCache
+from engine.gguf import facts as gguf_info
+from engine.gguf import sidecar
 from engine.runtime import Context, ContextParams, Model
 from engine.speculative import rollback
 from engine.speculative.adaptive import AdaptiveDepth

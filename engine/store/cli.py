@@ -123,7 +123,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from engine.gguf_info import read_facts
+    from engine.gguf.facts import read_facts
 
     print("\n".join(read_facts(args.file).summary_lines()))
     return 0

@@ -1,7 +1,7 @@
 """The sidecar doctor: does this MTP sidecar fit this target, and if not, why,
 in plain words — and can Repair fix it?
 
-The rules are the load-time check's own (``engine.sidecar.assess``): what the
+The rules are the load-time check's own (``engine.gguf.sidecar.assess``): what the
 doctor calls fitting loads, and what it refuses the engine refuses too.
 Everything is read from the two files' headers; nothing is loaded, unless a
 live probe (``engine.store.probe``, in a child process) is asked for.
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from engine.gguf_info import GGUFFacts, read_facts
-from engine.sidecar import Finding, RepairPlan, assess
+from engine.gguf.facts import GGUFFacts, read_facts
+from engine.gguf.sidecar import Finding, RepairPlan, assess
 from engine.store.probe import ProbeError, ProbeResult, probe
 
 __all__ = ["Diagnosis", "Finding", "diagnose", "run_probe"]

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ModelFileError
-from engine.gguf_header import read_header
-from engine.gguf_info import read_facts, shard_paths
+from engine.gguf.facts import read_facts, shard_paths
+from engine.gguf.header import read_header
 
 MIB = 2**20
 N_UBATCH = 512

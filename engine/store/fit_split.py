@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.gguf_header import read_header
-from engine.gguf_info import read_facts, shard_paths
+from engine.gguf.facts import read_facts, shard_paths
+from engine.gguf.header import read_header
 from engine.rpc import split
 from engine.store.fit import MemoryEstimate, estimate
 

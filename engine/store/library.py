@@ -11,7 +11,7 @@ from pathlib import Path
 
 from engine import paths
 from engine.errors import ModelFileError
-from engine.gguf_info import GGUFFacts, read_facts
+from engine.gguf.facts import GGUFFacts, read_facts
 
 _SHARD = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
 

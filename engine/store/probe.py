@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import EngineError
-from engine.sidecar import Finding
+from engine.gguf.sidecar import Finding
 
 LOW_ACCEPTANCE = 0.05  # below this over MIN_DRAFTED drafted tokens, the head is not this model's
 MIN_DRAFTED = 64

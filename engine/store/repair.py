@@ -1,6 +1,6 @@
 """Repair a broken MTP sidecar by writing a corrected copy.
 
-Fixes what the doctor marks fixable (``engine.sidecar.RepairPlan``): blocks
+Fixes what the doctor marks fixable (``engine.gguf.sidecar.RepairPlan``): blocks
 moved to the absolute indices the target's metadata gives (from 0, or from
 any wrong offset), metadata that counts only the MTP blocks rewritten from
 the target's, tensors the loader does not consume dropped, and a tensor
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from engine.errors import EngineError
-from engine.gguf_header import _SCALARS, ARRAY, DEFAULT_ALIGNMENT, Header, TensorInfo, _Cursor, read_header
-from engine.sidecar import RepairPlan
+from engine.gguf.header import _SCALARS, ARRAY, DEFAULT_ALIGNMENT, Header, TensorInfo, _Cursor, read_header
+from engine.gguf.sidecar import RepairPlan
 from engine.store.doctor import diagnose
 
 _CHUNK = 64 * 2**20

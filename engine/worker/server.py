@@ -234,9 +234,10 @@ class Worker:
                 self.cancelled.discard(request_id)
 
     def _load(self, request: LoadRequest) -> None:
-        from engine import default_model, sidecar
+        from engine import default_model
         from engine.errors import SpeculativeUnavailable
         from engine.generation.session import LoadOptions, Session, check_options
+        from engine.gguf import sidecar
 
         path = request.path or str(default_model.default_model_path())
         options = LoadOptions(
@@ -390,8 +391,8 @@ def say(text: str) -> None:
 def _read_facts(path: str) -> Any:
     """The file's header facts; a path the system refuses (too long, a directory, no
     permission) is a ``model_file`` error, not a bug."""
-    from engine import gguf_info
     from engine.errors import ModelFileError
+    from engine.gguf import facts as gguf_info
 
     try:
         return gguf_info.read_facts(path)

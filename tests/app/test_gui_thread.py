@@ -24,7 +24,7 @@ from tests.app.conftest import start_and_load
 from tests.engine.conftest import synth
 
 SLOW = [
-    ("engine.gguf_info", "read_facts"),  # a GGUF header, possibly on a slow or network disk
+    ("engine.gguf.facts", "read_facts"),  # a GGUF header, possibly on a slow or network disk
     ("engine.store.fit", "estimate"),
     ("app.models_page", "diagnose"),  # the sidecar doctor
     ("engine.store.credentials", "set_token"),  # the system keyring may wait on a desktop service

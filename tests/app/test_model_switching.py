@@ -195,11 +195,11 @@ def test_the_picker_lists_recent_models_the_built_in_one_and_open(qtbot, service
 
 
 def test_the_load_sheet_reads_the_header_and_estimates_off_the_gui_thread(qtbot, services, monkeypatch):
-    import engine.gguf_info
+    import engine.gguf.facts
     import engine.store.fit
 
     seen: list[tuple[str, bool]] = []
-    for module, name in ((engine.gguf_info, "read_facts"), (engine.store.fit, "estimate")):
+    for module, name in ((engine.gguf.facts, "read_facts"), (engine.store.fit, "estimate")):
         original = getattr(module, name)
 
         def recorder(*args: Any, _original: Any = original, _name: str = name, **kwargs: Any) -> Any:

@@ -9,7 +9,7 @@ from engine.synth.spec import ARCHITECTURES, DERIVED_ARCHITECTURES, default_head
 
 # Hand-written layouts: these also have oracle weights (exact acceptance).
 ARCHS = ARCHITECTURES
-# Every architecture engine.sidecar.MTP_ARCHITECTURES claims; the derived ones
+# Every architecture engine.gguf.sidecar.MTP_ARCHITECTURES claims; the derived ones
 # (tensor lists asked of llama.cpp's loader) have random and mixed weights only.
 ALL_MTP_ARCHS = ARCHITECTURES + DERIVED_ARCHITECTURES
 

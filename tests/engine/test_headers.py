@@ -142,7 +142,7 @@ def test_a_hostile_header_ends_every_command_with_a_clean_error(mutate, word, mo
 def test_a_wrong_type_is_named_with_the_key_the_type_found_and_the_type_expected(key, encoded, found, expected,
                                                                                  sidecar, tmp_path):
     from engine.errors import ModelFileError
-    from engine.gguf_info import read_facts
+    from engine.gguf.facts import read_facts
 
     bad = sidecar.with_kv(key, encoded).write(tmp_path / "bad.gguf")
     with pytest.raises(ModelFileError) as err:
@@ -172,8 +172,8 @@ def test_forty_thousand_tensors_are_judged_quickly_and_reported_briefly(model, s
 
 def test_the_mtp_blocks_of_a_large_model_are_checked_without_building_lists(model, sidecar, tmp_path):
     """nextn at the cap: the doctor walks what the file holds, not range(block_count)."""
-    from engine.gguf_info import read_facts
-    from engine.sidecar import assess
+    from engine.gguf.facts import read_facts
+    from engine.gguf.sidecar import assess
 
     big = sidecar.with_kv(f"{A}.block_count", G.value(G.UINT32, 4096)) \
         .with_kv(f"{A}.nextn_predict_layers", G.value(G.UINT32, 4096)).write(tmp_path / "mtp-4096.gguf")

@@ -86,7 +86,7 @@ def test_every_shard_downloads_and_the_set_reads_as_one_model(fake_hub, tmp_path
     for name in ("Synth-F16-00001-of-00002.gguf", "Synth-F16-00002-of-00002.gguf"):
         p = dl.download(REPO, name, tmp_path, endpoint=server.url)
         assert hashlib.sha256(p.read_bytes()).digest() == hashlib.sha256(files[name].read_bytes()).digest()
-    from engine.gguf_info import read_facts
+    from engine.gguf.facts import read_facts
 
     assert read_facts(tmp_path / "Synth-F16-00001-of-00002.gguf").layout == "combined"
 
@@ -169,7 +169,7 @@ def test_a_missing_shard_on_the_hub_leaves_the_model_incomplete_and_says_so(fake
     with pytest.raises(dl.DownloadError, match="HTTP 404"):
         dl.download(REPO, "Synth-F16-00002-of-00002.gguf", tmp_path, endpoint=server.url)
     from engine.errors import ModelFileError
-    from engine.gguf_info import read_facts
+    from engine.gguf.facts import read_facts
 
     with pytest.raises(ModelFileError, match="00002-of-00002.gguf is missing"):
         read_facts(tmp_path / "Synth-F16-00001-of-00002.gguf")

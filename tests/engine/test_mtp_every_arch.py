@@ -1,6 +1,6 @@
 """MTP on every architecture the engine claims, on tiny synthetic models.
 
-``engine.sidecar.MTP_ARCHITECTURES`` lists every architecture whose llama.cpp
+``engine.gguf.sidecar.MTP_ARCHITECTURES`` lists every architecture whose llama.cpp
 graph runs an MTP head. Four have hand-written synthetic layouts; the rest
 are generated from what llama.cpp's own loader asks for (engine.synth.derived).
 For each, loaded as one file and as trunk + sidecar, with random weights
@@ -22,7 +22,7 @@ import pytest
 
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
-from engine.sidecar import MTP_ARCHITECTURES
+from engine.gguf.sidecar import MTP_ARCHITECTURES
 from engine.speculative import identity, mtp
 from engine.speculative.drafter import SpeculativeParams
 from tests.engine.conftest import ALL_MTP_ARCHS, heads_for, synth

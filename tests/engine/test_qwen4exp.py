@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.gguf_info import read_facts
-from engine.sidecar import assess
+from engine.gguf.facts import read_facts
+from engine.gguf.sidecar import assess
 from engine.speculative import identity
 from engine.store.doctor import diagnose
 from engine.store.repair import repair

@@ -24,7 +24,7 @@ import pytest
 from engine.bench import reference
 from engine.bench.driver_loop import driver_rounds
 from engine.generation.session import LoadOptions, Session
-from engine.sidecar import MTP_ARCHITECTURES
+from engine.gguf.sidecar import MTP_ARCHITECTURES
 from tests.engine import conftest
 from tests.engine.conftest import synth
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from engine.errors import SidecarMismatch
-from engine.gguf_header import read_header
-from engine.gguf_info import read_facts
-from engine.sidecar import assess, check_sidecar, unexpected_tensors
+from engine.gguf.facts import read_facts
+from engine.gguf.header import read_header
+from engine.gguf.sidecar import assess, check_sidecar, unexpected_tensors
 from engine.store.doctor import diagnose
 from engine.store.repair import RepairError, prove, repair
 from tests.engine.conftest import ALL_MTP_ARCHS, synth
@@ -90,13 +90,19 @@ def _vendored_llama_cpp(tmp_path: Path) -> Path:
 
 
 def test_the_loader_table_is_what_the_vendored_loaders_create(tmp_path: Path):
-    from engine import loader_tensors, loader_tensors_table
-    from engine.sidecar import MTP_ARCHITECTURES
+    import importlib.util
 
+    from engine.gguf import loader_tensors_table
+    from engine.gguf.sidecar import MTP_ARCHITECTURES
+
+    script = Path(__file__).resolve().parents[2] / "packaging" / "generate_loader_tensors.py"
+    spec = importlib.util.spec_from_file_location("generate_loader_tensors", script)
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
     # the engine is built with packaging/patches/ applied (qwen4exp's MTP head adds tensors)
-    vendor, patches = _vendored_llama_cpp(tmp_path), sorted(loader_tensors.PATCH_DIR.glob("*.patch"))
-    tree = loader_tensors.patched_copy(vendor, tmp_path, patches) if patches else vendor
-    tensors, required, tied = loader_tensors.generate(tree, tuple(sorted(MTP_ARCHITECTURES)))
+    vendor, patches = _vendored_llama_cpp(tmp_path), sorted(generator.PATCH_DIR.glob("*.patch"))
+    tree = generator.patched_copy(vendor, tmp_path, patches) if patches else vendor
+    tensors, required, tied = generator.generate(tree, tuple(sorted(MTP_ARCHITECTURES)))
     assert {a: tuple(v) for a, v in tensors.items()} == loader_tensors_table.ARCH_TENSORS
     assert {a: tuple(v) for a, v in required.items()} == loader_tensors_table.REQUIRED_GLOBALS
     assert frozenset(tied) == loader_tensors_table.OUTPUT_TIED
@@ -375,8 +381,8 @@ def test_a_mimo2_mtp_block_with_split_attention_is_refused_before_it_aborts_a_dr
     import dataclasses
 
     from engine.errors import SpeculativeUnavailable
-    from engine.gguf_info import read_facts
-    from engine.sidecar import assess, check_target_has_mtp
+    from engine.gguf.facts import read_facts
+    from engine.gguf.sidecar import assess, check_target_has_mtp
 
     model = synth("mimo2", "random", n_heads=1)
     combined, side = read_facts(model.path("combined")), read_facts(model.path("sidecar"))

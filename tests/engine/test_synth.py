@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from engine import gguf_info
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
+from engine.gguf import facts as gguf_info
 from engine.runtime import Model
 from engine.synth import SynthSpec, derived, probe
 from engine.synth.spec import DERIVED_ARCHITECTURES

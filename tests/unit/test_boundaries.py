@@ -27,7 +27,7 @@ APP_MAY_IMPORT = {
     "engine.errors": "error kinds",
     "engine.paths": "data and config folders",
     "engine.default_model": "its description",
-    "engine.gguf_info": "header facts, read without llama.cpp",
+    "engine.gguf.facts": "header facts, read without llama.cpp",
     "engine.hardware": "default_threads",
     "engine.store.credentials": "the hub token (keyring, off the GUI thread)",
     "engine.store.fit": "memory estimates from headers",

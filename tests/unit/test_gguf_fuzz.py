@@ -1,7 +1,7 @@
 """A seeded mini-fuzz of the GGUF header reader (issue 17, items 5 and 6).
 
-Every file the app meets goes through ``engine.gguf_info.read_facts`` before
-llama.cpp sees it, and the doctor's rules (``engine.sidecar.assess``) run on
+Every file the app meets goes through ``engine.gguf.facts.read_facts`` before
+llama.cpp sees it, and the doctor's rules (``engine.gguf.sidecar.assess``) run on
 what it returns. Whatever the bytes, the only exception either may raise is
 ModelFileError: anything else is a traceback in ``mtp-studio info``, a dead
 ``models list`` or an empty Models page. A few hundred mutations of a synthetic
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from engine.errors import ModelFileError, SpeculativeUnavailable
-from engine.gguf_info import GGUFFacts, read_facts
-from engine.sidecar import assess, check_target_has_mtp
+from engine.gguf.facts import GGUFFacts, read_facts
+from engine.gguf.sidecar import assess, check_target_has_mtp
 from tests import gguf_mutate as G
 from tests.engine.conftest import synth
 

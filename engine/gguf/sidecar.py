@@ -15,9 +15,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from engine import loader_tensors
 from engine.errors import SidecarMismatch, SpeculativeUnavailable
-from engine.gguf_info import GGUFFacts
+from engine.gguf import loader_tensors
+from engine.gguf.facts import GGUFFacts
 
 # Architectures whose llama.cpp graph runs an MTP head (DECODER_MTP).
 MTP_ARCHITECTURES = frozenset(
@@ -122,7 +122,7 @@ def check_sidecar(target: GGUFFacts, sidecar: GGUFFacts) -> None:
 
 def unexpected_tensors(names: tuple[str, ...] | list[str], arch: str) -> list[str]:
     """Tensor names a file of ``arch`` holds that llama.cpp's loader would not create
-    (the table is generated from the vendored loaders: engine/loader_tensors.py)."""
+    (the table is generated from the vendored loaders: engine/gguf/loader_tensors.py)."""
     return loader_tensors.unconsumed(arch, names)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import ModelFileError
-from engine.gguf_header import Header, StringArraySummary, read_header
+from engine.gguf.header import Header, StringArraySummary, read_header
 
 _SPLIT_RE = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 
