@@ -206,9 +206,15 @@ def _register_extras(sub: argparse._SubParsersAction) -> None:
     from engine.server import cli as server_cli
 
     server_cli.register(sub)
+    from engine.bench import serve as serve_bench
+
+    serve_bench.register(sub)
     from engine.rpc import cli as rpc_cli
 
     rpc_cli.register(sub)
+    from engine.bench import rpc as rpc_bench
+
+    rpc_bench.register(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -35,12 +35,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_rpc_probe)
 
-    from engine.rpc import bench
-
-    p = sub.add_parser("rpc-bench", help="tok/s local vs split across loopback RPC servers, plain and MTP")
-    bench.add_args(p)
-    p.set_defaults(func=bench.run)
-
 
 def cmd_rpc_server(args: argparse.Namespace) -> int:
     from engine.rpc import server

@@ -1,5 +1,5 @@
-"""``mtp-studio serve``: the OpenAI-compatible server, headless (docs/server.md);
-``mtp-studio serve-bench``: its benchmark (engine/server/bench.py)."""
+"""``mtp-studio serve``: the OpenAI-compatible server, headless (docs/server.md).
+Its benchmark, ``mtp-studio serve-bench``, is engine/bench/serve.py."""
 
 from __future__ import annotations
 
@@ -36,10 +36,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seconds one generation may run before it is cancelled (504)")
     p.add_argument("--max-body", type=int, default=C.DEFAULT_BODY_LIMIT, help="largest request body in bytes")
     p.set_defaults(func=cmd_serve)
-
-    from engine.server import bench
-
-    bench.register(sub)
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:

@@ -43,6 +43,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--binary", help="ggml-rpc-server to start (default: the one built with this engine)")
 
 
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("rpc-bench", help="tok/s local vs split across loopback RPC servers, plain and MTP")
+    add_args(p)
+    p.set_defaults(func=run)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

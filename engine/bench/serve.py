@@ -97,7 +97,7 @@ class _ClientProcess:
 
     def __init__(self, port: int, model: str) -> None:
         self.port, self.model = port, model
-        self.proc = subprocess.Popen([sys.executable, "-m", "engine.server.bench"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "engine.bench.serve"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True, bufsize=1)
 
     def ask(self, command: dict[str, Any]) -> dict[str, Any]:
