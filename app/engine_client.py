@@ -17,6 +17,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.process import ChildProcess, ProcessOutcome
 from engine.errors import ProtocolError
+from engine.sampling import GREEDY, SamplingParams
 from engine.speculative.settings import MAX_DRAFT, SpeculativeSettings
 from engine.worker import protocol as P
 
@@ -122,10 +123,10 @@ class EngineClient(QObject):
         return rid
 
     def generate(self, *, messages: list[dict[str, str]] | None = None, prompt: str | None = None,
-                 speculative: SpeculativeSettings, **sampling: Any) -> str:
+                 speculative: SpeculativeSettings, max_tokens: int, sampling: SamplingParams = GREEDY) -> str:
         rid = self._new_id()
         self._write(P.GenerateRequestMsg(id=rid, messages=messages, prompt=prompt, speculative=speculative,
-                                         **sampling))
+                                         max_tokens=max_tokens, sampling=sampling))
         self._set_state("busy")
         return rid
 

@@ -8,9 +8,13 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.errors import EngineError
 from engine.hardware import default_threads
+
+if TYPE_CHECKING:
+    from engine.sampling import SamplingParams
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -74,18 +78,18 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="random seed for sampling (default: a new one each run)")
 
 
-def sampling_from_args(args: argparse.Namespace) -> dict[str, float | int]:
-    """The generate request's sampling fields: the preset (or plain greedy), then each flag given.
+def sampling_from_args(args: argparse.Namespace) -> SamplingParams:
+    """The generate request's sampling: the preset (or plain greedy), then each flag given.
 
     Raises ValueError (naming the field) for a value out of range.
     """
-    from dataclasses import asdict, replace
+    from dataclasses import replace
 
     from engine.sampling import PRESETS, SamplingParams
 
     base = PRESETS[args.preset] if args.preset else SamplingParams()
     given = {field: getattr(args, flag) for flag, field in _SAMPLING_FLAGS.items() if getattr(args, flag) is not None}
-    return asdict(replace(base, **given))
+    return replace(base, **given)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -123,7 +127,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         request = P.GenerateRequestMsg(
-            id=client.new_id(), **content, max_tokens=args.max_tokens, **sampling,
+            id=client.new_id(), **content, max_tokens=args.max_tokens, sampling=sampling,
             stop=args.stop or [], speculative=speculative,
         )
         client.send(request)

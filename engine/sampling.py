@@ -99,6 +99,8 @@ class SamplingParams:
         return n_ctx if self.repeat_last_n == WHOLE_CONTEXT else self.repeat_last_n
 
 
+GREEDY = SamplingParams()  # the defaults: plain greedy decoding, every penalty off
+
 # Presets the app offers (its labels and tooltips live in app/reply_fields.py).
 # Each keeps a light repetition penalty over the last 256 tokens: without one,
 # small models (the built-in Gemma 3 270M among them) repeat a paragraph word

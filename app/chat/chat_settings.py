@@ -18,7 +18,7 @@ from app.reply_fields import KEYS, SAMPLING_KEYS, ReplyFields
 from app.settings import Settings
 from app.text_check import is_text, not_text_notice
 from app.theme import palette_for
-from engine.sampling import RANDOM_SEED
+from engine.sampling import RANDOM_SEED, SamplingParams
 from engine.speculative.settings import SpeculativeSettings
 
 
@@ -41,10 +41,10 @@ class ReplyValues:
     n_max: int
     p_min: float
 
-    def sampling(self) -> dict[str, Any]:
-        """The generate request's sampling fields (llama.cpp's names); seed -1 is a new one per reply."""
+    def sampling(self) -> SamplingParams:
+        """The generate request's sampling; seed -1 is a new one per reply."""
         fields = {k: getattr(self, k) for k in SAMPLING_KEYS}
-        return {**fields, "seed": RANDOM_SEED if self.seed < 0 else self.seed}
+        return SamplingParams(**fields, seed=RANDOM_SEED if self.seed < 0 else self.seed)
 
 
 def effective(global_settings: Settings, chat: dict[str, Any]) -> ReplyValues:

@@ -343,7 +343,8 @@ class ChatController(QObject):
         measured = speculative == self._profile and speculative.enabled and self.profile_speedup
         self.stats_panel.set_speedup(self.profile_speedup if measured else None, "autotuned")
         self.request_id = self.client.generate(
-            messages=self.turn.request_messages(), max_tokens=v.max_tokens, speculative=speculative, **v.sampling(),
+            messages=self.turn.request_messages(), max_tokens=v.max_tokens, speculative=speculative,
+            sampling=v.sampling(),
         )
 
     def _retry_shorter(self) -> bool:

@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _direct(link: Any, prompt: str, max_tokens: int) -> tuple[float, str, int]:
     """One greedy generation through the engine link, no HTTP: seconds, text, tokens."""
     events: queue.Queue[P.Event] = queue.Queue()
-    request = P.GenerateRequestMsg(id=link.new_id(), prompt=prompt, max_tokens=max_tokens, temperature=0.0,
+    request = P.GenerateRequestMsg(id=link.new_id(), prompt=prompt, max_tokens=max_tokens,  # SamplingParams(): greedy
                                    speculative=link.default_speculative())
     t0 = time.perf_counter()
     link.submit(request, events.put)

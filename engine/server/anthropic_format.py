@@ -54,8 +54,6 @@ from engine.server.reply import Reply, arguments_object
 
 MAX_STOP_SEQUENCES = 16
 ERROR_PREFIX = "Error: "  # a tool_result with is_error: true reaches the model as this + its text
-_SAMPLING_NAMES = ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
-                   "repeat_penalty", "repeat_last_n")
 _DROPPED_BLOCKS = {"thinking", "redacted_thinking"}
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "cancelled": "end_turn"}
 # Anthropic's error types by HTTP status (https://docs.anthropic.com/en/api/errors)
@@ -80,9 +78,7 @@ def parse(body: Any, served: tuple[str, ...], n_ctx: int, *, strict_model: bool 
         stream = False
     if not isinstance(stream, bool):
         raise bad("stream", f"'stream' must be true or false, not {stream!r}", "invalid_type")
-    sampling_body = {name: body[name] for name in _SAMPLING_NAMES if name in body}
-    sampling_body.setdefault("temperature", 1.0)
-    return ParsedRequest(model=model, messages=messages, sampling=_sampling(sampling_body),
+    return ParsedRequest(model=model, messages=messages, sampling=_sampling(body),
                          max_tokens=_max_tokens(body, n_ctx, "max_tokens"), stop=_stop_sequences(body),
                          speculative=speculative_from(body.get("speculative")), stream=stream,
                          include_usage=stream, tools=tools or None, tool_choice=tool_choice,

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from engine.sampling import MAX_SEED, RANDOM_SEED
+from engine.sampling import MAX_SEED, RANDOM_SEED, SamplingParams
 from engine.server.openai_format import (
     ApiError,
     ParsedRequest,
@@ -60,9 +60,7 @@ from engine.server.reply import Reply, TokenLogprob, arguments_object
 
 OLLAMA_VERSION = "0.13.0"  # the Ollama API level answered by /api/version (clients gate features on it)
 # Ollama's own defaults (api/types.go DefaultOptions), for a request that leaves an option out
-DEFAULTS: dict[str, Any] = {"temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0, "repeat_penalty": 1.1,
-                            "repeat_last_n": 64, "presence_penalty": 0.0, "frequency_penalty": 0.0}
-_SAMPLING_OPTIONS = (*DEFAULTS, "seed")
+DEFAULTS = SamplingParams(temperature=0.8, top_k=40, top_p=0.9, min_p=0.0, repeat_penalty=1.1, repeat_last_n=64)
 ROLES = ("system", "user", "assistant", "tool")
 DONE_REASONS = {"stop": "stop", "length": "length", "tool_calls": "stop", "cancelled": "stop"}
 CAPABILITIES = ("completion", "tools")
@@ -168,13 +166,13 @@ def _request(body: dict[str, Any], model: str, n_ctx: int, *, prompt: str | None
                          template_kwargs={"enable_thinking": False} if body.get("think") is False else None)
 
 
-def _sampling_options(options: dict[str, Any]) -> dict[str, Any]:
-    values = {**DEFAULTS, **{k: options[k] for k in _SAMPLING_OPTIONS if options.get(k) is not None}}
+def _sampling_options(options: dict[str, Any]) -> SamplingParams:
+    values = dict(options)  # the sampling fields among them; a null one takes Ollama's default
     seed = values.get("seed")
     if isinstance(seed, int) and not isinstance(seed, bool) and (seed < 0 or seed > MAX_SEED):
         values["seed"] = RANDOM_SEED if seed < 0 else seed & MAX_SEED  # Ollama: -1 random; a wide seed wraps
     try:
-        return _sampling(values)
+        return _sampling(values, DEFAULTS)
     except ApiError as err:
         raise bad(f"options.{err.param}", f"options: {err.message}", err.code or "invalid_value") from None
 

@@ -35,10 +35,10 @@ import json
 import math
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from engine.sampling import MAX_SEED, RANDOM_SEED, SamplingParams
+from engine.sampling import GREEDY, MAX_SEED, SamplingParams
 from engine.server.reply import Reply, TokenLogprob, ToolCall
 from engine.speculative.settings import MODES, SpeculativeSettings
 from engine.speculative.stats import StatsSnapshot
@@ -65,8 +65,10 @@ _OFF_VALUES: dict[str, tuple[Any, ...]] = {
     "xtc_probability": (None, 0, 0.0), "dry_multiplier": (None, 0, 0.0), "ignore_eos": (None, False),
     "n_probs": (None, 0), "t_max_predict_ms": (None, 0), "min_keep": (None, 0, 1),
 }
-_SAMPLING = {"temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
-             "repeat_penalty", "repeat_last_n"}
+_SAMPLING = {f.name for f in fields(SamplingParams)}  # llama-server's names, each a field of the request
+# A request's sampling where it leaves a field out: OpenAI's temperature and top_p (1: plain sampling),
+# llama-server's other samplers off; a new seed each time
+DEFAULT_SAMPLING = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
 _COMMON = {"model", "stream", "stream_options", "max_tokens", "stop", "speculative", "n", "logit_bias",
            "logprobs", "grammar", "json_schema"} | _SAMPLING
 _TOOLS = {"tools", "tool_choice", "functions", "function_call", "response_format", "top_logprobs",
@@ -102,7 +104,7 @@ class ParsedRequest:
     model: str
     prompt: str | None = None
     messages: list[dict[str, Any]] | None = None
-    sampling: dict[str, Any] = field(default_factory=dict)
+    sampling: SamplingParams = GREEDY
     max_tokens: int = 0
     stop: list[str] = field(default_factory=list)
     speculative: SpeculativeSettings | None = None  # None: the server's default
@@ -214,24 +216,26 @@ def speculative_from(value: Any) -> SpeculativeSettings | None:
         raise bad("speculative", f"'speculative': {exc}") from None
 
 
-def _sampling(body: dict[str, Any]) -> dict[str, Any]:
+def _sampling(body: dict[str, Any], defaults: SamplingParams = DEFAULT_SAMPLING) -> SamplingParams:
+    """The sampling a request asks for: each field from ``body``, else from ``defaults`` (its API's own).
+
+    Raises:
+        ApiError: a value of the wrong type or out of range, naming the field.
+    """
     seed = _integer(body, "seed", None)
     if seed is not None and not 0 <= seed <= MAX_SEED:
         raise bad("seed", f"'seed' must be from 0 to {MAX_SEED}, not {seed}")
-    values: dict[str, Any] = {
-        "temperature": _number(body, "temperature", 1.0), "top_p": _number(body, "top_p", 1.0),
-        "top_k": _integer(body, "top_k", 0), "min_p": _number(body, "min_p", 0.0),
-        "presence_penalty": _number(body, "presence_penalty", 0.0),
-        "frequency_penalty": _number(body, "frequency_penalty", 0.0),
-        "repeat_penalty": _number(body, "repeat_penalty", 1.0), "repeat_last_n": _integer(body, "repeat_last_n", 64),
-        "seed": RANDOM_SEED if seed is None else seed,
-    }
+    values: dict[str, Any] = {"seed": defaults.seed if seed is None else seed}
+    for f in fields(SamplingParams):
+        default = getattr(defaults, f.name)
+        if f.name != "seed":  # an integer field (top_k, repeat_last_n) refuses 1.5; a number takes 1
+            values[f.name] = _integer(body, f.name, default) if isinstance(default, int) \
+                else _number(body, f.name, default)
     try:
-        SamplingParams(**values)
+        return SamplingParams(**values)
     except ValueError as exc:  # the message starts with the field's name
         name = str(exc).split(" ", 1)[0]
         raise bad(name if name in _SAMPLING else "temperature", f"'{name}': {exc}") from None
-    return values
 
 
 def _max_tokens(body: dict[str, Any], default: int, *names: str) -> int:

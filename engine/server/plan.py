@@ -24,12 +24,12 @@ the rest once for all of them:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.errors import GrammarError
 from engine.generation import chat_template, grammars, tool_calls
-from engine.sampling import RANDOM_SEED
+from engine.sampling import MAX_SEED, RANDOM_SEED
 from engine.server.openai_format import ParsedRequest, bad
 from engine.server.reply import Reply, TokenLogprob
 from engine.speculative.settings import SpeculativeSettings
@@ -57,11 +57,11 @@ def make(parsed: ParsedRequest, model: P.ModelInfo, default: SpeculativeSettings
     # what this model can run: chained heads draft at most their count; without a head MTP is off
     # and MTP + n-gram is n-gram (the report then says what ran, not what was asked)
     speculative = speculative.limited_to(model.max_draft if model.can_draft else 0)
-    sampling = dict(parsed.sampling)
-    if choice and sampling.get("seed", RANDOM_SEED) != RANDOM_SEED:
-        sampling["seed"] = (sampling["seed"] + choice) & 0xFFFFFFFF
+    sampling = parsed.sampling
+    if choice and sampling.seed != RANDOM_SEED:
+        sampling = replace(sampling, seed=(sampling.seed + choice) & MAX_SEED)
     fields: dict[str, Any] = dict(prompt=parsed.prompt, messages=parsed.messages, max_tokens=parsed.max_tokens,
-                                  stop=parsed.stop, speculative=speculative, **sampling,
+                                  stop=parsed.stop, speculative=speculative, sampling=sampling,
                                   logit_bias={str(t): b for t, b in parsed.logit_bias.items()},
                                   logprobs=-1 if parsed.logprobs is None else parsed.logprobs,
                                   grammar=parsed.grammar,

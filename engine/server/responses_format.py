@@ -56,8 +56,6 @@ from engine.server.openai_format import (
 )
 from engine.server.reply import Reply, TokenLogprob
 
-_SAMPLING_NAMES = ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
-                   "repeat_penalty", "repeat_last_n")
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 TEXT_PARTS = {"input_text", "output_text", "text", "refusal", "summary_text", "reasoning_text"}
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
@@ -116,8 +114,7 @@ def parse(body: Any, served: tuple[str, ...], n_ctx: int, *, strict_model: bool 
         stream = False
     if not isinstance(stream, bool):
         raise bad("stream", f"'stream' must be true or false, not {stream!r}", "invalid_type")
-    sampling_body = {name: body[name] for name in _SAMPLING_NAMES if name in body}
-    return ParsedRequest(model=model, messages=messages, sampling=_sampling(sampling_body),
+    return ParsedRequest(model=model, messages=messages, sampling=_sampling(body),
                          max_tokens=_max_tokens(body, n_ctx, "max_output_tokens"),
                          speculative=speculative_from(body.get("speculative")), stream=stream,
                          include_usage=stream, tools=tools or None,

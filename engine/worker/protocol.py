@@ -5,7 +5,7 @@ Requests (app -> worker, here) and events (worker -> app,
 ``decode_event`` refuse anything malformed with a :class:`ProtocolError`
 naming the field; nothing is guessed at.
 
-Version 3 (2 plus: load n_threads_draft, speculative depth, stats draft_depth):
+Version 5 (what each version added: at PROTOCOL_VERSION):
   requests  load, generate, tokenize, cancel, unload, shutdown
   events    ready (the handshake), loaded, prefill (prompt progress), token,
             stats, done, tokens (answers tokenize), error, ack (ends a cancel), unloaded, bye
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import ProtocolError
-from engine.sampling import SamplingParams
+from engine.sampling import GREEDY, SamplingParams
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 from engine.unicode_text import first_bad_text
 from engine.worker.events import (  # noqa: F401  (re-exported: the protocol is requests and events)
@@ -52,12 +52,12 @@ from engine.worker.fields import build
 #    speculative modes "ngram" and "mtp+ngram" (ngram_min / ngram_max); stats carry per-source draft counts
 # 4: generate takes tools, tool-call messages, a grammar, logit_bias and logprobs; done carries
 #    logprobs; the loaded model says its tool-call syntax; tokenize requests and tokens events
-PROTOCOL_VERSION = 4
+# 5: generate carries its sampling whole ("sampling": {temperature, top_k, ...}) instead of nine flat fields
+PROTOCOL_VERSION = 5
 HANDSHAKE_TIMEOUT_S = 60.0  # the first import of llama_cpp can be slow on a cold disk
 
 
 # -- requests --------------------------------------------------------------
-_SAMPLING = SamplingParams()  # engine defaults: greedy, penalties off
 MAX_TOP_LOGPROBS = 20  # as OpenAI
 _MESSAGE_KEYS = {"role", "content", "tool_calls", "tool_call_id", "name"}
 
@@ -107,25 +107,17 @@ class LoadRequest:
 
 @dataclass(frozen=True)
 class GenerateRequestMsg:
-    """A reply to generate. The sampling fields are flat, named as in
-    llama.cpp's server API, and checked by :class:`SamplingParams` when the
-    message is made: a value out of range is a ``protocol`` error naming it."""
+    """A reply to generate. ``sampling`` travels whole, as one
+    :class:`SamplingParams` object (llama.cpp's server names inside), checked when
+    the message is made: a value out of range is a ``protocol`` error naming it."""
 
     id: str
     prompt: str | None = None
     # {"role", "content"} and, with tools, assistant "tool_calls" (OpenAI's shape) and a tool
     # result's "tool_call_id" / "name" (check_messages says what may be in one)
     messages: list[dict[str, Any]] | None = None
-    # flat, as llama.cpp's server takes them; the defaults are SamplingParams' own
-    temperature: float = _SAMPLING.temperature
-    top_k: int = _SAMPLING.top_k
-    top_p: float = _SAMPLING.top_p
-    min_p: float = _SAMPLING.min_p
-    seed: int = _SAMPLING.seed
-    repeat_penalty: float = _SAMPLING.repeat_penalty
-    repeat_last_n: int = _SAMPLING.repeat_last_n
-    presence_penalty: float = _SAMPLING.presence_penalty
-    frequency_penalty: float = _SAMPLING.frequency_penalty
+    # how the next token is chosen, whole (llama.cpp's server names inside); checked when made
+    sampling: SamplingParams = GREEDY
     max_tokens: int = 256
     stop: list[str] = field(default_factory=list)
     speculative: SpeculativeSettings = SPECULATION_OFF
@@ -155,20 +147,12 @@ class GenerateRequestMsg:
     type: str = "generate"
 
     def __post_init__(self) -> None:
-        self.sampling()  # a bad value never travels
         check_messages(self.messages)
         if not -1 <= self.logprobs <= MAX_TOP_LOGPROBS:
             raise ValueError(f"logprobs must be from -1 to {MAX_TOP_LOGPROBS}, not {self.logprobs}")
         for token, bias in self.logit_bias.items():
             if not token.isdigit() or not math.isfinite(bias):
                 raise ValueError(f"logit_bias maps token ids to finite numbers, not {token!r}: {bias!r}")
-
-    def sampling(self) -> SamplingParams:
-        return SamplingParams(
-            temperature=self.temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p, seed=self.seed,
-            repeat_penalty=self.repeat_penalty, repeat_last_n=self.repeat_last_n,
-            presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
-        )
 
 
 @dataclass(frozen=True)

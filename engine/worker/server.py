@@ -344,7 +344,7 @@ class Worker:
         gen = GenerateRequest(
             prompt=request.prompt,
             messages=tuple(request.messages) if request.messages is not None else None,
-            sampling=request.sampling(),
+            sampling=request.sampling,
             max_tokens=request.max_tokens,
             stop=tuple(request.stop),
             speculative=request.speculative,

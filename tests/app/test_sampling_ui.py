@@ -93,14 +93,15 @@ def test_a_reply_asks_for_the_chosen_sampling_and_shows_prompt_progress(qtbot, s
     with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
         window.composer.setPlainText("copper " * 700)  # more than one chunk of 512 tokens
         window.send()
-    assert {k: sent[0][k] for k in ("temperature", "repeat_penalty", "repeat_last_n", "seed")} == {
-        "temperature": BALANCED.temperature, "repeat_penalty": 1.1, "repeat_last_n": BALANCED.repeat_last_n, "seed": 5}
+    asked = sent[0]["sampling"]
+    assert (asked.temperature, asked.repeat_penalty, asked.repeat_last_n, asked.seed) == (
+        BALANCED.temperature, 1.1, BALANCED.repeat_last_n, 5)
     assert headlines[0].startswith("Processing prompt (") and headlines[0].endswith("tokens)…")
     assert any(h.endswith("%") for h in headlines[1:])
     assert "Processing prompt (" in in_reply[0] and any(t.rstrip().endswith("%") for t in in_reply[1:])
     assert "Processing prompt" not in window.transcript.toPlainText()  # gone once the reply came
     services.settings.seed = -1
-    assert window.chat.chat_values().sampling()["seed"] == RANDOM_SEED  # -1: a new seed each reply
+    assert window.chat.chat_values().sampling().seed == RANDOM_SEED  # -1: a new seed each reply
 
 
 def test_the_panel_states_the_measured_speedup_first_and_clears_on_a_model_change(qtbot, services):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.sampling import SamplingParams
 from engine.speculative.settings import MAX_DRAFT
 from engine.worker import protocol as P
 from engine.worker.client import WorkerClient, WorkerDied
@@ -66,7 +67,7 @@ def test_seeded_sampling_repeats_and_different_seeds_differ(worker: WorkerClient
     def run(seed: int) -> str:
         return text_of(worker.call(P.GenerateRequestMsg(
             id=f"s{seed}-{time.monotonic()}", prompt="Once upon a time", max_tokens=30,
-            temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=seed)))
+            sampling=SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=seed))))
 
     assert run(1) == run(1)
     assert len({run(1), run(2), run(3)}) > 1

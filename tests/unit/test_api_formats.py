@@ -302,8 +302,8 @@ def test_anthropic_request_rules():
             "service_tier": "auto", "container": None, "some_future_field": {"x": 1}, "speculative": "off"}
     parsed = A.parse(body, SERVED, N_CTX)
     assert parsed.model == MODEL and parsed.max_tokens == N_CTX and parsed.stop == ["END"]
-    assert parsed.sampling["temperature"] == 1.0 and parsed.sampling["top_k"] == 5 and parsed.sampling["top_p"] == 1.0
-    assert parsed.sampling["seed"] == RANDOM_SEED and parsed.speculative is not None and not parsed.stream
+    assert parsed.sampling.temperature == 1.0 and parsed.sampling.top_k == 5 and parsed.sampling.top_p == 1.0
+    assert parsed.sampling.seed == RANDOM_SEED and parsed.speculative is not None and not parsed.stream
     assert parsed.messages[0] == {"role": "user", "content": "ab"}
     assert [c["id"] for c in parsed.messages[1]["tool_calls"]] == ["t1", "t2"]
     assert json.loads(parsed.messages[1]["tool_calls"][0]["function"]["arguments"]) == {"q": "é"}
@@ -383,7 +383,7 @@ def test_ollama_chat_tool_round_trip_through_the_official_client():
     assert call.function.name == "get_weather" and call.function.arguments == {"city": "Paris"}
     parsed = seen[0]
     assert parsed.messages == turn and parsed.max_tokens == 50 and parsed.tools == [OLLAMA_TOOL]
-    assert parsed.sampling["temperature"] == 0 and parsed.sampling["seed"] == 3 and not parsed.stream
+    assert parsed.sampling.temperature == 0 and parsed.sampling.seed == 3 and not parsed.stream
     assert first.prompt_eval_count == 12 and first.eval_count == 5
     assert (first.prompt_eval_duration, first.eval_duration) == (12_500_000, 250_000_000)
     assert first.total_duration == 262_500_000 and first.load_duration == 0
@@ -421,7 +421,7 @@ def test_ollama_generate_templates_unless_raw_and_a_bare_generate_is_a_load_chec
     parsed = seen[-1]
     assert parsed.messages == [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Answer?"}]
     assert parsed.json_schema == WEATHER_SCHEMA and parsed.stop == ["\n"] and parsed.max_tokens == N_CTX
-    assert parsed.sampling["top_k"] == 0 and parsed.sampling["top_p"] == 0.9  # Ollama's defaults elsewhere
+    assert parsed.sampling.top_k == 0 and parsed.sampling.top_p == 0.9  # Ollama's defaults elsewhere
     client.generate(model=MODEL, prompt="<s>raw", raw=True, stream=False)
     assert seen[-1].prompt == "<s>raw" and seen[-1].messages is None
     loaded = client.generate(model=MODEL)
@@ -474,7 +474,8 @@ def test_ollama_request_rules():
     calls = parsed.messages[1]["tool_calls"]
     assert [c["id"] for c in calls] == ["call_1_0", "call_1_1"]  # stable: the same prompt every turn
     assert [m["tool_call_id"] for m in parsed.messages[2:]] == ["call_1_1", "call_1_0"]
-    assert parsed.stream and parsed.sampling == {**O.DEFAULTS, "seed": RANDOM_SEED}  # Ollama streams by default
+    assert parsed.stream and parsed.sampling == O.DEFAULTS  # Ollama streams by default
+    assert O.DEFAULTS.seed == RANDOM_SEED  # seed -1: a new one
     assert parsed.max_tokens == N_CTX and parsed.logprobs is None
     assert O.parse_chat({"model": "x", "messages": [{"role": "user", "content": "x"}], "logprobs": True,
                          "top_logprobs": 3}, SERVED, N_CTX).logprobs == 3
@@ -584,7 +585,7 @@ def test_responses_max_output_tokens_is_incomplete_and_json_formats_parse():
     cut = client.responses.create(model="m", input="JSON please", max_output_tokens=8, text=fmt, temperature=0.2)
     assert cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens"
     assert cut.output[0].status == "incomplete" and cut.max_output_tokens == 8 and cut.temperature == 0.2
-    assert seen[0].json_schema == WEATHER_SCHEMA and seen[0].max_tokens == 8 and seen[0].sampling["temperature"] == 0.2
+    assert seen[0].json_schema == WEATHER_SCHEMA and seen[0].max_tokens == 8 and seen[0].sampling.temperature == 0.2
     client.responses.create(model="m", input="x", text={"format": {"type": "json_object"}})
     assert seen[1].json_schema == {}
     client.responses.create(model="m", input="x", text={"format": {"type": "text"}, "verbosity": "low"})
@@ -637,7 +638,7 @@ def test_responses_input_items():
     assert assistant["content"] == "On it." and [c["id"] for c in assistant["tool_calls"]] == ["c1", "c2"]
     assert parsed.messages[3:] == [{"role": "tool", "tool_call_id": "c1", "content": "a b"},
                                    {"role": "tool", "tool_call_id": "c2", "content": "/"}]
-    assert parsed.sampling["temperature"] == 1.0 and parsed.logprobs is None and not parsed.stream
+    assert parsed.sampling.temperature == 1.0 and parsed.logprobs is None and not parsed.stream
     logged = R.parse({"input": "x", "top_logprobs": 2, "include": [R.LOGPROBS_INCLUDE]}, SERVED, N_CTX)
     assert logged.logprobs == 2
 

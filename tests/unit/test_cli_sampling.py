@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from engine.cli import build_parser, sampling_from_args
@@ -14,15 +16,14 @@ def parse(*argv: str):
 
 
 def test_without_flags_the_terminal_chat_is_plain_greedy():
-    assert sampling_from_args(parse()) == {**SamplingParams().__dict__}
+    assert sampling_from_args(parse()) == SamplingParams()
 
 
 def test_a_preset_is_the_base_and_each_flag_overrides_one_field():
-    fields = sampling_from_args(parse("--preset", "balanced", "--seed", "7", "--presence-penalty", "0.5"))
-    assert fields["temperature"] == BALANCED.temperature and fields["repeat_penalty"] == BALANCED.repeat_penalty
-    assert (fields["seed"], fields["presence_penalty"]) == (7, 0.5)
-    request = P.GenerateRequestMsg(id="1", prompt="x", **fields)  # every field is one the request takes
-    assert request.sampling() == SamplingParams(**fields)
+    sampling = sampling_from_args(parse("--preset", "balanced", "--seed", "7", "--presence-penalty", "0.5"))
+    assert sampling == replace(BALANCED, seed=7, presence_penalty=0.5)
+    request = P.GenerateRequestMsg(id="1", prompt="x", sampling=sampling)  # the request carries it whole
+    assert P.decode_request(P.encode(request)).sampling == sampling
 
 
 def test_a_value_out_of_range_names_the_field():

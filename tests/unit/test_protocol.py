@@ -1,21 +1,30 @@
+import json
+
 import pytest
 
 from engine.errors import ProtocolError
+from engine.sampling import SamplingParams
 from engine.speculative.settings import MAX_DRAFT, SPECULATION_OFF, SpeculativeSettings
 from engine.speculative.stats import StatsSnapshot
 from engine.worker import protocol as P
 
 
-def test_sampling_fields_round_trip_and_are_llama_cpps_names():
-    msg = P.GenerateRequestMsg(id="g2", prompt="x", temperature=0.7, top_k=0, top_p=0.9, min_p=0.1, seed=7,
-                               repeat_penalty=1.1, repeat_last_n=-1, presence_penalty=0.5, frequency_penalty=-0.5)
+def test_sampling_travels_whole_with_llama_cpps_names():
+    sampling = SamplingParams(temperature=0.7, top_k=0, top_p=0.9, min_p=0.1, seed=7, repeat_penalty=1.1,
+                              repeat_last_n=-1, presence_penalty=0.5, frequency_penalty=-0.5)
+    msg = P.GenerateRequestMsg(id="g2", prompt="x", sampling=sampling)
     assert P.decode_request(P.encode(msg)) == msg
-    sampling = msg.sampling()
-    assert (sampling.repeat_penalty, sampling.repeat_last_n, sampling.seed) == (1.1, -1, 7)
-    assert sampling.history_length(4096) == 4096  # -1: the whole context, as in llama.cpp
-    # a request written before the penalties existed still reads, with them off
-    old = P.decode_request('{"type": "generate", "id": "a", "prompt": "x", "temperature": 0.5, "seed": 3}')
-    assert not old.sampling().penalised
+    assert json.loads(P.encode(msg))["sampling"]["repeat_last_n"] == -1  # one object, never flat fields
+    assert msg.sampling.history_length(4096) == 4096  # -1: the whole context, as in llama.cpp
+    # a sampling object that leaves fields out takes SamplingParams' defaults, penalties off
+    partial = P.decode_request('{"type": "generate", "id": "a", "prompt": "x", "sampling": {"temperature": 0.5}}')
+    assert partial.sampling == SamplingParams(temperature=0.5) and not partial.sampling.penalised
+
+
+def test_a_version_4_request_with_flat_sampling_fields_is_refused_by_name():
+    with pytest.raises(ProtocolError, match=r"unknown field\(s\) \['seed', 'temperature'\]"):
+        P.decode_request('{"type": "generate", "id": "a", "prompt": "x", "temperature": 0.5, "seed": 3}')
+    assert P.PROTOCOL_VERSION == 5
 
 
 def test_generate_request_round_trips_through_json():
@@ -39,14 +48,14 @@ def test_generate_request_round_trips_through_json():
         ('{"type": "generate", "id": "a", "speculative": {"mode": "none"}}', "speculative: mode must be one of"),
         ('{"type": "generate", "id": "a", "speculative": {"mode": "mtp", "n_max": 99}}', "n_max must be"),
         ('{"type": "generate", "id": "a", "speculative": {"p_min": -0.5}}', "p_min must be"),
-        ('{"type": "generate", "id": "a", "top_p": 1.5}', "generate: top_p must be a number from 0 to 1"),
-        ('{"type": "generate", "id": "a", "top_k": -5}', "top_k must be an integer"),
-        ('{"type": "generate", "id": "a", "repeat_penalty": 0}', "repeat_penalty must be"),
-        ('{"type": "generate", "id": "a", "repeat_last_n": -2}', "repeat_last_n must be"),
-        ('{"type": "generate", "id": "a", "presence_penalty": 3}', "presence_penalty must be"),
-        ('{"type": "generate", "id": "a", "frequency_penalty": "lots"}', "frequency_penalty: expected a number"),
-        ('{"type": "generate", "id": "a", "seed": -1}', "seed must be an integer from 0"),
-        ('{"type": "generate", "id": "a", "temperature": 1e400}', "temperature must be"),
+        ('{"type": "generate", "id": "a", "sampling": {"top_p": 1.5}}', "sampling: top_p must be a number from 0 to 1"),
+        ('{"type": "generate", "id": "a", "sampling": {"top_k": -5}}', "top_k must be an integer"),
+        ('{"type": "generate", "id": "a", "sampling": {"repeat_penalty": 0}}', "repeat_penalty must be"),
+        ('{"type": "generate", "id": "a", "sampling": {"repeat_last_n": -2}}', "repeat_last_n must be"),
+        ('{"type": "generate", "id": "a", "sampling": {"presence_penalty": 3}}', "presence_penalty must be"),
+        ('{"type": "generate", "id": "a", "sampling": {"frequency_penalty": "lots"}}', "frequency_penalty: expected"),
+        ('{"type": "generate", "id": "a", "sampling": {"seed": -1}}', "seed must be an integer from 0"),
+        ('{"type": "generate", "id": "a", "sampling": {"temperature": 1e400}}', "temperature must be"),
     ],
 )
 def test_malformed_requests_are_refused_with_the_reason(line, fragment):
@@ -60,8 +69,8 @@ def test_request_id_is_recovered_from_a_bad_request_when_possible():
 
 
 def test_numbers_are_accepted_as_floats_but_not_as_strings():
-    req = P.decode_request('{"type": "generate", "id": "a", "prompt": "x", "temperature": 1}')
-    assert req.temperature == 1.0 and isinstance(req.temperature, float)
+    req = P.decode_request('{"type": "generate", "id": "a", "prompt": "x", "sampling": {"temperature": 1}}')
+    assert req.sampling.temperature == 1.0 and isinstance(req.sampling.temperature, float)
 
 
 def test_off_is_spelled_one_way_and_the_deepest_draft_is_decided_once():
