@@ -41,7 +41,7 @@ from engine.gguf import facts as gguf_info
 from engine.gguf.facts import GGUFFacts
 from engine.speculative.settings import SpeculativeSettings
 
-# How the output of a setting compared with no speculation (engine/speculative/identity.py).
+# How the output of a setting compared with no speculation (engine/generation/identity.py).
 _IDENTITY_TEXT = {"identical": "yes", "near_tie": "yes (near tie)", "defect": "NO — differs"}
 
 

@@ -52,7 +52,7 @@ class ResultRow:
     acceptance: float | None
     prompts: int
     identical: bool
-    identity: str  # identical | near_tie | defect (engine/speculative/identity.py)
+    identity: str  # identical | near_tie | defect (engine/generation/identity.py)
     dropped: bool  # successive halving stopped measuring it
     per_pos: list[float] = field(default_factory=list)
 

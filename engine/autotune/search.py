@@ -16,7 +16,7 @@ Steps:
    fastest setting whose lower confidence bound on the mean ratio is above
    1.0 wins; if none clears the noise, the answer is "off".
 4. Greedy identity with "off" is checked on every prompt a setting runs,
-   with the numbers (engine/speculative/identity.py): an output that parts
+   with the numbers (engine/generation/identity.py): an output that parts
    from "off" at a near tie (plain's top-2 margin inside the measured
    batch-vs-single noise) is still correct; one that parts beyond it is a
    defect, and that setting can never win.
@@ -30,10 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.generation import identity
 from engine.generation.generator import GenerateRequest, GenerateResult, generate, render_prompt
+from engine.generation.identity import IdentityVerdict
 from engine.generation.session import Session
-from engine.speculative import identity
-from engine.speculative.identity import IdentityVerdict
 from engine.speculative.settings import (
     ADAPTIVE,
     MAX_DRAFT,

@@ -23,9 +23,9 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from engine.generation import identity
 from engine.generation.generator import GenerateRequest, GenerateResult, generate
 from engine.generation.session import Session
-from engine.speculative import identity
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp, ngram
 
 Say = Callable[[str], None]
@@ -40,7 +40,7 @@ class Row:
     label: str
     tps: list[float] = field(default_factory=list)
     ratio: list[float] = field(default_factory=list)
-    verdict: str = ""  # the worst identity verdict over the repeats (engine/speculative/identity.py)
+    verdict: str = ""  # the worst identity verdict over the repeats (engine/generation/identity.py)
     accepted: int = 0
     drafted: int = 0
     sources: dict[str, list[int]] = field(default_factory=dict)  # source -> [accepted, drafted]

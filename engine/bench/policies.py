@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import ContextError
+from engine.generation import identity
 from engine.generation.generator import GenerateRequest, GenerateResult, generate, render_prompt
 from engine.generation.session import Session
 from engine.runtime import Batch
-from engine.speculative import identity
 from engine.speculative.rollback import PARTIAL_ONLY
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 
@@ -51,7 +51,7 @@ def _tps(result: GenerateResult) -> float:
 class Cell:
     tps: list[float] = field(default_factory=list)
     ratio: list[float] = field(default_factory=list)  # vs plain in the same repeat
-    verdict: str = "identical"  # the worst over repeats (engine/speculative/identity.py)
+    verdict: str = "identical"  # the worst over repeats (engine/generation/identity.py)
 
     @property
     def median_ratio(self) -> float:

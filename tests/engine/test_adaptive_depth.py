@@ -1,7 +1,7 @@
 """Adaptive draft depth on the real engine, with tiny synthetic models.
 
 1. Greedy output with adaptive depth is plain greedy output on every
-   architecture the engine claims (judged with engine.speculative.identity,
+   architecture the engine claims (judged with engine.generation.identity,
    as the fixed depths are in test_mtp_every_arch.py).
 2. On oracle models it converges: with a head that always agrees it keeps
    drafting deep and every draft is accepted; with one that never agrees it
@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import pytest
 
+from engine.generation import identity
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
 from engine.runtime import SamplingParams
-from engine.speculative import adaptive, identity
+from engine.speculative import adaptive
 from engine.speculative.settings import SPECULATION_OFF, mtp
 from tests.engine.conftest import ALL_MTP_ARCHS, synth
 

@@ -1,4 +1,4 @@
-"""The identity verdict's second look on a MoE target (engine/speculative/identity.py).
+"""The identity verdict's second look on a MoE target (engine/generation/identity.py).
 
 On the bench glm4moe model every drafting setting parted from plain output on
 two prompts "beyond the noise": an expert router at a near tie (gap ~1e-4)
@@ -11,9 +11,9 @@ still a defect.
 
 from __future__ import annotations
 
+from engine.generation import identity
 from engine.generation.generator import GenerateRequest, generate, render_prompt
 from engine.generation.session import LoadOptions, Session
-from engine.speculative import identity
 from tests.engine.conftest import synth
 
 PROMPT = " the river model"

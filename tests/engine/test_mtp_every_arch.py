@@ -9,7 +9,7 @@ For each, loaded as one file and as trunk + sidecar, with random weights
 
 1. MTP loads (a drafter with the architecture's head count) and generates;
 2. greedy output with MTP at n_max 1..4 is plain greedy output, judged with
-   engine.speculative.identity (a parting at a near tie within the measured
+   engine.generation.identity (a parting at a near tie within the measured
    numeric noise is acceptable, anything else is a defect);
 3. the drafts are the same round by round with the catch-up folded into the
    next draft and not: a graph that hands back another row's hidden state to
@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import pytest
 
+from engine.generation import identity
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
 from engine.gguf.sidecar import MTP_ARCHITECTURES
-from engine.speculative import identity, mtp
+from engine.speculative import mtp
 from engine.speculative.drafter import SpeculativeParams
 from tests.engine.conftest import ALL_MTP_ARCHS, heads_for, synth
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.generation import identity
 from engine.generation.generator import GenerateRequest, accepts_draft, generate
 from engine.generation.session import LoadOptions, Session
 from engine.runtime import native
-from engine.speculative import identity
 from engine.speculative.drafter import MAX_DRAFT, SpeculativeParams
 from engine.speculative.mtp import top_probability
 from engine.speculative.rollback import ON_DEVICE, PARTIAL_ONLY, TargetRollback

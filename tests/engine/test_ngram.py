@@ -2,7 +2,7 @@
 
 1. On every architecture the engine claims (tiny synthetic models): greedy
    output with ``ngram`` and ``mtp+ngram`` is plain greedy output (judged by
-   engine/speculative/identity.py), and per-source counts add up.
+   engine/generation/identity.py), and per-source counts add up.
 2. Without an MTP head (a trunk file, the built-in Gemma model) n-gram
    drafting still drafts, hybrid targets included (their rollback needs
    recurrent snapshots or checkpoints without MTP).
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import pytest
 
+from engine.generation import identity
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
 from engine.sampling import SamplingParams
-from engine.speculative import identity
 from engine.speculative.settings import SPECULATION_OFF, ngram
 from engine.speculative.stats import StatsSnapshot
 from tests.engine.conftest import ALL_MTP_ARCHS, ARCHS, synth

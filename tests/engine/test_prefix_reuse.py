@@ -3,7 +3,7 @@
 Continue (the prompt extends the last context), regenerate (the same prompt
 again), edit (the prompt parts in the middle) and switch (another prompt in
 between), on an attention-only target, hybrids and the built-in model (SWA):
-greedy output is the output without reuse (judged as engine/speculative/identity.py
+greedy output is the output without reuse (judged as engine/generation/identity.py
 judges MTP, since a prompt decoded in two batches is a different batch
 shape), and the statistics say how many prompt tokens were reused.
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 
+from engine.generation import identity
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
-from engine.speculative import identity
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp, ngram
 from tests.engine.conftest import synth
 

@@ -10,7 +10,7 @@ expert, a QSA indexer kept dense):
 1. the combined file, and trunk + sidecar, load with one MTP head whose hidden
    state is the wide pre-collapse residual (hc · n_embd);
 2. greedy output with MTP at n_max 1..4 and 8 is plain greedy output
-   (engine.speculative.identity), rolling the hybrid target back by n_rs_seq;
+   (engine.generation.identity), rolling the hybrid target back by n_rs_seq;
 3. the sidecar variants users met (seed 002): blocks numbered from blk.0
    (relative) are named by the doctor and fixed by Repair; the head's mixer
    stored twice (output_hc_* and blk.N.nextn.hc_head_*) loads here, is named
@@ -30,9 +30,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.generation import identity
 from engine.gguf.facts import read_facts
 from engine.gguf.sidecar import assess
-from engine.speculative import identity
 from engine.store.doctor import diagnose
 from engine.store.repair import repair
 from tests.engine.test_mtp_every_arch import AGREE, open_session, run

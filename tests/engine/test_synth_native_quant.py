@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from engine.generation import identity
 from engine.generation.generator import GenerateRequest, generate, render_prompt
 from engine.generation.session import LoadOptions, Session
-from engine.speculative import identity
 from engine.speculative.settings import SPECULATION_OFF, mtp
 from engine.synth import HeadMap, SynthModel, SynthSpec, simulate
 from engine.synth.native_quant import NativeQuantError, quantize
@@ -106,7 +106,7 @@ def test_mixed_weights_and_sidecar_layout_hold_the_quantizers_bytes_and_stay_exa
                                                       speculative=SPECULATION_OFF, record_margins=True))
             # Mixed weights have near ties, and K-quant kernels round differently from 4 rows on
             # (adaptive depth's batch shapes follow this machine's timings): judged with the noise
-            # measured where the outputs part (engine/speculative/identity.py)
+            # measured where the outputs part (engine/generation/identity.py)
             noise = identity.measure_noise(session)
             prompt, _ = render_prompt(session, GenerateRequest(prompt=PROMPT), lambda: False)
             for spec in (mtp(2), mtp(4, depth="adaptive")):

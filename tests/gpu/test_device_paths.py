@@ -15,10 +15,10 @@ import re
 import numpy as np
 import pytest
 
+from engine.generation import identity
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
 from engine.runtime import Batch, native
-from engine.speculative import identity
 from engine.speculative.drafter import SpeculativeParams
 from engine.speculative.rollback import ON_DEVICE, PARTIAL_ONLY, TargetRollback
 from tests.engine.conftest import synth
