@@ -66,3 +66,15 @@ class GrammarError(EngineError):
     """A grammar or JSON schema the engine cannot use (the request's fault)."""
 
     kind = "grammar"
+
+
+class ProjectorError(EngineError):
+    """A vision projector (``mmproj``) that does not load, or does not fit the loaded model."""
+
+    kind = "projector"
+
+
+class ImageError(EngineError):
+    """An image the engine cannot take: not decodable, or sent to a model without a projector."""
+
+    kind = "image"

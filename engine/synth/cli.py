@@ -27,6 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dense", action="store_true", help="dense FFN trunk (glm4moe)")
     p.add_argument("--layout", choices=LAYOUTS, action="append",
                    help="files to write (repeatable; default: combined)")
+    p.add_argument("--projector", action="store_true",
+                   help="also write a vision projector (mmproj-*.gguf) for the target (qwen35, qwen35moe)")
     p.add_argument("--json", action="store_true", help="print the model description as JSON")
     p.set_defaults(func=run)
 
@@ -47,6 +49,14 @@ def run(args: argparse.Namespace) -> int:
     model = SynthModel(spec)
     for layout in args.layout or ["combined"]:
         print(model.path(layout))
+    if args.projector:
+        from engine.synth.projector import ProjectorSpec, projector_path
+
+        try:
+            print(projector_path(ProjectorSpec(target=spec)))
+        except ValueError as exc:  # an architecture no released projector feeds
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     if args.json:
         desc = model.description()
         desc.pop("oracle", None)
