@@ -25,7 +25,7 @@ from __future__ import annotations
 from engine.bench.reference import Round
 from engine.generation.session import Session
 from engine.runtime import Batch, Sampler, SamplingParams
-from engine.speculative.drafter import SpeculativeParams
+from engine.speculative.settings import SpeculativeSettings
 
 PARTIAL_ONLY = 1  # LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY, as the driver saves its checkpoints
 
@@ -42,7 +42,7 @@ def driver_rounds(session: Session, prompt: str, n_tokens: int, n_max: int,
     assert drafter is not None and not drafter.fold, "needs an MTP session opened with fold=False"
     session.prepare(mtp=True)
     target, model = session.target, session.model
-    drafter.begin(SpeculativeParams(mode="mtp", n_max=n_max))
+    drafter.begin(SpeculativeSettings(mode="mtp", n_max=n_max))
     tokens = model.tokenize(prompt, add_special=True, parse_special=True)
     batch = Batch(max(target.params.n_batch, n_max + 2))
     target.clear()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from engine.generation.generator import GenerateRequest, GenerateResult, generate
 from engine.generation.session import LoadOptions, Session
-from engine.speculative.drafter import SpeculativeParams
+from engine.speculative.settings import SpeculativeSettings
 
 
 @dataclass
@@ -34,7 +34,7 @@ class FoldRow:
 
 
 def _run(session: Session, prompt: str, n_tokens: int, n_max: int) -> GenerateResult:
-    request = GenerateRequest(prompt=prompt, max_tokens=n_tokens, speculative=SpeculativeParams("mtp", n_max),
+    request = GenerateRequest(prompt=prompt, max_tokens=n_tokens, speculative=SpeculativeSettings("mtp", n_max),
                               record_drafts=True)
     return generate(session, request)
 

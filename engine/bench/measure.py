@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from engine.generation.generator import GenerateRequest, GenerateResult, generate
 from engine.generation.session import Session
-from engine.speculative.drafter import SpeculativeParams
+from engine.speculative.settings import SpeculativeSettings
 
 
 @dataclass
@@ -46,7 +46,7 @@ class Row:
 
 
 def _run(session: Session, prompt: str, n_tokens: int, n_max: int) -> GenerateResult:
-    spec = SpeculativeParams("mtp", n_max) if n_max else SpeculativeParams()
+    spec = SpeculativeSettings("mtp", n_max) if n_max else SpeculativeSettings()
     return generate(session, GenerateRequest(prompt=prompt, max_tokens=n_tokens, speculative=spec))
 
 

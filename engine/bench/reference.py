@@ -23,7 +23,7 @@ from pathlib import Path
 
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import Session
-from engine.speculative.drafter import SpeculativeParams
+from engine.speculative.settings import SpeculativeSettings
 
 _EVENT = re.compile(
     r"draft candidate\s+0, pos\s+(?P<step>\d+):\s+(?P<token>-?\d+)"
@@ -185,7 +185,7 @@ def run_ours(session: Session, prompt: str, n_tokens: int, n_max: int) -> OursRu
     """
     result = generate(session, GenerateRequest(
         prompt=prompt, max_tokens=n_tokens, hold_last_prompt_token=True, record_drafts=True,
-        speculative=SpeculativeParams(mode="mtp", n_max=n_max)))
+        speculative=SpeculativeSettings(mode="mtp", n_max=n_max)))
     s = result.stats
     seconds = (s.t_end or 0.0) - (s.t_first_token or 0.0)
     rounds: list[Round] = []

@@ -37,12 +37,12 @@ MICRO = ("decode", "verify", "plain")
 def _generation(path: str, n_max: int, steps: int, threads: int) -> dict[str, float]:
     from engine.generation.generator import GenerateRequest, generate
     from engine.generation.session import LoadOptions, Session
-    from engine.speculative.drafter import SpeculativeParams
+    from engine.speculative.settings import SpeculativeSettings
 
     session = Session(LoadOptions(path=path, n_ctx=2048, n_threads=threads))
     out: dict[str, float] = {}
     try:
-        for phase, spec in (("mtp_gen", SpeculativeParams("mtp", n_max)), ("plain_gen", SpeculativeParams())):
+        for phase, spec in (("mtp_gen", SpeculativeSettings("mtp", n_max)), ("plain_gen", SpeculativeSettings())):
             generate(session, GenerateRequest(prompt=" the river model light", max_tokens=8, speculative=spec))
             res = generate(session, GenerateRequest(prompt=" the river model light", max_tokens=steps,
                                                     speculative=spec))

@@ -12,11 +12,7 @@ from typing import Protocol
 
 from engine.speculative.settings import MAX_DRAFT, SpeculativeSettings
 
-# Older name of the one settings type, kept for callers not yet moved to
-# ``engine.speculative.settings``.
-SpeculativeParams = SpeculativeSettings
-
-__all__ = ["MAX_DRAFT", "Drafter", "SpeculativeParams", "SpeculativeSettings"]
+__all__ = ["MAX_DRAFT", "Drafter", "SpeculativeSettings"]
 
 
 class Drafter(Protocol):

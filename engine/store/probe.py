@@ -27,7 +27,7 @@ _CHILD = """
 import json, sys
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
-from engine.speculative.drafter import SpeculativeParams
+from engine.speculative.settings import SpeculativeSettings
 target, sidecar, min_drafted = sys.argv[1], sys.argv[2] or None, int(sys.argv[3])
 prompts = json.loads(sys.argv[4])
 s = Session(LoadOptions(path=target, sidecar=sidecar, n_ctx=512))
@@ -35,7 +35,7 @@ rounds = drafted = accepted = 0
 try:
     for prompt in prompts:
         r = generate(s, GenerateRequest(prompt=prompt, max_tokens=48,
-                                        speculative=SpeculativeParams("mtp", n_max=3, p_min=0.0)))
+                                        speculative=SpeculativeSettings("mtp", n_max=3, p_min=0.0)))
         rounds, drafted, accepted = rounds + r.stats.rounds, drafted + r.stats.drafted, accepted + r.stats.accepted
         if drafted >= min_drafted:
             break

@@ -192,9 +192,9 @@ _PROOF = """
 import sys
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
-from engine.speculative.drafter import SpeculativeParams
+from engine.speculative.settings import SpeculativeSettings
 s = Session(LoadOptions(path=sys.argv[1], sidecar=sys.argv[2], n_ctx=256))
-r = generate(s, GenerateRequest(prompt=" the", max_tokens=8, speculative=SpeculativeParams("mtp", 2)))
+r = generate(s, GenerateRequest(prompt=" the", max_tokens=8, speculative=SpeculativeSettings("mtp", 2)))
 print("PROOF", s.mtp_status, r.stats.rounds, r.stats.drafted, r.stats.accepted)
 s.close()
 """

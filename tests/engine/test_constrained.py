@@ -22,7 +22,7 @@ from engine.errors import GrammarError
 from engine.generation import grammars
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
-from engine.speculative.drafter import SpeculativeParams
+from engine.speculative.settings import SpeculativeSettings
 from tests.engine.conftest import synth
 
 PROMPT = " the river model"
@@ -44,7 +44,7 @@ def session(request):
 
 
 def run(session: Session, n_max: int | None, **kw) -> object:
-    spec = SpeculativeParams("mtp", n_max) if n_max else SpeculativeParams()
+    spec = SpeculativeSettings("mtp", n_max) if n_max else SpeculativeSettings()
     kw.setdefault("prompt", PROMPT)
     kw.setdefault("max_tokens", 120)
     return generate(session, GenerateRequest(speculative=spec, record_drafts=True, **kw))

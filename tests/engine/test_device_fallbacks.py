@@ -20,15 +20,15 @@ from engine.errors import ContextError
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
 from engine.runtime import Batch, Context, ContextParams, Model
-from engine.speculative.drafter import SpeculativeParams
 from engine.speculative.rollback import ON_DEVICE, PARTIAL_ONLY, TargetRollback
+from engine.speculative.settings import SpeculativeSettings
 from tests.engine.conftest import synth
 
 PROMPT = " the river model"
 
 
 def run(session: Session, n_max: int | None, tokens: int = 32) -> object:
-    spec = SpeculativeParams("mtp", n_max) if n_max else SpeculativeParams()
+    spec = SpeculativeSettings("mtp", n_max) if n_max else SpeculativeSettings()
     return generate(session, GenerateRequest(prompt=PROMPT, max_tokens=tokens, speculative=spec))
 
 

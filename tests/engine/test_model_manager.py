@@ -206,7 +206,7 @@ def test_a_file_name_that_escapes_the_models_folder_is_refused(fake_hub, tmp_pat
 def test_a_repaired_sidecar_drafts_exactly_like_the_correct_export(layout, tmp_path):
     from engine.generation.generator import GenerateRequest, generate
     from engine.generation.session import LoadOptions, Session
-    from engine.speculative.drafter import SpeculativeParams
+    from engine.speculative.settings import SpeculativeSettings
 
     model = synth("glm4moe", "mixed", seed=1)
     fixed = repair(model.path("trunk"), model.path(layout), tmp_path / "fixed.gguf")
@@ -215,7 +215,7 @@ def test_a_repaired_sidecar_drafts_exactly_like_the_correct_export(layout, tmp_p
         session = Session(LoadOptions(path=str(model.path("trunk")), sidecar=str(side), n_ctx=256))
         try:
             runs.append(generate(session, GenerateRequest(prompt=" the river", max_tokens=40,
-                                                          speculative=SpeculativeParams("mtp", 3))))
+                                                          speculative=SpeculativeSettings("mtp", 3))))
         finally:
             session.close()
     assert runs[0].tokens == runs[1].tokens

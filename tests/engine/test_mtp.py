@@ -14,7 +14,7 @@ from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
 from engine.runtime import SamplingParams
 from engine.speculative import rollback
-from engine.speculative.drafter import SpeculativeParams
+from engine.speculative.settings import SpeculativeSettings
 from engine.synth import simulate
 from tests.engine.conftest import ARCHS, heads_for, synth
 
@@ -29,7 +29,8 @@ def open_session(model, layout: str = "combined") -> Session:
 
 
 def run(session: Session, n_max: int | None, **kw) -> object:
-    spec = SpeculativeParams("mtp", n_max, kw.pop("n_min", 0), kw.pop("p_min", 0.0)) if n_max else SpeculativeParams()
+    spec = (SpeculativeSettings("mtp", n_max, kw.pop("n_min", 0), kw.pop("p_min", 0.0)) if n_max
+            else SpeculativeSettings())
     return generate(session, GenerateRequest(prompt=kw.pop("prompt", PROMPT), max_tokens=N_TOKENS,
                                              speculative=spec, **kw))
 

@@ -25,7 +25,7 @@ from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
 from engine.gguf.sidecar import MTP_ARCHITECTURES
 from engine.speculative import mtp
-from engine.speculative.drafter import SpeculativeParams
+from engine.speculative.settings import SpeculativeSettings
 from tests.engine.conftest import ALL_MTP_ARCHS, heads_for, synth
 
 PROMPT = " the river model"
@@ -40,7 +40,7 @@ def open_session(model, layout: str, **kw) -> Session:
 
 
 def run(session: Session, n_max: int | None, **kw) -> object:
-    spec = SpeculativeParams("mtp", n_max) if n_max else SpeculativeParams()
+    spec = SpeculativeSettings("mtp", n_max) if n_max else SpeculativeSettings()
     return generate(session, GenerateRequest(prompt=PROMPT, max_tokens=N_TOKENS, speculative=spec, **kw))
 
 

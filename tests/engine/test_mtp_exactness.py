@@ -15,16 +15,17 @@ from engine.generation import identity
 from engine.generation.generator import GenerateRequest, accepts_draft, generate
 from engine.generation.session import LoadOptions, Session
 from engine.runtime import native
-from engine.speculative.drafter import MAX_DRAFT, SpeculativeParams
+from engine.speculative.drafter import MAX_DRAFT
 from engine.speculative.mtp import top_probability
 from engine.speculative.rollback import ON_DEVICE, PARTIAL_ONLY, TargetRollback
+from engine.speculative.settings import SpeculativeSettings
 from tests.engine.conftest import synth
 
 PROMPT = " the river model"
 
 
 def run(session: Session, n_max: int | None, tokens: int = 48, **kw) -> object:
-    spec = SpeculativeParams("mtp", n_max) if n_max else SpeculativeParams()
+    spec = SpeculativeSettings("mtp", n_max) if n_max else SpeculativeSettings()
     return generate(session, GenerateRequest(prompt=kw.pop("prompt", PROMPT), max_tokens=tokens,
                                              speculative=spec, record_drafts=True, **kw))
 

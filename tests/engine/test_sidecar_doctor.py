@@ -161,14 +161,14 @@ def test_the_doctor_and_the_load_time_check_agree_on_every_layout(arch):
 def test_a_combined_file_given_as_sidecar_fits_with_a_warning_and_loads():
     from engine.generation.generator import GenerateRequest, generate
     from engine.generation.session import LoadOptions, Session
-    from engine.speculative.drafter import SpeculativeParams
+    from engine.speculative.settings import SpeculativeSettings
 
     model = synth("glm4moe")
     d = diagnose(model.path("trunk"), model.path("combined"))
     assert d.ok and "complete model" in d.report() and d.warnings
     session = Session(LoadOptions(path=str(model.path("trunk")), sidecar=str(model.path("combined")), n_ctx=256))
     try:
-        r = generate(session, GenerateRequest(prompt=" the", max_tokens=12, speculative=SpeculativeParams("mtp", 2)))
+        r = generate(session, GenerateRequest(prompt=" the", max_tokens=12, speculative=SpeculativeSettings("mtp", 2)))
         assert r.stats.drafted > 0 and r.stats.accepted == r.stats.drafted  # oracle head, agree 1.0
     finally:
         session.close()
@@ -210,12 +210,12 @@ def test_a_head_without_an_lm_head_is_refused_where_the_loader_does_not_tie_it()
 def _run(trunk: Path, side: Path):
     from engine.generation.generator import GenerateRequest, generate
     from engine.generation.session import LoadOptions, Session
-    from engine.speculative.drafter import SpeculativeParams
+    from engine.speculative.settings import SpeculativeSettings
 
     session = Session(LoadOptions(path=str(trunk), sidecar=str(side), n_ctx=256))
     try:
         return generate(session, GenerateRequest(prompt=" the river", max_tokens=32,
-                                                 speculative=SpeculativeParams("mtp", 3)))
+                                                 speculative=SpeculativeSettings("mtp", 3)))
     finally:
         session.close()
 

@@ -19,8 +19,8 @@ from engine.generation import identity
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
 from engine.runtime import Batch, native
-from engine.speculative.drafter import SpeculativeParams
 from engine.speculative.rollback import ON_DEVICE, PARTIAL_ONLY, TargetRollback
+from engine.speculative.settings import SpeculativeSettings
 from tests.engine.conftest import synth
 from tests.gpu.conftest import ALL_LAYERS
 
@@ -37,7 +37,7 @@ def open_session(model, layout: str = "combined", gpu: bool = True) -> Session:
 
 
 def run(session: Session, n_max: int | None, **kw) -> object:
-    spec = SpeculativeParams("mtp", n_max) if n_max else SpeculativeParams()
+    spec = SpeculativeSettings("mtp", n_max) if n_max else SpeculativeSettings()
     return generate(session, GenerateRequest(prompt=PROMPT, max_tokens=TOKENS, speculative=spec, **kw))
 
 
