@@ -106,7 +106,7 @@ def test_ordinary_templates_still_work_within_the_limits():
 
 
 def test_a_template_that_prints_a_lone_surrogate_is_a_template_error():
-    # found by scripts/chaos.py (gguf-043): it reached the tokenizer as an internal error
+    # found by the chaos run, tests/chaos (gguf-043): it reached the tokenizer as an internal error
     from engine.errors import TemplateError
     from engine.generation.chat_template import render
 

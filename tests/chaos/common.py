@@ -1,4 +1,4 @@
-"""Shared pieces of the chaos script: outcomes, the tally and its table, and a
+"""Shared pieces of the chaos run: outcomes, the tally and its table, and a
 subprocess runner with a time limit, a memory cap and a process-group kill."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 VENV_BIN = Path(sys.executable).parent
 CLI = [sys.executable, "-m", "engine"]  # the same entry point as `mtp-studio`
 

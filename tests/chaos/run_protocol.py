@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import chaos_common as C
+from tests.chaos import common as C
 
 ANSWER_TIMEOUT = 20.0
 

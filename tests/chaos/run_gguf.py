@@ -7,10 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import chaos_common as C
-import chaos_gguf as G
-
 from engine.errors import EngineError  # noqa: F401  (imported early: the client needs it)
+from tests.chaos import common as C
+from tests.chaos import gguf_file as G
 
 INFO_TIMEOUT = 20.0
 RETRIED = "timed out once and answered when run again (a stall of the machine, not of the program)"

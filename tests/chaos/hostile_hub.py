@@ -1,4 +1,4 @@
-"""A hostile stand-in for the Hugging Face hub on loopback, for the chaos script.
+"""A hostile stand-in for the Hugging Face hub on loopback, for the chaos run.
 
 It answers the resolve endpoint (HEAD for metadata, GET with Range) for one
 repository, and each file can misbehave: a resume answered with a 206 whose

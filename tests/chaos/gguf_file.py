@@ -1,4 +1,4 @@
-"""GGUF mutations for the chaos script: a small codec that parses a GGUF file
+"""GGUF mutations for the chaos run: a small codec that parses a GGUF file
 into its header (metadata, tensor directory) and data, lets a mutation change
 any part of it, and writes it back; plus raw byte-level mutations (bit flips,
 truncations, lying counts).

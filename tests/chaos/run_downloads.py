@@ -1,6 +1,6 @@
 """Chaos category ``downloads``: `mtp-studio models download` killed at random byte offsets and resumed
 (the loopback hub of tests/fake_hub.py), two downloads of one file at once, and hostile servers
-(scripts/chaos_hub.py). Every file that ends under its final name must have the right sha256."""
+(tests/chaos/hostile_hub.py). Every file that ends under its final name must have the right sha256."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import chaos_common as C
-import chaos_hub as H
+from tests.chaos import common as C
+from tests.chaos import hostile_hub as H
 
 TIMEOUT = 60.0
 TOKEN = "hf_chaosSECRETtoken0123456789"
@@ -172,7 +172,7 @@ def concurrent(ctx: Any) -> None:
 
 
 HOSTILE = [
-    # (mode, ETag kind, fraction of the file already in the .partial); see chaos_hub for the modes
+    # (mode, ETag kind, fraction of the file already in the .partial); see hostile_hub for the modes
     ("206-from-zero", "sha256", 0.3), ("206-from-zero", "git", 0.3), ("206-from-zero-lying", "sha256", 0.3),
     ("206-from-zero-short", "git", 0.3), ("206-from-zero-short", "sha256", 0.6),
     ("206-from-zero-short-lying", "sha256", 0.3),

@@ -1,7 +1,7 @@
-"""The fault and fuzz campaigns of issues 17 and 31 as a repeatable chaos script.
+"""The fault and fuzz campaigns of issues 17 and 31 as a repeatable chaos run.
 
-    .venv/bin/python scripts/chaos.py [--seed 0] [--quick] [--only gguf,worker,downloads,protocol,campaign]
-                                      [--case SUBSTRING] [-v] [--keep DIR] [--json FILE]
+    .venv/bin/python -m tests.chaos [--seed 0] [--quick] [--only gguf,worker,downloads,protocol,campaign]
+                                    [--case SUBSTRING] [-v] [--keep DIR] [--json FILE]
 
 Five categories (docs/reliability.md explains each and what "clean" means):
 
@@ -37,10 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
-
-import chaos_common as C  # noqa: E402
+from tests.chaos import common as C
 
 CATEGORIES = ("gguf", "worker", "downloads", "protocol", "campaign")
 
@@ -79,7 +76,7 @@ def base_models() -> dict[str, dict[str, Path]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="about a minute: fewer cases per category")
     parser.add_argument("--only", default=",".join(CATEGORIES), help="comma-separated categories")
@@ -109,25 +106,25 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             print(f"== {category}", file=sys.stderr, flush=True)
             if category == "gguf":
-                import chaos_run_gguf
+                from tests.chaos import run_gguf
 
-                chaos_run_gguf.run(ctx, bases)
+                run_gguf.run(ctx, bases)
             elif category == "worker":
-                import chaos_run_worker
+                from tests.chaos import run_worker
 
-                chaos_run_worker.run(ctx, bases)
+                run_worker.run(ctx, bases)
             elif category == "downloads":
-                import chaos_run_downloads
+                from tests.chaos import run_downloads
 
-                chaos_run_downloads.run(ctx)
+                run_downloads.run(ctx)
             elif category == "protocol":
-                import chaos_run_protocol
+                from tests.chaos import run_protocol
 
-                chaos_run_protocol.run(ctx, bases)
+                run_protocol.run(ctx, bases)
             elif category == "campaign":
-                import chaos_run_campaign
+                from tests.chaos import run_campaign
 
-                chaos_run_campaign.run(ctx, bases)
+                run_campaign.run(ctx, bases)
             ctx.tally.seconds[category] = time.monotonic() - t0
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -144,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{len(tally.failures)} failing outcome(s):")
         for f in tally.failures:
             print(f"  [{f.outcome}] {f.case} ({f.row}): {f.detail}")
-        print(f"\nrerun one: .venv/bin/python scripts/chaos.py --seed {args.seed}{' --quick' if args.quick else ''} "
+        print(f"\nrerun one: .venv/bin/python -m tests.chaos --seed {args.seed}{' --quick' if args.quick else ''} "
               "--only CATEGORY --case CASE-ID")
     if args.json:
         args.json.write_text(json.dumps({

@@ -21,8 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import chaos_common as C
-
+from tests.chaos import common as C
 from tests.fake_rpc import HELLO, read_command, reply
 
 SURROGATE = "\\ud800"  # as JSON text: the body is valid JSON, the string is not valid Unicode

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import chaos_common as C
-import chaos_gguf as G
+from tests.chaos import common as C
+from tests.chaos import gguf_file as G
 
 PROMPT = "once upon a time"
 LONG = 1500  # tokens in the reply that gets killed (about 1–3 s on the tiny models)
