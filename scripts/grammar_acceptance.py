@@ -10,18 +10,14 @@ tokens per second (one thread). Greedy output is the same in every grammar row (
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from engine.generation import grammars  # noqa: E402
-from engine.generation.generator import GenerateRequest, generate  # noqa: E402
-from engine.generation.session import LoadOptions, Session  # noqa: E402
-from engine.speculative.settings import SpeculativeSettings  # noqa: E402
-from engine.synth import HeadMap, SynthModel, SynthSpec  # noqa: E402
-from engine.synth.spec import default_heads  # noqa: E402
+from engine.generation import grammars
+from engine.generation.generator import GenerateRequest, generate
+from engine.generation.session import LoadOptions, Session
+from engine.speculative.settings import SpeculativeSettings
+from engine.synth import HeadMap, SynthModel, SynthSpec
+from engine.synth.spec import default_heads
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["ids", "ok", "kind", "note"],
           "properties": {"ids": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 999},

@@ -10,15 +10,11 @@ Prints microseconds per row for each vocabulary size and spike (the top token's 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from engine.speculative.mtp import passes_p_min, top_probability  # noqa: E402
+from engine.speculative.mtp import passes_p_min, top_probability
 
 
 def per_row_us(work, repeats: int = 300) -> float:
@@ -39,8 +35,8 @@ def main() -> int:
         for spike in (0.0, 4.0, 10.0):
             row = (rng.standard_normal(n_vocab) * 2).astype(np.float32)
             row[rng.integers(n_vocab)] = row.max() + spike
-            before = per_row_us(lambda: top_probability(row) >= args.p_min)
-            now = per_row_us(lambda: passes_p_min(row, args.p_min))
+            before = per_row_us(lambda row=row: top_probability(row) >= args.p_min)
+            now = per_row_us(lambda row=row: passes_p_min(row, args.p_min))
             print(f"{n_vocab:>10,} {top_probability(row):7.2f} {before:13.0f} {now:15.0f}")
     return 0
 
