@@ -163,7 +163,7 @@ def resolve(rec: Recommendation, endpoint: str | None = None, token: str | None 
         HubUnreachable: offline (within about 3 s).
         CatalogError: the repository no longer has that quantization, or no file matches the sidecar pattern.
     """
-    groups = [g for g in hub.repo_files(rec.repo, endpoint, token) if not g.is_mtp]
+    groups = [g for g in hub.repo_files(rec.repo, endpoint, token) if not g.is_mtp and not g.is_projector]
     chosen = [g for g in groups if g.quant == rec.quant.upper()]
     if not chosen:
         have = ", ".join(sorted({g.quant for g in groups})) or "no GGUF files"

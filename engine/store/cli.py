@@ -37,9 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file", type=Path)
     p.set_defaults(func=cmd_inspect)
 
-    p = msub.add_parser("doctor", help="does this MTP sidecar fit this target?")
+    p = msub.add_parser("doctor", help="does this MTP sidecar (or vision projector, mmproj-*.gguf) fit this target?")
     p.add_argument("target", type=Path)
-    p.add_argument("sidecar", type=Path)
+    p.add_argument("sidecar", type=Path, help="an MTP sidecar, or a vision projector (mmproj-*.gguf)")
     p.add_argument("--probe", action="store_true",
                    help="also draft a few short replies with the pair (in a child process) and report acceptance")
     p.set_defaults(func=cmd_doctor)
@@ -74,7 +74,7 @@ def cmd_files(args: argparse.Namespace) -> int:
 
     groups = hub.repo_files(args.repo, token=_token())
     for g in groups:
-        kind = "MTP sidecar" if g.is_mtp else "model"
+        kind = "vision projector" if g.is_projector else "MTP sidecar" if g.is_mtp else "model"
         shards = f", {g.shards} shards" if g.shards > 1 else ""
         print(f"{g.quant:<12} {g.size / 2**30:8.2f} GiB  {kind}{shards}: {', '.join(g.files)}")
     side = hub.suggest_sidecar(args.repo, groups)
@@ -119,19 +119,32 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"{e.path}\n    {f.architecture}, {f.n_params / 1e9:.2f} B params, {quant}, "
               f"{f.file_size / 2**30:.2f} GiB, ctx {f.context_length}, MTP {f.nextn_layers} ({f.layout}), "
               f"chat template {'yes' if f.has_chat_template else 'no'}")
+    for p in library.scan_projectors():
+        if p.facts is None:
+            print(f"{p.path}\n    vision projector, unreadable: {p.problem}")
+            continue
+        print(f"{p.path}\n    vision projector {p.facts.projector_type}, output width {p.facts.width or '?'}, "
+              f"{p.facts.file_size / 2**30:.2f} GiB")
     return 0
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from engine.gguf.facts import read_facts
+    from engine.store.projectors import PROJECTOR_ARCH, read_projector
 
-    print("\n".join(read_facts(args.file).summary_lines()))
+    facts = read_facts(args.file)
+    lines = read_projector(args.file).summary_lines() if facts.architecture == PROJECTOR_ARCH else facts.summary_lines()
+    print("\n".join(lines))
     return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from engine.store.doctor import diagnose, run_probe
+    from engine.store.doctor import diagnose, diagnose_projector, is_projector_name, run_probe
 
+    if is_projector_name(args.sidecar):
+        projector = diagnose_projector(args.target, args.sidecar)
+        print(projector.report())
+        return 0 if projector.ok else 1
     d = diagnose(args.target, args.sidecar)
     if args.probe:
         print("probing: drafting a few short replies with the pair…", file=sys.stderr, flush=True)

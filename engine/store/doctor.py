@@ -1,6 +1,9 @@
 """The sidecar doctor: does this MTP sidecar fit this target, and if not, why,
 in plain words — and can Repair fix it?
 
+A vision projector (``mmproj-*.gguf``) is checked against its target by
+``diagnose_projector`` (``engine.store.projectors``): width and family.
+
 The rules are the load-time check's own (``engine.gguf.sidecar.assess``): what the
 doctor calls fitting loads, and what it refuses the engine refuses too.
 Everything is read from the two files' headers; nothing is loaded, unless a
@@ -15,8 +18,10 @@ from pathlib import Path
 from engine.gguf.facts import GGUFFacts, read_facts
 from engine.gguf.sidecar import Finding, RepairPlan, assess
 from engine.store.probe import ProbeError, ProbeResult, probe
+from engine.store.projectors import ProjectorDiagnosis, diagnose_projector, is_projector_name
 
-__all__ = ["Diagnosis", "Finding", "diagnose", "run_probe"]
+__all__ = ["Diagnosis", "Finding", "ProjectorDiagnosis", "diagnose", "diagnose_projector", "is_projector_name",
+           "run_probe"]
 
 
 @dataclass

@@ -50,6 +50,7 @@ class FileGroup:
     files: list[str] = field(default_factory=list)
     size: int = 0
     is_mtp: bool = False
+    is_projector: bool = False  # a vision projector (mmproj-*.gguf), never a quantization of the model
 
     @property
     def shards(self) -> int:
@@ -126,20 +127,22 @@ def quant_of(filename: str) -> str:
 
 
 def group_files(siblings: list[tuple[str, int]]) -> list[FileGroup]:
-    """Group ``(filename, size)`` pairs into quantizations; shards go together; MTP files apart."""
-    groups: dict[tuple[str, bool, str], FileGroup] = {}
+    """Group ``(filename, size)`` pairs into quantizations; shards go together; MTP files and vision
+    projectors (``mmproj``, llama.cpp's naming rule) apart."""
+    groups: dict[tuple[str, bool, bool, str], FileGroup] = {}
     for name, size in siblings:
         if not name.endswith(".gguf"):
             continue
-        is_mtp = "mtp" in Path(name).name.lower()
+        is_projector = "mmproj" in Path(name).name.lower()
+        is_mtp = "mtp" in Path(name).name.lower() and not is_projector
         base = _SHARD.sub("", name)
-        key = (quant_of(name), is_mtp, base if _SHARD.search(name) else name)
-        group = groups.setdefault(key, FileGroup(quant_of(name), is_mtp=is_mtp))
+        key = (quant_of(name), is_mtp, is_projector, base if _SHARD.search(name) else name)
+        group = groups.setdefault(key, FileGroup(quant_of(name), is_mtp=is_mtp, is_projector=is_projector))
         group.files.append(name)
         group.size += size
     for g in groups.values():
         g.files.sort()
-    return sorted(groups.values(), key=lambda g: (g.is_mtp, g.size))
+    return sorted(groups.values(), key=lambda g: (g.is_projector, g.is_mtp, g.size))
 
 
 def repo_files(repo_id: str, endpoint: str | None = None, token: str | None = None) -> list[FileGroup]:

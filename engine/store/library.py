@@ -12,6 +12,7 @@ from pathlib import Path
 from engine import paths
 from engine.errors import ModelFileError
 from engine.gguf.facts import GGUFFacts, read_facts
+from engine.store.projectors import PROJECTOR_ARCH, ProjectorFacts, is_projector_name, read_projector
 
 _SHARD = re.compile(r"-\d{5}-of-\d{5}\.gguf$")
 
@@ -21,6 +22,11 @@ class LibraryEntry:
     path: Path
     facts: GGUFFacts | None
     problem: str | None = None
+
+    @property
+    def is_projector(self) -> bool:
+        """A vision projector (``mmproj``), by llama.cpp's naming rule or its ``clip`` header: never a model."""
+        return is_projector_name(self.path) or (self.facts is not None and self.facts.architecture == PROJECTOR_ARCH)
 
     @property
     def layout(self) -> str:
@@ -76,7 +82,38 @@ def _candidates(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.gguf") if not (_SHARD.search(p.name) and "-00001-of-" not in p.name))
 
 
+@dataclass(frozen=True)
+class ProjectorEntry:
+    path: Path
+    facts: ProjectorFacts | None
+    problem: str | None = None
+
+
 def scan(extra: list[Path] | None = None) -> list[LibraryEntry]:
+    """The models on disk; vision projectors are not among them (see :func:`scan_projectors`)."""
+    return [e for e in _scan_all(extra) if not e.is_projector]
+
+
+def scan_projectors(extra: list[Path] | None = None) -> list[ProjectorEntry]:
+    """The vision projectors on disk (``mmproj-*.gguf``, or any GGUF with a ``clip`` header)."""
+    out = []
+    for e in _scan_all(extra):
+        if not e.is_projector:
+            continue
+        try:
+            out.append(ProjectorEntry(e.path, read_projector(e.path)))
+        except ModelFileError as exc:
+            out.append(ProjectorEntry(e.path, None, str(exc)))
+    return out
+
+
+def projectors_beside(model: str | Path) -> list[Path]:
+    """The projector files in a model's folder: where its repository (and llama.cpp's downloader) puts them."""
+    folder = Path(model).parent
+    return sorted(p for p in folder.glob("*.gguf") if is_projector_name(p)) if folder.is_dir() else []
+
+
+def _scan_all(extra: list[Path] | None) -> list[LibraryEntry]:
     roots = [hub_cache(), paths.data_dir() / "models", *folders(), *(extra or [])]
     seen: set[Path] = set()
     entries = []
