@@ -177,7 +177,7 @@ class MainWindow(QMainWindow):
         page = self.tabs.widget(index)
         if page is self.hardware_page and self.hardware_page.report is None:
             self.hardware_page.show_report()
-        elif page is self.models_page and not self.models_page.library.count():
+        elif page is self.models_page and not self.models_page.library.entries.count():
             self.models_page.refresh_library()
 
     def _use_model(self, path: str, sidecar: str) -> None:

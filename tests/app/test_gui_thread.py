@@ -26,7 +26,7 @@ from tests.engine.conftest import synth
 SLOW = [
     ("engine.gguf.facts", "read_facts"),  # a GGUF header, possibly on a slow or network disk
     ("engine.store.fit", "estimate"),
-    ("app.models_page", "diagnose"),  # the sidecar doctor
+    ("app.models.pair_panel", "diagnose"),  # the sidecar doctor
     ("engine.store.credentials", "set_token"),  # the system keyring may wait on a desktop service
     ("engine.store.credentials", "get_token"),
     ("engine.autotune.profiles", "model_identity"),  # hashes 16 MiB of the model file
@@ -63,17 +63,17 @@ def test_the_models_page_reads_headers_runs_the_doctor_and_saves_tokens_off_the_
     qtbot.addWidget(page)
     item = QListWidgetItem("trunk")
     item.setData(Qt.ItemDataRole.UserRole, str(model.path("trunk")))
-    page.library.addItem(item)
-    page.library.setCurrentRow(0)
-    qtbot.waitUntil(lambda: "memory at n_ctx 8192" in page.facts.toPlainText(), timeout=10000)
-    page.ctx.setValue(4096)  # each spin of the context box reads the header again
-    qtbot.waitUntil(lambda: "memory at n_ctx 4096" in page.facts.toPlainText(), timeout=10000)
-    page.target_path, page.sidecar_path = str(model.path("trunk")), str(model.path("sidecar-relative"))
-    page.doctor_button.click()
-    qtbot.waitUntil(lambda: "Repair can fix it" in page.facts.toPlainText(), timeout=10000)
-    page.token.setText("hf_secret")
-    page._save_token()
-    qtbot.waitUntil(lambda: "HF_TOKEN" in page.token.placeholderText(), timeout=10000)  # the stub has no keyring
+    page.library.entries.addItem(item)
+    page.library.entries.setCurrentRow(0)
+    qtbot.waitUntil(lambda: "memory at n_ctx 8192" in page.library.facts.toPlainText(), timeout=10000)
+    page.library.ctx.setValue(4096)  # each spin of the context box reads the header again
+    qtbot.waitUntil(lambda: "memory at n_ctx 4096" in page.library.facts.toPlainText(), timeout=10000)
+    page.pair.target_path, page.pair.sidecar_path = str(model.path("trunk")), str(model.path("sidecar-relative"))
+    page.pair.doctor_button.click()
+    qtbot.waitUntil(lambda: "Repair can fix it" in page.library.facts.toPlainText(), timeout=10000)
+    page.hub.token.setText("hf_secret")
+    page.hub.save_token()
+    qtbot.waitUntil(lambda: "HF_TOKEN" in page.hub.token.placeholderText(), timeout=10000)  # the stub has no keyring
     assert {"read_facts", "estimate", "diagnose", "set_token"} <= called(slow_calls)
     assert not [name for name, on_gui in slow_calls if on_gui]
 

@@ -145,7 +145,7 @@ def test_the_load_sheet_loads_with_the_chosen_context_and_threads_and_eject_unlo
     start_and_load(qtbot, services)
     window = services.window
     assert window.models.model.n_ctx == 512
-    assert window.models_page.ctx.value() == 512  # the Models page estimates at the chat's context
+    assert window.models_page.library.ctx.value() == 512  # the Models page estimates at the chat's context
     window.model_picker.sig_pick.emit(None)  # the picker's "Built-in" entry opens the sheet
     sheet = window.models.sheet
     qtbot.waitUntil(lambda: sheet.plan is not None, timeout=20000)
@@ -160,7 +160,7 @@ def test_the_load_sheet_loads_with_the_chosen_context_and_threads_and_eject_unlo
         sheet.load_button.click()
     assert (loaded.args[0].model.n_ctx, loaded.args[0].model.n_threads) == (1024, 1)
     assert Settings.load().n_ctx == 1024 and window.chat.context_size == 1024
-    assert window.models_page.ctx.value() == 1024
+    assert window.models_page.library.ctx.value() == 1024
 
     sheet = window.models.open_sheet(None)
     assert sheet.eject_button.isEnabled()

@@ -63,12 +63,12 @@ def test_offline_the_catalog_is_shown_with_fit_badges_and_the_offline_message_co
     sidecar_rows = [i for i, r in enumerate(recs) if r.sidecar]
     assert sidecar_rows and view.buttons[sidecar_rows[0]].text() == "Download model + sidecar"
 
-    page.query.setText("qwen")
+    page.hub.query.setText("qwen")
     start = time.monotonic()
-    page.search_button.click()
-    qtbot.waitUntil(lambda: page.results.item(0).text().startswith("Offline"), timeout=3500)
+    page.hub.search_button.click()
+    qtbot.waitUntil(lambda: page.hub.results.item(0).text().startswith("Offline"), timeout=3500)
     assert time.monotonic() - start < 3.5
-    assert "cannot be reached" in page.results.item(0).text() and "Errno" not in page.results.item(0).text()
+    assert "cannot be reached" in page.hub.results.item(0).text() and "Errno" not in page.hub.results.item(0).text()
     assert on_gui == []
 
 
@@ -90,10 +90,11 @@ def test_download_both_fetches_target_and_sidecar_and_sets_the_pair(qtbot, page,
         qtbot.waitUntil(lambda: view.online is True and view.table.rowCount() == 1, timeout=10000)
         assert view.buttons[0].text() == "Download model + sidecar"
         view.buttons[0].click()
-        qtbot.waitUntil(lambda: page.sidecar_path is not None, timeout=30000)
-        assert page.target_path.endswith("Synth-Q8_0.gguf") and page.sidecar_path.endswith("Synth-MTP-Q8_0.gguf")
-        assert "Synth-Q8_0.gguf" in page.pair.text() and "Synth-MTP-Q8_0.gguf" in page.pair.text()
-        rows = [page.downloads.itemAt(i).widget() for i in range(page.downloads.count())]
+        qtbot.waitUntil(lambda: page.pair.sidecar_path is not None, timeout=30000)
+        assert page.pair.target_path.endswith("Synth-Q8_0.gguf")
+        assert page.pair.sidecar_path.endswith("Synth-MTP-Q8_0.gguf")
+        assert "Synth-Q8_0.gguf" in page.pair.label.text() and "Synth-MTP-Q8_0.gguf" in page.pair.label.text()
+        rows = [page.downloads.rows.itemAt(i).widget() for i in range(page.downloads.rows.count())]
         assert sorted(r.filename for r in rows) == ["Synth-MTP-Q8_0.gguf", "Synth-Q8_0.gguf"]
         assert all(r.speed.text().startswith("done") for r in rows)
         assert view.buttons[0].text() == "Downloaded" and "set as the pair" in view.status.text()
@@ -109,23 +110,24 @@ def test_repair_keeps_its_result_selects_the_copy_updates_the_pair_and_offers_th
     target = shutil.copy(model.path("trunk"), folder / "Synth-Q8_0.gguf")
     broken = shutil.copy(model.path("sidecar-relative"), folder / "mtp-Synth-Q8_0.gguf")
     page.refresh_library()
-    qtbot.waitUntil(lambda: page.library.count() == 2, timeout=10000)
-    labels = {page.library.item(i).text().split("  ")[0]: page.library.item(i).text()
-              for i in range(page.library.count())}
+    qtbot.waitUntil(lambda: page.library.entries.count() == 2, timeout=10000)
+    labels = {page.library.entries.item(i).text().split("  ")[0]: page.library.entries.item(i).text()
+              for i in range(page.library.entries.count())}
     assert "trunk-only" not in labels["mtp-Synth-Q8_0.gguf"] and "misnumbered" in labels["mtp-Synth-Q8_0.gguf"]
 
-    page.target_path, page.sidecar_path = str(target), str(broken)
-    page.repair_button.click()
-    qtbot.waitUntil(lambda: page.facts.toPlainText().startswith("Repaired:"), timeout=120000)
+    page.pair.target_path, page.pair.sidecar_path = str(target), str(broken)
+    page.pair.repair_button.click()
+    qtbot.waitUntil(lambda: page.library.facts.toPlainText().startswith("Repaired:"), timeout=120000)
     repaired = str(folder / "mtp-Synth-Q8_0.repaired.gguf")
-    qtbot.waitUntil(lambda: page.library.count() == 3, timeout=10000)  # the rescan that used to overwrite it
+    qtbot.waitUntil(lambda: page.library.entries.count() == 3, timeout=10000)  # the rescan that used to overwrite it
     qtbot.wait(300)
-    assert page.facts.toPlainText().startswith("Repaired:") and "loaded with MTP" in page.facts.toPlainText()
-    assert page.library.currentItem().data(Qt.ItemDataRole.UserRole) == repaired
-    assert "mtp-Synth-Q8_0.repaired.gguf" in page.pair.text() and "(repaired copy)" in page.pair.text()
-    assert "mtp-Synth-Q8_0.gguf " not in page.pair.text() + " "
-    assert not page.use_repaired.isHidden()
+    facts = page.library.facts.toPlainText()
+    assert facts.startswith("Repaired:") and "loaded with MTP" in facts
+    assert page.library.entries.currentItem().data(Qt.ItemDataRole.UserRole) == repaired
+    assert "mtp-Synth-Q8_0.repaired.gguf" in page.pair.label.text() and "(repaired copy)" in page.pair.label.text()
+    assert "mtp-Synth-Q8_0.gguf " not in page.pair.label.text() + " "
+    assert not page.pair.use_repaired.isHidden()
     with qtbot.waitSignal(page.sig_use_model) as used:
-        page.use_repaired.click()
+        page.pair.use_repaired.click()
     assert used.args == [str(target), repaired]
-    assert (page.target_path, page.sidecar_path) == (str(target), repaired)
+    assert (page.pair.target_path, page.pair.sidecar_path) == (str(target), repaired)

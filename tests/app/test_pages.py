@@ -22,37 +22,39 @@ def test_models_page_searches_lists_files_downloads_and_checks_a_pair(qtbot, iso
         page = ModelsPage()
         qtbot.addWidget(page)
         page.refresh_library()
-        page.query.setText("synth")
-        page.search_button.click()
-        qtbot.waitUntil(lambda: page.results.count() and page.results.item(0).text() != "Searching…",
+        page.hub.query.setText("synth")
+        page.hub.search_button.click()
+        qtbot.waitUntil(lambda: page.hub.results.count() and page.hub.results.item(0).text() != "Searching…",
                         timeout=20000)
-        assert page.results.item(0).data(Qt.ItemDataRole.UserRole) == "test/Synth-GGUF", page.results.item(0).text()
-        page.results.setCurrentRow(0)
-        qtbot.waitUntil(lambda: page.files.rowCount() == 2, timeout=20000)
-        assert "mtp-Synth-Q8_0.gguf" in page.sidecar_hint.text()
-        page.files.selectAll()
-        page.download_selected()
-        rows = [page.downloads.itemAt(i).widget() for i in range(page.downloads.count())]
+        first = page.hub.results.item(0)
+        assert first.data(Qt.ItemDataRole.UserRole) == "test/Synth-GGUF", first.text()
+        page.hub.results.setCurrentRow(0)
+        qtbot.waitUntil(lambda: page.hub.files.rowCount() == 2, timeout=20000)
+        assert "mtp-Synth-Q8_0.gguf" in page.hub.sidecar_hint.text()
+        page.hub.files.selectAll()
+        page.hub.download_selected()
+        rows = [page.downloads.rows.itemAt(i).widget() for i in range(page.downloads.rows.count())]
         assert [r.filename for r in rows] == ["Synth-Q8_0.gguf", "mtp-Synth-Q8_0.gguf"]
         qtbot.waitUntil(lambda: all(r.speed.text().startswith("done") for r in rows), timeout=30000)
-        qtbot.waitUntil(lambda: page.library.count() >= 2, timeout=30000)
-        names = [page.library.item(i).text() for i in range(page.library.count())]
+        qtbot.waitUntil(lambda: page.library.entries.count() >= 2, timeout=30000)
+        names = [page.library.entries.item(i).text() for i in range(page.library.entries.count())]
         assert any(n.startswith("Synth-Q8_0.gguf") for n in names)
 
-        by_name = {page.library.item(i).text().split("  ")[0]: i for i in range(page.library.count())}
-        page.library.setCurrentRow(by_name["Synth-Q8_0.gguf"])
-        qtbot.waitUntil(lambda: "architecture  glm4moe" in page.facts.toPlainText(), timeout=10000)
-        assert "memory at n_ctx" in page.facts.toPlainText()
-        page.set_target.click()
-        page.library.setCurrentRow(by_name["mtp-Synth-Q8_0.gguf"])
-        page.set_sidecar.click()
-        page.doctor_button.click()
-        qtbot.waitUntil(lambda: "Repair can fix it" in page.facts.toPlainText(), timeout=10000)
-        page.repair_button.click()
-        qtbot.waitUntil(lambda: "loaded with MTP" in page.facts.toPlainText(), timeout=120000)
-        assert page.sidecar_path.endswith(".repaired.gguf")
+        by_name = {page.library.entries.item(i).text().split("  ")[0]: i
+                   for i in range(page.library.entries.count())}
+        page.library.entries.setCurrentRow(by_name["Synth-Q8_0.gguf"])
+        qtbot.waitUntil(lambda: "architecture  glm4moe" in page.library.facts.toPlainText(), timeout=10000)
+        assert "memory at n_ctx" in page.library.facts.toPlainText()
+        page.pair.set_target.click()
+        page.library.entries.setCurrentRow(by_name["mtp-Synth-Q8_0.gguf"])
+        page.pair.set_sidecar.click()
+        page.pair.doctor_button.click()
+        qtbot.waitUntil(lambda: "Repair can fix it" in page.library.facts.toPlainText(), timeout=10000)
+        page.pair.repair_button.click()
+        qtbot.waitUntil(lambda: "loaded with MTP" in page.library.facts.toPlainText(), timeout=120000)
+        assert page.pair.sidecar_path.endswith(".repaired.gguf")
         with qtbot.waitSignal(page.sig_use_model) as used:
-            page.use_button.click()
+            page.pair.use_button.click()
         assert used.args[0].endswith("Synth-Q8_0.gguf") and used.args[1].endswith(".repaired.gguf")
 
 

@@ -364,15 +364,15 @@ def test_the_models_page_probes_the_pair_in_the_background(qtbot, isolated_dirs)
     model, other = synth("glm4moe"), synth("glm4moe", seed=1)
     page = ModelsPage()
     qtbot.addWidget(page)
-    page.target_path, page.sidecar_path = str(model.path("trunk")), str(other.path("sidecar"))
-    page.probe_check.setChecked(True)
-    page.doctor_button.click()
+    page.pair.target_path, page.pair.sidecar_path = str(model.path("trunk")), str(other.path("sidecar"))
+    page.pair.probe_check.setChecked(True)
+    page.pair.doctor_button.click()
     # the header verdict first; the probe's child process is waited for on a pool thread
-    qtbot.waitUntil(lambda: "Live probe: drafting" in page.facts.toPlainText(), timeout=10000)
-    assert "fits" in page.facts.toPlainText()
-    assert not page.doctor_button.isEnabled()
-    qtbot.waitUntil(lambda: "almost never accepted" in page.facts.toPlainText(), timeout=120000)
-    assert page.doctor_button.isEnabled()
+    qtbot.waitUntil(lambda: "Live probe: drafting" in page.library.facts.toPlainText(), timeout=10000)
+    assert "fits" in page.library.facts.toPlainText()
+    assert not page.pair.doctor_button.isEnabled()
+    qtbot.waitUntil(lambda: "almost never accepted" in page.library.facts.toPlainText(), timeout=120000)
+    assert page.pair.doctor_button.isEnabled()
 
 
 def test_a_mimo2_mtp_block_with_split_attention_is_refused_before_it_aborts_a_draft():

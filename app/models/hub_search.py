@@ -1,0 +1,146 @@
+"""Search the hub for GGUF repositories, list a repository's quantizations (and its MTP sidecar), and queue the
+selected files for download; the access token is saved here too."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app import background
+from app.models.download_queue import DownloadJob, DownloadQueue
+from engine.store import credentials, hub
+
+
+class HubSearch(QGroupBox):
+    """Signals:
+        sig_offline(str): a search found the hub out of reach (the recommendations say so too).
+    """
+
+    sig_offline = Signal(str)
+
+    def __init__(self, queue: DownloadQueue, parent: QWidget | None = None) -> None:
+        super().__init__("Hugging Face", parent)
+        self.queue = queue
+        self._running = background.Running()
+        self._repo = ""
+        self._groups: list[hub.FileGroup] = []
+        self.query = QLineEdit()
+        self.query.setPlaceholderText("Search GGUF models, e.g. Qwen3.6 MTP")
+        self.search_button = QPushButton("Search")
+        self.token = QLineEdit()
+        self.token.setEchoMode(QLineEdit.EchoMode.Password)
+        self.token.setPlaceholderText("Access token (kept in the system keyring)")
+        save_token = QPushButton("Save token")
+        self.results = QListWidget()
+        self.files = QTableWidget(0, 4)
+        self.files.setHorizontalHeaderLabels(["Quantization", "Size", "Kind", "Files"])
+        self.files.horizontalHeader().setStretchLastSection(True)
+        self.files.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        self.sidecar_hint = QLabel()
+        self.sidecar_hint.setWordWrap(True)
+        self.download_button = QPushButton("Download selected")
+        top = QHBoxLayout()
+        top.addWidget(self.query, 1)
+        top.addWidget(self.search_button)
+        tok = QHBoxLayout()
+        tok.addWidget(self.token, 1)
+        tok.addWidget(save_token)
+        lists = QSplitter(Qt.Orientation.Horizontal)
+        lists.addWidget(self.results)
+        lists.addWidget(self.files)
+        lists.setSizes([250, 450])
+        self.column = QVBoxLayout(self)
+        self.column.addLayout(top)
+        self.column.addLayout(tok)
+        self.column.addWidget(lists, 1)
+        self.column.addWidget(self.sidecar_hint)
+        self.column.addWidget(self.download_button)
+
+        save_token.clicked.connect(self.save_token)
+        self.search_button.clicked.connect(self.search)
+        self.query.returnPressed.connect(self.search)
+        self.results.currentItemChanged.connect(self._show_repo)
+        self.download_button.clicked.connect(self.download_selected)
+        queue.sig_already_running.connect(self._already_running)
+
+    def search(self) -> None:
+        query = self.query.text().strip()
+        if not query:
+            return
+        self.results.clear()
+        self.results.addItem("Searching…")
+        # the token lookup may wait on the system keyring: never on the GUI thread
+        task = self._running.add(background.run(lambda q: hub.search(q, 30, None, credentials.get_token()), query))
+        task.sig_done.connect(self._show_results)
+        task.sig_failed.connect(self._search_failed)
+
+    def _search_failed(self, msg: str) -> None:
+        self.results.clear()
+        if msg.startswith(hub.UNREACHABLE):
+            self.results.addItem("Offline: " + msg)
+            self.sig_offline.emit("a search just found the hub out of reach.")
+        else:
+            self.results.addItem(f"Search failed: {msg}")
+
+    def _show_results(self, repos: list[hub.RepoSummary]) -> None:
+        self.results.clear()
+        for r in repos:
+            item = QListWidgetItem(f"{r.repo_id}  ·  {r.downloads} downloads")
+            item.setData(Qt.ItemDataRole.UserRole, r.repo_id)
+            self.results.addItem(item)
+        if not repos:
+            self.results.addItem("No GGUF repositories found.")
+
+    def _show_repo(self, item: QListWidgetItem | None, _prev: object) -> None:
+        repo = item.data(Qt.ItemDataRole.UserRole) if item else None
+        if not repo:
+            return
+        self.files.setRowCount(0)
+        task = self._running.add(background.run(lambda r: hub.repo_files(r, None, credentials.get_token()), repo))
+        task.sig_done.connect(lambda groups: self._show_files(repo, groups))
+        task.sig_failed.connect(lambda msg: self.sidecar_hint.setText(f"Could not list files: {msg}"))
+
+    def _show_files(self, repo: str, groups: list[hub.FileGroup]) -> None:
+        self._repo, self._groups = repo, groups
+        self.files.setRowCount(len(groups))
+        for i, g in enumerate(groups):
+            values = [g.quant, f"{g.size / 2**30:.2f} GiB", "MTP sidecar" if g.is_mtp else
+                      ("model" + (f", {g.shards} shards" if g.shards > 1 else "")), ", ".join(g.files)]
+            for j, v in enumerate(values):
+                self.files.setItem(i, j, QTableWidgetItem(v))
+        side = hub.suggest_sidecar(repo, groups)
+        self.sidecar_hint.setText(f"MTP sidecar for this model: {side[0]} — {side[1]}" if side
+                                  else "No MTP sidecar known for this repository.")
+
+    def download_selected(self) -> None:
+        """Queue every file of the selected rows (a sharded quantization is several files)."""
+        rows = sorted({i.row() for i in self.files.selectedIndexes()})
+        for row in rows:
+            for name in self._groups[row].files:
+                self.queue.start(self._repo, name)
+
+    def _already_running(self, job: DownloadJob) -> None:
+        self.sidecar_hint.setText(f"{job.filename} is already downloading (see its progress below).")
+
+    def save_token(self) -> None:
+        token = self.token.text().strip()
+        if token:
+            self.token.clear()
+            # the keyring may wait on a desktop service: never on the GUI thread
+            task = self._running.add(background.run(credentials.set_token, token))
+            task.sig_done.connect(lambda saved: self.token.setPlaceholderText(
+                "Token saved in the keyring" if saved else
+                "No keyring on this system: set HF_TOKEN in the environment instead"))
