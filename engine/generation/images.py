@@ -1,0 +1,221 @@
+"""Prompts with images, decoded plainly: a projector for the loaded model, image parts of chat
+messages turned into the projector's markers, the prompt's chunks decoded into the target
+(text rows by the engine's own batch, image rows by mtmd), and plain decoding after them.
+
+Positions are not token counts here. An image takes one KV cell per
+embedding row but, on an M-RoPE target (Qwen3.5 / 3.6), advances the position
+by only max(rows, columns) of its grid, so the first generated token sits at
+``ImagePrefill.n_pos`` while the context holds ``n_cells`` rows; room left in
+the context is counted in cells. Every text token is still one cell and one
+position.
+
+MTP is not run after an image yet (issue 28): llama.cpp's MTP driver skips
+image rows, which leaves the head drafting from a wrong state, and doing it
+right needs the image rows in the MTP context. Until then a request with
+images decodes plainly, and says so (``MTP_OFF_WITH_IMAGES``).
+
+The prefix cache does not describe image rows: a prompt with images starts
+from an empty context and leaves it marked unknown.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ContextError, ImageError
+from engine.generation.detokenizer import Detokenizer
+from engine.generation.session import Session
+from engine.generation.stops import StopMatcher
+from engine.runtime import Batch, Context, Sampler, SamplingParams
+from engine.runtime.mtmd import IMAGE, Projector, PromptChunks
+
+MTP_OFF_WITH_IMAGES = ("MTP is off for replies to images for now: this engine decodes them plainly "
+                       "(drafting after an image needs the image rows in the MTP context; issue 28).")
+# OpenAI's content part types that carry an image (chat completions; the Responses API)
+IMAGE_PART_TYPES = frozenset({"image_url", "input_image", "image"})
+
+
+def load_projector(session: Session, path: str | Path) -> Projector:
+    """The projector at ``path``, loaded against the session's model (its threads; on the GPU when the
+    model's layers are there).
+
+    Raises:
+        ProjectorError: the file does not load, or does not fit the model (llama.cpp's words).
+    """
+    return Projector(path, session.model, n_threads=session.options.n_threads,
+                     use_gpu=session.options.n_gpu_layers != 0)
+
+
+def split_image_parts(messages: Sequence[dict[str, Any]], marker: str,
+                      image_bytes: Callable[[dict[str, Any]], bytes]) -> tuple[list[dict[str, Any]], list[bytes]]:
+    """Messages whose list contents are flattened to text, each image part replaced by ``marker``
+    (where the projector's rows go), and the images in prompt order.
+
+    ``image_bytes`` turns one image part into the encoded file (a data URL decoded, a local file
+    read); the caller decides what it accepts. This is llama-server's rendering: the chat
+    template sees text with markers, and mtmd wraps each image in the model's own tokens
+    (``<|vision_start|>`` … ``<|vision_end|>`` for Qwen).
+    """
+    out: list[dict[str, Any]] = []
+    images: list[bytes] = []
+    for message in messages:
+        content = message.get("content")
+        if not isinstance(content, list):
+            out.append(dict(message))
+            continue
+        text: list[str] = []
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind in IMAGE_PART_TYPES:
+                images.append(image_bytes(part))
+                text.append(marker)
+            elif kind in ("text", "input_text", "output_text"):
+                text.append(str(part.get("text", "")))
+            else:
+                raise ImageError(f"a message content part of type {kind!r} is neither text nor an image")
+        out.append({**message, "content": "".join(text)})
+    return out, images
+
+
+@dataclass
+class ImagePrefill:
+    """What decoding a prompt with images left in the target context.
+
+    Attributes:
+        n_pos: the position of the first generated token.
+        n_cells: KV cells the prompt takes (text tokens plus image rows).
+        text_tokens: the prompt's text tokens, in order (a sampler's history of the prompt).
+        last_row: the batch row of the prompt's last token (its logits give the first reply token).
+        cancelled: ``should_stop`` said so between chunks.
+    """
+
+    n_pos: int = 0
+    n_cells: int = 0
+    text_tokens: list[int] = field(default_factory=list)
+    last_row: int = -1
+    cancelled: bool = False
+
+
+def prefill(target: Context, prompt: PromptChunks, batch: Batch,
+            on_prefill: Callable[[int, int], None] | None = None,
+            should_stop: Callable[[], bool] = lambda: False) -> ImagePrefill:
+    """Decode ``prompt`` into an emptied ``target``: text chunks in pieces of ``n_batch`` at consecutive
+    positions, image chunks through the projector at the positions mtmd lays out.
+
+    Raises:
+        ContextError: the prompt does not fit the context, or ends with an image (no logits to sample).
+        ProjectorError: an image failed to encode or decode.
+    """
+    if prompt.n_tokens + 1 >= target.n_ctx:
+        raise ContextError(f"The prompt has {prompt.n_tokens} tokens with its images' rows; the context holds "
+                           f"{target.n_ctx}. Send fewer or smaller images, or raise the context size.")
+    if not prompt.chunks or prompt.chunks[-1].kind == IMAGE:
+        raise ContextError("A prompt must end with text after its last image; the reply starts from it.")
+    target.clear()
+    out = ImagePrefill()
+    total = prompt.n_tokens
+    if on_prefill is not None:
+        on_prefill(0, total)
+    last_chunk = len(prompt.chunks) - 1
+    for i, chunk in enumerate(prompt.chunks):
+        if chunk.kind == IMAGE:
+            out.n_pos = prompt.decode_image(i, target, out.n_pos)
+        else:
+            for start in range(0, len(chunk.tokens), target.n_batch):
+                piece = chunk.tokens[start:start + target.n_batch]
+                batch.clear()
+                for k, tok in enumerate(piece):
+                    last = i == last_chunk and start + k == len(chunk.tokens) - 1
+                    batch.add(tok, out.n_pos + k, last)
+                target.decode(batch)
+                out.n_pos += len(piece)
+            out.text_tokens.extend(chunk.tokens)
+        out.n_cells += chunk.n_tokens
+        if on_prefill is not None:
+            on_prefill(out.n_cells, total)
+        if should_stop():
+            out.cancelled = True
+            return out
+    out.last_row = batch.n - 1
+    return out
+
+
+@dataclass
+class PlainResult:
+    text: str
+    tokens: list[int]
+    finish_reason: str  # stop | length | cancelled
+    prompt: ImagePrefill
+    seconds: float
+
+
+def generate_plain(session: Session, projector: Projector, text: str, images: Sequence[bytes], *,
+                   max_tokens: int = 64, sampling: SamplingParams | None = None, stop: Sequence[str] = (),
+                   add_special: bool = True,
+                   on_text: Callable[[str], None] | None = None,
+                   should_stop: Callable[[], bool] = lambda: False) -> PlainResult:
+    """Decode ``text`` (one projector marker per image) and ``images``, then generate plainly: one token
+    per decode at consecutive positions after the prompt's last, with the request's sampler.
+    ``add_special``: let the vocabulary add its BOS (False when the text, a rendered template, has it).
+
+    Raises:
+        ImageError, ProjectorError, ContextError: see :meth:`Projector.tokenize` and :func:`prefill`.
+    """
+    t0 = time.perf_counter()
+    session.prepare(mtp=False, drafts=False)
+    target, model = session.target, session.model
+    session.prefix.forget()  # the cache cannot describe image rows
+    sampler = Sampler(sampling or SamplingParams(), model.n_vocab, target.n_ctx, vocab=model.vocab)
+    batch = Batch(target.n_batch)
+    detok, stops = Detokenizer(model.piece), StopMatcher(tuple(stop))
+    tokens: list[int] = []
+    shown: list[str] = []
+    finish: str | None = None
+
+    def show(piece: str) -> None:
+        if piece:
+            shown.append(piece)
+            if on_text is not None:
+                on_text(piece)
+
+    try:
+        with projector.tokenize(text, images, add_special=add_special) as prompt:
+            done = prefill(target, prompt, batch, should_stop=should_stop)
+        if done.cancelled:
+            finish = "cancelled"
+        sampler.accept_prompt(done.text_tokens)
+        pos, cells, row = done.n_pos, done.n_cells, done.last_row
+        while finish is None:
+            if len(tokens) >= max_tokens:
+                finish = "length"
+                break
+            if cells + 1 >= target.n_ctx:
+                finish = "length"
+                break
+            token = sampler.sample(target.handle, row)
+            if model.is_eog(token):
+                finish = "stop"
+                break
+            tokens.append(token)
+            show(stops.feed(detok.push(token)))
+            if stops.matched is not None:
+                finish = "stop"
+                break
+            if should_stop():
+                finish = "cancelled"
+                break
+            batch.clear()
+            batch.add(token, pos, True)
+            target.decode(batch)
+            pos, cells, row = pos + 1, cells + 1, 0
+    except BaseException:
+        session.prefix.forget()
+        raise
+    finally:
+        sampler.close()
+    show(stops.feed(detok.flush()) + stops.flush())
+    return PlainResult("".join(shown), tokens, finish or "stop", done, time.perf_counter() - t0)
