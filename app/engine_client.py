@@ -123,11 +123,19 @@ class EngineClient(QObject):
         return rid
 
     def generate(self, *, messages: list[dict[str, str]] | None = None, prompt: str | None = None,
-                 speculative: SpeculativeSettings, max_tokens: int, sampling: SamplingParams = GREEDY) -> str:
+                 speculative: SpeculativeSettings, max_tokens: int, sampling: SamplingParams = GREEDY,
+                 continue_final_message: bool = False) -> str:
         rid = self._new_id()
         self._write(P.GenerateRequestMsg(id=rid, messages=messages, prompt=prompt, speculative=speculative,
-                                         max_tokens=max_tokens, sampling=sampling))
+                                         max_tokens=max_tokens, sampling=sampling,
+                                         continue_final_message=continue_final_message))
         self._set_state("busy")
+        return rid
+
+    def tokenize(self, text: str) -> str:
+        """Count ``text`` in the loaded model's tokens; the answer is a ``tokens`` event (``sig_tokens``)."""
+        rid = self._new_id()
+        self._write(P.TokenizeRequest(id=rid, text=text))
         return rid
 
     def cancel(self, rid: str | None = None) -> None:

@@ -19,8 +19,10 @@ from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
+from app.chat.context_bar import ContextBar
 from app.chat.controller import ChatController
 from app.chat.editing import EditBar
+from app.chat.store import Message
 from app.chat.transcript import TranscriptView
 from app.theme import Palette
 
@@ -105,9 +107,13 @@ class ChatPane(QWidget):
         self.stop_button.setEnabled(False)
         self.regen_button = QPushButton("Regenerate")
         self.edit_button = QPushButton("Edit last")
+        self.continue_button = QPushButton("Continue")
+        self.continue_button.setToolTip("Generate more of the last reply, from where Stop or the length limit "
+                                        "ended it")
         buttons = QHBoxLayout()
         buttons.addWidget(self.regen_button)
         buttons.addWidget(self.edit_button)
+        buttons.addWidget(self.continue_button)
         buttons.addStretch(1)
         buttons.addWidget(self.blocked_label)
         buttons.addWidget(self.stop_button)
@@ -118,6 +124,8 @@ class ChatPane(QWidget):
             col.addWidget(widget)
         col.addWidget(self.model_notice)
         col.addWidget(transcript, 1)
+        self.context_bar = ContextBar(chat, chat.client, palette)
+        col.addWidget(self.context_bar)
         col.addWidget(self.context_notice)
         col.addWidget(self.save_notice)
         self.edit_bar = EditBar(palette)
@@ -130,6 +138,8 @@ class ChatPane(QWidget):
         self.stop_button.clicked.connect(chat.stop)
         self.regen_button.clicked.connect(chat.regenerate)
         self.edit_button.clicked.connect(self.edit_last)
+        self.continue_button.clicked.connect(self.continue_reply)
+        transcript.sig_edit.connect(self.edit_at)
         self.edit_bar.sig_cancel.connect(self.cancel_edit)
         chat.sig_context_notice.connect(self.show_context_notice)
         chat.sig_save_notice.connect(self.show_save_notice)
@@ -153,7 +163,20 @@ class ChatPane(QWidget):
 
     def edit_last(self) -> None:
         """Put the last message in the composer to edit; nothing changes until it is sent."""
-        message = self.chat.last_user_message()
+        self._edit(self.chat.last_user_message())
+
+    def edit_at(self, index: int) -> None:
+        """Put the message at transcript position ``index`` in the composer to edit (its Edit link)."""
+        self._edit(self.chat.user_message_at(index))
+
+    def continue_reply(self) -> None:
+        reason = self.blocked_reason()
+        if reason:
+            self.sig_message.emit(reason, 4000)
+            return
+        self.chat.continue_reply()
+
+    def _edit(self, message: Message | None) -> None:
         if message is None:
             return
         self.edit_bar.begin(message.id, self.edit_bar.draft if self.edit_bar.editing else self.composer.toPlainText())
@@ -199,4 +222,7 @@ class ChatPane(QWidget):
         self.send_button.setEnabled(not self._replying and not reason)
         self.send_button.setToolTip(reason)
         self.regen_button.setEnabled(not self._replying and not reason and asked)
+        last = self.chat.transcript.messages[-1] if self.chat.transcript.messages else None
+        self.continue_button.setVisible(last is not None and last.unfinished)
+        self.continue_button.setEnabled(not self._replying and not reason)
         self.regen_button.setToolTip(reason or empty)

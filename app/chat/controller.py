@@ -1,14 +1,17 @@
-"""One chat turn from the input box to the store: builds the request from the
-conversation, streams the reply into the transcript and the statistics
-panel, and writes the reply to disk while it streams.
+"""The open conversation and what the user does with it: send, regenerate,
+edit, continue, switch versions. Builds each request from the conversation;
+the reply streams through ``app/chat/reply_stream.py`` into the transcript,
+the statistics panel and the store.
 
-A conversation may outgrow the model's context. The app cannot count tokens
-(only the worker has the tokenizer), so it lets the worker decide: a prompt
-that does not fit is refused before anything is decoded (a ``context``
-error, then ``done``), and the controller asks again without the oldest
-turn, until it fits or only the new message is left. Where the open
-conversation's last reply was cut is remembered, so the next one starts there
-(a few tries at most per reply, not one per message of a long chat).
+A conversation may outgrow the model's context: the worker refuses a prompt
+that does not fit and the chat asks again without the oldest turn
+(``app/chat/context_fit.py``).
+
+Editing a message starts a branch (``app/chat/versions.py``): the edited
+text is a new version of the message, the old one keeps what followed it,
+and ``‹1/2›`` on the message switches the whole branch below. Continue asks
+for more of the last reply, from where Stop or the length limit ended it,
+appended to the same reply.
 
 While the worker reads a long prompt it reports progress (``prefill``
 events); the statistics panel shows "Processing prompt (N tokens)…" with a
@@ -23,72 +26,28 @@ The chat's other writes are refused on a full disk before anything changes
 on screen or is asked of the engine, with a status-bar message that says what
 was not done: a message (or an edit) stays in the composer, Regenerate and a
 version switch keep the reply shown. A message and its empty reply row are
-written together (``ConversationStore.add_turn``), and an edit replaces the
-old exchange in that same write, so neither is ever half done.
+written together (``ConversationStore.add_turn``), and an edit's new version
+and reply row in one write (``ConversationStore.branch``), so neither is ever half done.
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-
 from PySide6.QtCore import QObject, Signal
 
 from app.chat.chat_settings import ReplyValues, effective
+from app.chat.context_fit import Turn
 from app.chat.reply_saver import ReplySaver, refusal
+from app.chat.reply_stream import ReplyStream
+from app.chat.speculative_choice import speculative_for
 from app.chat.stats_panel import StatsPanel
 from app.chat.store import ConversationStore, Message, NotSaved
 from app.chat.transcript import ShownMessage, TranscriptView
 from app.engine_client import EngineClient
 from app.settings import Settings
 from app.text_check import is_text
-from engine.speculative.settings import ADAPTIVE, MODES, MTP, SPECULATION_OFF, SpeculativeSettings
+from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 from engine.speculative.stats import StatsSnapshot
-from engine.worker.events import DoneEvent, ErrorEvent, PrefillEvent, StatsEvent, TokenEvent, stats_from_json
-
-SAVE_INTERVAL_S = 0.5  # a killed app loses at most this much of a streaming reply
-CONTEXT_SETTING = "Settings → Preferences → Context size"
-
-
-@dataclass
-class Turn:
-    """What one reply is asked for: the system prompt and the conversation,
-    of which the oldest ``dropped`` messages are left out because they did
-    not fit the context."""
-
-    system: str
-    messages: list[Message]  # the newest (the message being answered) last
-    dropped: int = 0
-    refused: str = ""  # the engine's words when the last attempt did not fit
-
-    def request_messages(self) -> list[dict[str, str]]:
-        head = [{"role": "system", "content": self.system}] if self.system else []
-        return head + [{"role": m.role, "content": m.content} for m in self.messages[self.dropped:]]
-
-    def start_at(self, first_id: int) -> None:
-        """Leave out what an earlier reply had to leave out: messages older than ``first_id``."""
-        self.dropped = next((i for i, m in enumerate(self.messages) if m.id >= first_id), 0)
-        self._to_user_message()
-
-    def drop_oldest_turn(self) -> bool:
-        """Leave out the oldest kept turn; False when only the newest message is left.
-
-        The cut lands on a user message: chat templates often refuse a
-        conversation that starts with the assistant."""
-        if self.dropped >= len(self.messages) - 1:
-            return False
-        self.dropped += 1
-        self._to_user_message()
-        return True
-
-    @property
-    def first_kept_id(self) -> int:
-        return self.messages[self.dropped].id
-
-    def _to_user_message(self) -> None:
-        last = len(self.messages) - 1
-        while self.dropped < last and self.messages[self.dropped].role != "user":
-            self.dropped += 1
+from engine.worker.events import stats_from_json
 
 
 class ChatController(QObject):
@@ -117,28 +76,37 @@ class ChatController(QObject):
         self.stats_panel = stats_panel
         self.settings = settings
         self.conversation_id: int | None = None
-        self.request_id: str | None = None
-        self.reply: Message | None = None
-        self._reply_text = ""
-        self._last_save = 0.0
-        self.last_stats: StatsSnapshot | None = None
         self._profile: SpeculativeSettings | None = None  # from autotune, when there is one
         self.profile_speedup: float | None = None  # what autotune measured for it against plain decoding
         self.model_has_mtp = True  # "auto" asks for MTP only when the loaded model can draft
-        self.context_size = 0  # tokens; the loaded model's n_ctx (0 before a model is loaded)
-        self.turn: Turn | None = None  # the reply being asked for
-        self._cut: int | None = None  # the open chat's oldest message that still fit its last reply
-        self._stopping = False
         self.saver = ReplySaver(store, self)
         self.saver.sig_notice.connect(self.sig_save_notice)
         self.saver.sig_saved.connect(lambda: self.sig_notice.emit("The reply waiting for disk space is saved."))
-        client.sig_token.connect(self._on_token)
-        client.sig_stats.connect(self._on_stats)
-        client.sig_prefill.connect(self._on_prefill)
-        client.sig_done.connect(self._on_done)
-        client.sig_error.connect(self._on_error)
-        client.sig_died.connect(self._on_died)
+        self.stream = ReplyStream(client, transcript, stats_panel, self.saver, self._ask, self)
+        self.stream.sig_finished.connect(self.sig_reply_finished)
+        self.stream.sig_notice.connect(self.sig_notice)
+        self.stream.sig_context_notice.connect(self.sig_context_notice)
         transcript.sig_version.connect(self.show_version)
+        transcript.sig_continue.connect(self.continue_reply)
+
+    @property
+    def request_id(self) -> str | None:
+        """The engine request of the reply streaming now (None when none is)."""
+        return self.stream.request_id
+
+    @property
+    def last_stats(self) -> StatsSnapshot | None:
+        return self.stream.last_stats
+
+    @property
+    def dropped_messages(self) -> int:
+        """How many of the oldest messages the open chat's last reply left out to fit the context."""
+        return self.stream.dropped
+
+    @property
+    def context_size(self) -> int:
+        """Tokens: the loaded model's n_ctx (0 before a model is loaded)."""
+        return self.stream.context_size
 
     @property
     def profile_speculative(self) -> SpeculativeSettings | None:
@@ -156,22 +124,19 @@ class ChatController(QObject):
         """A model was loaded with ``n_ctx`` tokens of context: another size or
         tokenizer may fit what was left out before, so the next reply tries it all.
         The statistics shown were the previous model's: they are cleared."""
-        self.context_size = n_ctx
-        self._cut = None
-        self.last_stats = None
+        self.stream.context_size = n_ctx
+        self.stream.cut = None
+        self.stream.last_stats = None
         if not self.busy:
             self.stats_panel.reset()
 
-    def open(self, conversation_id: int) -> None:
+    def open(self, conversation_id: int, but: int | None = None) -> None:
+        """Show a conversation (without message ``but``: a reply about to stream)."""
         self.conversation_id = conversation_id
-        self._cut = None
+        self.stream.cut, self.stream.dropped = None, 0
         self.sig_context_notice.emit("")
-        shown = []
-        for m in self.store.messages(conversation_id):
-            waiting = self.saver.waiting_for(m.id)  # a reply the disk has not taken yet shows as it is in memory
-            shown.append(ShownMessage(m.role, waiting.get("content", m.content), waiting.get("status", m.status),
-                                      stats_from_json(waiting.get("stats", m.stats)), id=m.id, version=m.version,
-                                      version_count=m.version_count))
+        stored = [m for m in self.store.messages(conversation_id) if m.id != but]
+        shown = [self._shown(m, i == len(stored) - 1) for i, m in enumerate(stored)]
         self.transcript.set_messages(shown)
         last = next((m.stats for m in reversed(shown) if m.stats), None)
         self.stats_panel.reset()
@@ -179,10 +144,26 @@ class ChatController(QObject):
             self.stats_panel.update_stats(last, final=True)
         self.sig_conversation_opened.emit()
 
+    def _shown(self, m: Message, last: bool) -> ShownMessage:
+        """``m`` as the transcript shows it; a reply the disk has not taken yet shows as it is in memory."""
+        waiting = self.saver.waiting_for(m.id)
+        status = waiting.get("status", m.status)
+        stats = stats_from_json(waiting.get("stats", m.stats))
+        return ShownMessage(m.role, waiting.get("content", m.content), status, stats, id=m.id, version=m.version,
+                            version_count=m.version_count, unfinished=last and self._unfinished(m.role, status, stats))
+
+    def _unfinished(self, role: str, status: str, stats: StatsSnapshot | None) -> bool:
+        """Whether a reply ended before its end: stopped, interrupted, or at the length limit
+        (as many tokens as a reply may have: a reply that ends by itself stops short of it)."""
+        if role != "assistant":
+            return False
+        at_limit = stats is not None and stats.generated_tokens >= self.chat_values().max_tokens
+        return status in ("cancelled", "interrupted") or (status == "complete" and at_limit)
+
     def close_conversation(self) -> None:
         """Show no conversation (the open one was deleted)."""
         self.conversation_id = None
-        self._cut = None
+        self.stream.cut, self.stream.dropped = None, 0
         self.sig_context_notice.emit("")
         self.transcript.set_messages([])
         self.stats_panel.reset()
@@ -202,8 +183,8 @@ class ChatController(QObject):
         """Store the user's message and ask the engine for a reply."""
         return self._send(text)
 
-    def _send(self, text: str, replace_from: int | None = None) -> bool:
-        """Store ``text`` (in place of message ``replace_from`` and what followed it) and ask for a reply.
+    def _send(self, text: str, edit: int | None = None) -> bool:
+        """Store ``text`` (as a new version of message ``edit``, a branch) and ask for a reply.
 
         False, with the reason on the status bar, when nothing was stored or asked: the caller
         keeps the text (it stays in the composer)."""
@@ -219,19 +200,17 @@ class ChatController(QObject):
             if self.conversation_id is None:
                 self.new_conversation()
             assert self.conversation_id is not None
-            earlier = [m for m in self.store.messages(self.conversation_id)
-                       if replace_from is None or m.id < replace_from]
-            user, reply = self.store.add_turn(self.conversation_id, text, replace_from=replace_from,
-                                              title=None if earlier else _title_from(text))
+            earlier = [m for m in self.store.messages(self.conversation_id) if edit is None or m.id < edit]
+            title = None if earlier else _title_from(text)
+            user, reply = (self.store.add_turn(self.conversation_id, text, title=title) if edit is None
+                           else self.store.branch(edit, text, title=title))
         except NotSaved as exc:  # the message stays in the composer; nothing was sent
             self.sig_notice.emit(refusal(exc, "the message was not sent. Free some space and send it again."))
             return False
-        if replace_from is not None:
-            self.open(self.conversation_id)  # the edited exchange is gone; the new message shows
-            if self.transcript.messages and self.transcript.messages[-1].id == reply.id:
-                self.transcript.messages.pop()  # its reply row shows as it streams, below
+        if edit is not None:
+            self.open(self.conversation_id, but=reply.id)  # the new branch shows; its reply streams below
         else:
-            self.transcript.messages.append(ShownMessage("user", text, id=user.id))
+            self.transcript.append(ShownMessage("user", text, id=user.id))
         self._start_reply(reply)
         return True
 
@@ -252,8 +231,25 @@ class ChatController(QObject):
                                               "Free some space and press Regenerate again."))
             return
         if again:
-            self.transcript.messages.pop()
+            self.transcript.pop()
         self._start_reply(reply)
+
+    def continue_reply(self) -> bool:
+        """Ask for more of the last reply, from where it ended (Stop, the length limit, a dead engine),
+        appended to it. False when there is no reply to continue or the disk refused."""
+        if self.busy or self.conversation_id is None:
+            return False
+        msgs = self.store.messages(self.conversation_id)
+        if not msgs or msgs[-1].role != "assistant" or not msgs[-1].content:
+            return False
+        try:
+            self.saver.write_waiting()  # the reply's newest text is the one continued
+            self.store.update_message(msgs[-1].id, status="streaming")
+        except NotSaved as exc:
+            self.sig_notice.emit(refusal(exc, "the reply was not continued. Free some space and try again."))
+            return False
+        self._start_reply(self.store.message(msgs[-1].id), continuing=True)
+        return True
 
     def last_user_message(self) -> Message | None:
         """The message "Edit last" edits; nothing changes until the edit is sent."""
@@ -261,21 +257,28 @@ class ChatController(QObject):
             return None
         return next((m for m in reversed(self.store.messages(self.conversation_id)) if m.role == "user"), None)
 
-    def send_edited(self, message_id: int, text: str) -> bool:
-        """Replace the edited message (and what followed it) by ``text``, and ask for a reply.
+    def user_message_at(self, index: int) -> Message | None:
+        """The stored user message shown at transcript position ``index`` (None while replying, or for another)."""
+        shown = self.transcript.messages[index] if 0 <= index < len(self.transcript.messages) else None
+        if self.busy or self.conversation_id is None or shown is None or shown.role != "user" or shown.id is None:
+            return None
+        return next((m for m in self.store.messages(self.conversation_id) if m.id == shown.id), None)
 
-        Refused (False, the exchange kept as it was) when ``text`` cannot be sent or stored."""
+    def send_edited(self, message_id: int, text: str) -> bool:
+        """Send ``text`` as a new version of the edited message, a branch: what followed the old
+        version is kept with it (‹1/2› switches back). Refused (False, nothing changed) when
+        ``text`` cannot be sent or stored."""
         if not text.strip() or self.busy or self.conversation_id is None:
             return False
-        last = self.last_user_message()
-        if last is None or last.id != message_id:  # another chat was opened meanwhile: a new message
-            return self.send(text)
-        return self._send(text, replace_from=message_id)
+        if not any(m.id == message_id and m.role == "user" for m in self.store.messages(self.conversation_id)):
+            return self.send(text)  # another chat was opened meanwhile: a new message
+        return self._send(text, edit=message_id)
 
     def show_version(self, index: int, step: int) -> None:
-        """Show the previous (``step`` -1) or next (+1) version of the reply at transcript position ``index``."""
+        """Show the previous (``step`` -1) or next (+1) version of the message at transcript position
+        ``index``; a user message's comes with its branch, the conversation that followed it."""
         shown = self.transcript.messages[index] if 0 <= index < len(self.transcript.messages) else None
-        if self.busy or shown is None or shown.id is None:
+        if self.busy or shown is None or shown.id is None or self.conversation_id is None:
             return
         try:
             self.saver.write_waiting()  # the shown version's newest text goes into the versions first
@@ -284,14 +287,13 @@ class ChatController(QObject):
             self.sig_notice.emit(refusal(exc, "the other version was not shown (the version shown is saved with "
                                               "the chat). Free some space and try again."))
             return
-        shown.content, shown.status, shown.stats = m.content, m.status, stats_from_json(m.stats)
-        shown.version, shown.version_count, shown.segments = m.version, m.version_count, []
-        self.transcript.rerender()
+        if m.role == "user":
+            self.open(self.conversation_id)  # another branch below it
+        else:
+            self.transcript.replace(index, self._shown(m, len(self.transcript.messages) - 1 == index))
 
     def stop(self) -> None:
-        if self.request_id is not None:
-            self._stopping = True  # also ends a retry the worker has not started yet
-            self.client.cancel(self.request_id)
+        self.stream.stop()
 
     def chat_values(self) -> ReplyValues:
         """This conversation's settings over the app's preferences."""
@@ -299,142 +301,34 @@ class ChatController(QObject):
         return effective(self.settings, chat)
 
     def speculative_settings(self, values: ReplyValues | None = None) -> SpeculativeSettings:
-        """What this reply asks of the engine: the choice (auto | mtp | ngram | mtp+ngram | off) made into settings.
-
-        "auto" is the autotune profile when there is one, else MTP with
-        adaptive depth up to the chosen n_max when the loaded model can draft
-        (it falls back to plain steps where drafts do not pay), else off.
-        """
-        v = values or self.chat_values()
-        if v.speculative == "off" or (v.speculative == "auto" and not self.model_has_mtp):
-            return SPECULATION_OFF
-        if v.speculative == "auto" and self.profile_speculative is not None:
-            return self.profile_speculative
-        if v.speculative == "auto":
-            return SpeculativeSettings(MTP, v.n_max, 0, v.p_min, depth=ADAPTIVE)
+        """What this reply asks of the engine: the choice made into settings (app/chat/speculative_choice.py)."""
         try:
-            return SpeculativeSettings(v.speculative if v.speculative in MODES else MTP, v.n_max, 0, v.p_min)
+            return speculative_for(values or self.chat_values(), self.profile_speculative, self.model_has_mtp)
         except ValueError as exc:  # a hand-edited settings file: say so, and reply anyway
             self.sig_notice.emit(f"The speculative settings are not valid ({exc}); this reply decodes plainly.")
             return SPECULATION_OFF
 
-    def _start_reply(self, reply: Message) -> None:
-        """Ask for ``reply`` (its row is stored, empty and ``streaming``) from the conversation before it."""
+    def _start_reply(self, reply: Message, continuing: bool = False) -> None:
+        """Ask for ``reply`` (its row is stored, ``streaming``: empty, or with the text ``continuing`` goes on
+        from) from the conversation before it."""
         assert self.conversation_id is not None
         conv = self.store.get(self.conversation_id)
         history = [m for m in self.store.messages(self.conversation_id) if m.content and m.id != reply.id]
-        self.turn = Turn(conv.system_prompt, history)
-        if self._cut is not None:
-            self.turn.start_at(self._cut)
-        self._stopping = False
-        self.stats_panel.reset()
-        self.reply = reply
-        self._reply_text = ""
-        self._last_save = time.monotonic()
-        self._ask()
-        self.transcript.begin_reply(reply.id, reply.version, reply.version_count)
+        self.stream.start(reply, Turn(conv.system_prompt, history + ([reply] if continuing else []),
+                                      continuing=continuing))
         self.sig_reply_started.emit()
 
-    def _ask(self) -> None:
-        """Send the turn, as far as it is kept, to the engine."""
-        assert self.turn is not None
+    def _ask(self, turn: Turn) -> str:
+        """Send the turn, as far as it is kept, to the engine; returns the request's id."""
         v = self.chat_values()
         speculative = self.speculative_settings(v)
         measured = speculative == self._profile and speculative.enabled and self.profile_speedup
         self.stats_panel.set_speedup(self.profile_speedup if measured else None, "autotuned")
-        self.request_id = self.client.generate(
-            messages=self.turn.request_messages(), max_tokens=v.max_tokens, speculative=speculative,
+        return self.client.generate(
+            messages=turn.request_messages(), max_tokens=v.max_tokens, speculative=speculative,
+            continue_final_message=turn.continuing,
             sampling=v.sampling(),
         )
-
-    def _retry_shorter(self) -> bool:
-        """After a prompt that did not fit: ask again without the oldest turn. False when nothing is left to drop."""
-        assert self.turn is not None
-        if not self.turn.drop_oldest_turn():
-            return False
-        self._cut = self.turn.first_kept_id
-        self.turn.refused = ""
-        self._ask()
-        return True
-
-    def _context_words(self) -> str:
-        return f"the {self.context_size:,}-token context" if self.context_size else "the model's context"
-
-    def _left_out_notice(self) -> str:
-        """Tells the user, plainly, what this reply did not see ("" when it saw everything)."""
-        dropped = self.turn.dropped if self.turn else 0
-        if not dropped:
-            return ""
-        what = "The oldest message no longer fits" if dropped == 1 else f"The oldest {dropped} messages no longer fit"
-        return f"{what} {self._context_words()} and {'was' if dropped == 1 else 'were'} left out of this reply."
-
-    def _too_long_notice(self) -> str:
-        engine_said = (self.turn.refused if self.turn else "").split(". ")[0].rstrip(".")
-        engine_said = engine_said[:1].lower() + engine_said[1:]
-        return (f"This message does not fit {self._context_words()} even without the earlier conversation"
-                + (f" ({engine_said})" if engine_said else "")
-                + f". Raise the context size ({CONTEXT_SETTING}) or shorten the message"
-                + (" or the chat's system prompt." if self.turn and self.turn.system else "."))
-
-    # -- engine events ----------------------------------------------------------
-    def _on_token(self, ev: TokenEvent) -> None:
-        if ev.id != self.request_id or self.reply is None:
-            return
-        self._reply_text += ev.text
-        self.transcript.append_reply(ev.text, ev.draft)
-        now = time.monotonic()
-        if now - self._last_save >= SAVE_INTERVAL_S:
-            self.saver.save(self.reply.id, content=self._reply_text)
-            self._last_save = now
-
-    def _on_prefill(self, ev: PrefillEvent) -> None:
-        if ev.id == self.request_id:
-            self.stats_panel.show_prefill(ev.done, ev.total)
-            self.transcript.show_prefill(ev.done, ev.total)
-
-    def _on_stats(self, ev: StatsEvent) -> None:
-        if ev.id == self.request_id:
-            self.last_stats = ev.stats
-            self.stats_panel.update_stats(ev.stats)
-
-    def _on_done(self, ev: DoneEvent) -> None:
-        if ev.id != self.request_id:
-            return
-        refused = self.turn is not None and bool(self.turn.refused)
-        if refused and not self._stopping and self._retry_shorter():
-            return
-        self.sig_context_notice.emit(self._too_long_notice() if refused and not self._stopping
-                                     else self._left_out_notice())
-        status = {"cancelled": "cancelled", "error": "error"}.get(ev.finish_reason, "complete")
-        if refused and self._stopping:
-            status = "cancelled"
-        if ev.stats is not None:
-            self.last_stats = ev.stats
-            self.stats_panel.update_stats(ev.stats, final=True)
-        self._finish(status, ev.stats)
-
-    def _on_error(self, ev: ErrorEvent) -> None:
-        if ev.kind == "speculative_unavailable":
-            self.sig_notice.emit(ev.message)
-        elif ev.id and ev.id == self.request_id:
-            if ev.kind == "context" and not self._reply_text and self.turn is not None:
-                self.turn.refused = ev.message  # the prompt did not fit: "done" follows, then a shorter try
-            else:
-                self.sig_notice.emit(f"The engine reported an error: {ev.message}")
-
-    def _on_died(self, _reason: str) -> None:
-        if self.request_id is not None:
-            self._finish("interrupted", self.last_stats)
-
-    def _finish(self, status: str, stats: StatsSnapshot | None) -> None:
-        if self.reply is not None:
-            self.saver.save(self.reply.id, content=self._reply_text, status=status,
-                            stats=stats.to_dict() if stats is not None else None)
-        self.transcript.end_reply(status, stats)
-        self.request_id = None
-        self.reply = None
-        self.turn = None
-        self.sig_reply_finished.emit(status)
 
 
 def _title_from(text: str) -> str:

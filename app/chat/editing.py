@@ -1,9 +1,10 @@
 """Editing the last message without losing it: the bar above the composer.
 
-"Edit last" used to delete the exchange and put its text in the composer, so
-a change of mind lost the reply. Now the text goes to the composer and this
-bar says what is being edited; nothing is changed until the edit is sent, and
-Cancel (or Esc) puts back whatever draft the composer held before.
+"Edit last" (or a message's Edit link) puts the message's text in the
+composer and this bar says what is being edited; nothing is changed until
+the edit is sent, and Cancel (or Esc) puts back whatever draft the composer
+held before. Sending starts a branch: the old message and what followed it
+stay, a version of the message (``‹ 1/2 ›`` switches back).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ class EditBar(QWidget):
         super().__init__(parent)
         self.message_id: int | None = None  # the message being edited
         self.draft = ""  # what the composer held before; Cancel puts it back
-        self.label = QLabel("Editing your last message — Send replaces it and its reply; "
-                            "Cancel (Esc) keeps the conversation as it is.")
+        self.label = QLabel("Editing a message — Send starts a new branch from it (the old one stays: "
+                            "‹ 1/2 › switches back); Cancel (Esc) keeps the conversation as it is.")
         self.label.setWordWrap(True)
         self.label.setStyleSheet(f"color:{palette.accent};")
         self.cancel_button = QPushButton("Cancel")

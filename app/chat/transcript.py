@@ -7,9 +7,17 @@ text; when a paragraph is complete (a blank line outside any code fence) that
 plain text is replaced by its Markdown rendering, once. When the reply ends
 it is rendered once more, whole, with its footer.
 
-A regenerated reply keeps its earlier versions: its footer shows ``‹ 2/3 ›``,
-and the arrows are links the chat controller answers (``sig_version``). Web
-links in replies open in the browser; nothing else is followed.
+A regenerated reply keeps its earlier versions, and an edited message its
+earlier branches: the footer shows ``‹ 2/3 ›``, and the arrows are links the
+chat controller answers (``sig_version``). A user message's footer has an
+Edit link (``sig_edit``), and a reply that ended before its end (Stop, the
+length limit, a dead engine) a Continue link (``sig_continue``). Web links in
+replies open in the browser; nothing else is followed.
+
+The view owns its list of messages: others read ``messages`` and change it
+through :meth:`~TranscriptView.set_messages`, :meth:`~TranscriptView.append`,
+:meth:`~TranscriptView.replace`, :meth:`~TranscriptView.pop` and the
+streaming calls, so what is shown always matches the list.
 """
 
 from __future__ import annotations
@@ -37,8 +45,9 @@ class ShownMessage:
     stats: StatsSnapshot | None = None
     segments: list[tuple[str, bool]] = field(default_factory=list)  # (text, from accepted drafts)
     id: int | None = None  # the stored message
-    version: int = 0  # which of a regenerated reply's versions this is (0-based)
+    version: int = 0  # which of the message's versions this is (0-based): regenerations, or an edit's branches
     version_count: int = 1
+    unfinished: bool = False  # ended before its end (stopped, interrupted, the length limit): Continue goes on
 
 
 class TranscriptView(QTextBrowser):
@@ -47,10 +56,14 @@ class TranscriptView(QTextBrowser):
     Signals:
         sig_copied(str): a code block was copied to the clipboard.
         sig_version(int, int): the message at this position wants its previous (-1) or next (+1) version.
+        sig_edit(int): the user message at this position is to be edited.
+        sig_continue(): the last reply is to go on from where it ended.
     """
 
     sig_copied = Signal(str)
     sig_version = Signal(int, int)
+    sig_edit = Signal(int)
+    sig_continue = Signal()
 
     def __init__(self, palette: Palette, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -87,6 +100,27 @@ class TranscriptView(QTextBrowser):
         self.messages = messages
         self._stream_start = -1
         self.rerender()
+
+    def append(self, message: ShownMessage) -> None:
+        """Show ``message`` after the others (not while a reply streams)."""
+        assert self._stream_start < 0, "a reply is streaming"
+        self.messages.append(message)
+        cursor = QTextCursor(self.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.insertHtml(self._message_html(len(self.messages) - 1, message))
+        self._scroll_to_end()
+
+    def replace(self, index: int, message: ShownMessage) -> None:
+        """Show ``message`` in place of the one at ``index``."""
+        self.messages[index] = message
+        self.rerender()
+
+    def pop(self) -> ShownMessage:
+        """Take the last message away (not while a reply streams); returns it."""
+        assert self._stream_start < 0, "a reply is streaming"
+        message = self.messages.pop()
+        self.rerender()
+        return message
 
     def rerender(self) -> None:
         """Render every message; a streaming reply is re-attached at the end."""
@@ -136,6 +170,14 @@ class TranscriptView(QTextBrowser):
         self.rerender()
         self._timer.start()
 
+    def resume_reply(self) -> None:
+        """Stream on into the last reply (Continue): its text stays, what comes is appended."""
+        msg = self.messages[-1]
+        msg.status, msg.unfinished = "streaming", False
+        self._stream_start = 0
+        self.rerender()
+        self._timer.start()
+
     def append_reply(self, text: str, from_draft: bool) -> None:
         if self._prefill:  # the first token: the header goes back to "…"
             self._prefill = ""
@@ -148,12 +190,14 @@ class TranscriptView(QTextBrowser):
             msg.segments.append((text, from_draft))
         self._pending = True
 
-    def end_reply(self, status: str, stats: StatsSnapshot | None) -> None:
+    def end_reply(self, status: str, stats: StatsSnapshot | None, unfinished: bool = False) -> None:
+        """The streaming reply ended (``unfinished``: before its end, so Continue is offered)."""
         self._timer.stop()
         self._prefill = ""
         if self.messages and self.messages[-1].role == "assistant":
             self.messages[-1].status = status
             self.messages[-1].stats = stats
+            self.messages[-1].unfinished = unfinished
         self._pending = False
         at_end = self.verticalScrollBar().value() >= self.verticalScrollBar().maximum() - 4
         self._replace_from(self._stream_start, self._message_html(len(self.messages) - 1, self.messages[-1]))
@@ -227,10 +271,15 @@ class TranscriptView(QTextBrowser):
         else:
             body = markdown.render(m.content, p.code_palette(), copy_prefix=f"copy:{index}:")
         foot = stats_text.footer(m.stats, m.status) if m.role == "assistant" and m.status != "streaming" else ""
-        foot = html.escape(foot)
+        links = []
         if m.version_count > 1 and m.status != "streaming":
-            foot = (f'<a href="version:{index}:-1">‹</a> {m.version + 1}/{m.version_count} '
-                    f'<a href="version:{index}:1">›</a>' + (f" &nbsp;·&nbsp; {foot}" if foot else ""))
+            links.append(f'<a href="version:{index}:-1">&nbsp;‹&nbsp;</a> {m.version + 1}/{m.version_count} '
+                         f'<a href="version:{index}:1">&nbsp;›&nbsp;</a>')
+        if m.role == "user" and m.id is not None:
+            links.append(f'<a href="edit:{index}">Edit</a>')
+        if m.unfinished and index == len(self.messages) - 1 and m.status != "streaming":
+            links.append('<a href="continue:">Continue</a>')
+        foot = " &nbsp;·&nbsp; ".join(links + ([html.escape(foot)] if foot else []))
         footer = f'<p style="color:{p.muted};font-size:small;margin-top:0">{foot}</p>' if foot else ""
         return head + body + footer
 
@@ -245,6 +294,10 @@ class TranscriptView(QTextBrowser):
         elif text.startswith("version:"):
             _, msg_index, step = text.split(":")
             self.sig_version.emit(int(msg_index), int(step))
+        elif text.startswith("edit:"):
+            self.sig_edit.emit(int(text.split(":")[1]))
+        elif text.startswith("continue:"):
+            self.sig_continue.emit()
         elif text.startswith("copy:"):
             _, msg_index, block_index = text.split(":")
             blocks = markdown.code_blocks(self.messages[int(msg_index)].content)

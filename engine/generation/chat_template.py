@@ -455,6 +455,7 @@ def render(
     eos_token: str = "",
     tools: list[dict[str, Any]] | None = None,
     add_generation_prompt: bool = True,
+    continue_final_message: bool = False,
     extra: dict[str, Any] | None = None,
     time_limit_s: float = TIME_LIMIT_S,
     max_chars: int = MAX_CHARS,
@@ -469,6 +470,9 @@ def render(
         tools: OpenAI function tools, given to the template as ``tools``. None leaves ``tools``
             undefined, as templates that test ``tools is defined`` expect when there are none.
         add_generation_prompt: end with the text that opens the assistant's turn.
+        continue_final_message: the last message is the assistant's unfinished reply (Continue):
+            the conversation before it is rendered with the generation prompt, then its text, so
+            the model goes on from its last word (plain completion simply ends with it).
         extra: more variables for the template (a request's ``chat_template_kwargs``, such as
             ``enable_thinking``); they cannot replace the ones above.
 
@@ -480,6 +484,9 @@ def render(
     if not template:
         text = "\n\n".join(m.get("content", "") for m in messages if m.get("content"))
         return RenderedPrompt(text=text, mode=COMPLETION, has_bos=False)
+    final = ""
+    if continue_final_message and messages and messages[-1].get("role") == "assistant":
+        final, messages = messages[-1].get("content") or "", messages[:-1]
     limits = _Limits(time_limit_s, max_chars, should_stop)
     try:
         compiled = _environment(limits).from_string(template)
@@ -493,7 +500,7 @@ def render(
         if tools is not None:
             variables["tools"] = copy.deepcopy(tools)
         variables = {**copy.deepcopy(extra or {}), **variables}
-        text = _collect(compiled.generate(**variables), limits)
+        text = _collect(compiled.generate(**variables), limits) + final
     except (TemplateError, RenderCancelled):
         raise
     except Exception as exc:  # jinja2 raises many types; all mean the same to the user

@@ -81,6 +81,7 @@ class GenerateRequest:
     logprobs: int = -1
     template: str | None = None  # a chat template in place of the model's
     template_kwargs: dict[str, Any] | None = None  # more template variables (enable_thinking, …)
+    continue_final_message: bool = False  # the last message is an unfinished reply to go on from (Continue)
     # hand the text of a <think> block to on_reasoning instead of on_text (engine/generation/reasoning.py)
     split_reasoning: bool = False
     # under a grammar, the MTP head drafts only what the grammar allows (off: it drafts freely and
@@ -176,6 +177,7 @@ def _render(session: Session, request: GenerateRequest,
             bos_token=bos, eos_token=model.token_text(model.eos),
             max_chars=max(max_prompt_chars(n_ctx), chat_template.MAX_CHARS), should_stop=should_stop,
             tools=list(request.tools) if request.tools else None, extra=request.template_kwargs,
+            continue_final_message=request.continue_final_message,
         )
         check_prompt_chars(len(rendered.text), n_ctx)
         tokens = model.tokenize(rendered.text, add_special=not rendered.has_bos, parse_special=True)

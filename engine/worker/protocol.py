@@ -52,7 +52,8 @@ from engine.worker.fields import build
 #    speculative modes "ngram" and "mtp+ngram" (ngram_min / ngram_max); stats carry per-source draft counts
 # 4: generate takes tools, tool-call messages, a grammar, logit_bias and logprobs; done carries
 #    logprobs; the loaded model says its tool-call syntax; tokenize requests and tokens events
-# 5: generate carries its sampling whole ("sampling": {temperature, top_k, ...}) instead of nine flat fields
+# 5: generate carries its sampling whole ("sampling": {temperature, top_k, ...}) instead of nine flat fields;
+#    generate takes continue_final_message (Continue: the last message is the reply to go on from)
 PROTOCOL_VERSION = 5
 HANDSHAKE_TIMEOUT_S = 60.0  # the first import of llama_cpp can be slow on a cold disk
 
@@ -141,6 +142,9 @@ class GenerateRequestMsg:
     template: str | None = None
     # more variables for the chat template (a request's chat_template_kwargs, such as enable_thinking)
     template_kwargs: dict[str, Any] | None = None
+    # the last message is the assistant's unfinished reply: the prompt ends inside it and the
+    # reply goes on from its last word (the app's Continue; vLLM's and transformers' name)
+    continue_final_message: bool = False
     # send the text of the reply's <think> block as token events marked reasoning (the server's APIs
     # carry it apart; the app shows the reply as written)
     split_reasoning: bool = False

@@ -357,6 +357,7 @@ class Worker:
             logprobs=request.logprobs,
             template=request.template,
             template_kwargs=request.template_kwargs,
+            continue_final_message=request.continue_final_message,
             split_reasoning=request.split_reasoning,
         )
         self.current = request.id

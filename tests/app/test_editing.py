@@ -38,6 +38,7 @@ class FakeClient(QObject):
     sig_error = Signal(object)
     sig_died = Signal(str)
     sig_loaded = Signal(object)
+    sig_tokens = Signal(object)
     max_draft = 3
     state = "ready"
 
@@ -89,6 +90,98 @@ def test_edit_then_cancel_keeps_the_exchange_and_the_draft(qtbot, chat):
     assert pane.composer.toPlainText() == "a draft I was typing"
     assert [m.content for m in store.messages(controller.conversation_id)] == ["First question", "Answer 1"]
     assert "Answer 1" in controller.transcript.toPlainText()
+
+
+def test_edit_then_send_branches_and_the_arrows_switch_the_whole_branch_back(qtbot, chat, tmp_path):
+    controller, pane, store = chat
+    say(qtbot, controller, pane, "One")
+    say(qtbot, controller, pane, "Two")
+    with qtbot.waitSignal(controller.sig_reply_finished, timeout=5000):
+        pane.regen_button.click()  # "Two" has a reply with two versions
+    pane.edit_button.click()
+    pane.composer.setPlainText("Two, better")
+    with qtbot.waitSignal(controller.sig_reply_finished, timeout=5000):
+        pane.send()
+    conv = controller.conversation_id
+    assert [m.content for m in store.messages(conv)] == ["One", "Answer 1", "Two, better", "Answer 4"]
+    edited = store.messages(conv)[2]
+    assert (edited.version, edited.version_count) == (1, 2)
+    assert "2/2" in controller.transcript.toPlainText()
+    with qtbot.waitSignal(controller.transcript.sig_version):
+        controller.transcript._on_anchor(QUrl("version:2:-1"))  # back to the first branch, its reply versions too
+    assert [m.content for m in store.messages(conv)] == ["One", "Answer 1", "Two", "Answer 3"]
+    reply = store.messages(conv)[3]
+    assert (reply.version, reply.version_count) == (1, 2)
+    shown = controller.transcript.toPlainText()
+    assert "Two, better" not in shown and "Answer 3" in shown and "1/2" in shown
+    store.close()
+    again = ConversationStore(tmp_path / "c.sqlite3")  # both branches are on disk
+    try:
+        again.select_version(again.messages(conv)[2].id, 1)
+        assert [m.content for m in again.messages(conv)] == ["One", "Answer 1", "Two, better", "Answer 4"]
+        branches = again.export_json(conv)["messages"][2]["versions"]
+        assert [b["content"] for b in branches] == ["Two", "Two, better"]
+        assert [m["content"] for m in branches[0]["tail"]] == ["Answer 3"]
+    finally:
+        again.close()
+        controller.store = ConversationStore(tmp_path / "c.sqlite3")
+
+
+def test_any_message_can_be_edited_from_its_edit_link_and_the_later_turns_stay_in_the_old_branch(qtbot, chat):
+    controller, pane, store = chat
+    for text in ("One", "Two", "Three"):
+        say(qtbot, controller, pane, text)
+    with qtbot.waitSignal(controller.transcript.sig_edit):
+        controller.transcript._on_anchor(QUrl("edit:0"))
+    assert pane.composer.toPlainText() == "One" and pane.edit_bar.isVisibleTo(pane)
+    pane.composer.setPlainText("One, again")
+    with qtbot.waitSignal(controller.sig_reply_finished, timeout=5000):
+        pane.send()
+    conv = controller.conversation_id
+    assert [m.content for m in store.messages(conv)] == ["One, again", "Answer 4"]
+    assert controller.client.asked[-1] == [{"role": "user", "content": "One, again"}]
+    assert store.get(conv).title == "One, again"
+    controller.transcript._on_anchor(QUrl("version:0:-1"))
+    assert [m.content for m in store.messages(conv)] == ["One", "Answer 1", "Two", "Answer 2", "Three", "Answer 3"]
+
+
+def test_a_database_with_reply_versions_opens_and_branches_keep_every_message(tmp_path):
+    path = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript(OLD_SCHEMA)
+    db.commit()
+    db.close()
+    store = ConversationStore(path)  # migrated from before versions
+    try:
+        user, reply = store.messages(1)
+        store.new_version(reply.id)
+        store.update_message(reply.id, content="hello, second", status="complete")
+        _edited, new_reply = store.branch(user.id, "hi there")
+        assert [m.content for m in store.messages(1)] == ["hi there", ""]
+        store.select_version(user.id, 0)
+        kept = store.messages(1)
+        assert [m.content for m in kept] == ["hi", "hello, second"] and kept[1].version_count == 2
+        assert store.select_version(kept[1].id, 0).content == "hello"
+        assert store.get(1).title == "Old chat"
+    finally:
+        store.close()
+
+
+def test_continue_link_after_stop_streams_on_into_the_same_reply(qtbot, chat):
+    controller, pane, store = chat
+    say(qtbot, controller, pane, "Question")
+    conv = controller.conversation_id
+    reply = store.messages(conv)[1]
+    store.update_message(reply.id, status="cancelled")
+    controller.open(conv)
+    assert "Continue" in controller.transcript.toPlainText()
+    with qtbot.waitSignal(controller.sig_reply_finished, timeout=5000):
+        controller.transcript._on_anchor(QUrl("continue:"))
+    msgs = store.messages(conv)
+    assert [m.role for m in msgs] == ["user", "assistant"]
+    assert msgs[1].content == "Answer 1Answer 2" and msgs[1].status == "complete"
+    assert controller.client.asked[-1][-1] == {"role": "assistant", "content": "Answer 1"}
+    assert "Continue" not in controller.transcript.toPlainText()
 
 
 def test_edit_then_send_replaces_only_the_last_exchange(qtbot, chat):

@@ -84,7 +84,7 @@ def stored_reply(db: Path, message_id: int) -> tuple[str, str]:
 def test_a_reply_streaming_onto_a_full_disk_ends_stays_shown_and_is_saved_when_space_returns(
         data_on_tmpfs, services, qtbot, monkeypatch, request):
     request.addfinalizer(services.instance.release)  # its lock file lives on the tmpfs, unmounted next
-    monkeypatch.setattr("app.chat.controller.SAVE_INTERVAL_S", 0.0)  # a write per token, as a long reply makes
+    monkeypatch.setattr("app.chat.reply_stream.SAVE_INTERVAL_S", 0.0)  # a write per token, as a long reply makes
     start_and_load(qtbot, services)
     window, chat = services.window, services.window.chat
     services.settings.max_tokens = 200

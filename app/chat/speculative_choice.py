@@ -1,0 +1,29 @@
+"""What a chat reply asks of the engine's speculative decoding: the user's
+choice (auto | mtp | ngram | mtp+ngram | off) made into :class:`SpeculativeSettings`.
+
+"auto" is the autotune profile when there is one, else MTP with adaptive
+depth up to the chosen n_max when the loaded model can draft (it falls back
+to plain steps where drafts do not pay), else off.
+"""
+
+from __future__ import annotations
+
+from app.chat.chat_settings import ReplyValues
+from engine.speculative.settings import ADAPTIVE, MODES, MTP, SPECULATION_OFF, SpeculativeSettings
+
+
+def speculative_for(values: ReplyValues, profile: SpeculativeSettings | None,
+                    model_has_mtp: bool) -> SpeculativeSettings:
+    """The settings for ``values``' choice.
+
+    Raises:
+        ValueError: the chosen n_max or p_min are not valid (a hand-edited settings file).
+    """
+    v = values
+    if v.speculative == "off" or (v.speculative == "auto" and not model_has_mtp):
+        return SPECULATION_OFF
+    if v.speculative == "auto" and profile is not None:
+        return profile
+    if v.speculative == "auto":
+        return SpeculativeSettings(MTP, v.n_max, 0, v.p_min, depth=ADAPTIVE)
+    return SpeculativeSettings(v.speculative if v.speculative in MODES else MTP, v.n_max, 0, v.p_min)

@@ -1,0 +1,94 @@
+"""Branching edits, Continue and the context bar against the real worker on the built-in model."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QUrl
+
+from tests.app.conftest import start_and_load
+
+
+def send(qtbot, window, text: str) -> None:
+    window.composer.setPlainText(text)
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
+        window.send()
+
+
+def test_an_edit_branches_and_the_old_branch_comes_back_with_its_reply(qtbot, services):
+    start_and_load(qtbot, services)
+    window, store = services.window, services.store
+    services.settings.max_tokens = 6
+    send(qtbot, window, "The river")
+    first = [m.content for m in store.messages(window.chat.conversation_id)]
+    window.chat_pane.edit_button.click()
+    window.composer.setPlainText("The mountain")
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
+        window.send()
+    conv = window.chat.conversation_id
+    second = [m.content for m in store.messages(conv)]
+    assert second[0] == "The mountain" and second[1] and len(second) == 2
+    assert "2/2" in window.transcript.toPlainText()
+    window.transcript._on_anchor(QUrl("version:0:-1"))
+    assert [m.content for m in store.messages(conv)] == first
+    assert "1/2" in window.transcript.toPlainText() and first[1].strip() in window.transcript.toPlainText()
+
+
+def test_continue_after_the_length_limit_appends_to_the_same_reply(qtbot, services):
+    start_and_load(qtbot, services)
+    window, store = services.window, services.store
+    services.settings.max_tokens = 8
+    send(qtbot, window, "Once upon a time")
+    conv = window.chat.conversation_id
+    cut = store.messages(conv)[1]
+    assert cut.stats["generated_tokens"] == 8
+    assert window.chat_pane.continue_button.isVisibleTo(window) and "Continue" in window.transcript.toPlainText()
+    asked: list = []
+    services.client.sig_stats.connect(lambda ev: asked.append(ev.stats))
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000) as finished:
+        window.chat_pane.continue_button.click()
+    assert finished.args == ["complete"]
+    msgs = store.messages(conv)
+    assert [m.role for m in msgs] == ["user", "assistant"] and msgs[1].id == cut.id
+    assert msgs[1].content.startswith(cut.content) and len(msgs[1].content) > len(cut.content)
+    assert msgs[1].stats["prompt_tokens"] > cut.stats["prompt_tokens"]  # the reply so far was in the prompt
+    assert window.transcript.messages[-1].content == msgs[1].content
+
+
+def test_continue_after_stop_goes_on_from_the_stopped_text(qtbot, services):
+    start_and_load(qtbot, services)
+    window, store = services.window, services.store
+    services.settings.max_tokens = 400
+    window.composer.setPlainText("Once upon a time")
+    with qtbot.waitSignal(services.client.sig_token, timeout=60000):
+        window.send()
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=30000) as stopped:
+        window.chat.stop()
+    assert stopped.args == ["cancelled"]
+    conv = window.chat.conversation_id
+    before = store.messages(conv)[1].content
+    assert window.chat_pane.continue_button.isVisibleTo(window)
+    services.settings.max_tokens = 5
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
+        window.chat_pane.continue_button.click()
+    after = store.messages(conv)[1]
+    assert after.content.startswith(before) and len(after.content) > len(before) and after.status == "complete"
+
+
+def test_the_context_bar_counts_the_conversation_against_the_loaded_context(qtbot, services):
+    start_and_load(qtbot, services)
+    window = services.window
+    bar = window.chat_pane.context_bar
+    services.settings.max_tokens = 6
+    finals: list = []
+    services.client.sig_done.connect(lambda ev: finals.append(ev.stats))
+    send(qtbot, window, "The river runs to the sea")
+    n_ctx = window.chat.context_size
+    assert bar.isVisibleTo(window) and n_ctx > 0
+    used = finals[-1].prompt_tokens + finals[-1].generated_tokens
+    assert bar.used == used and bar.bar.value() == used and bar.bar.maximum() == n_ctx
+    assert f"{used:,} / {n_ctx:,} tokens" in bar.label.text() and not bar.estimated
+    conv = window.chat.conversation_id
+    window.chat.new_conversation()
+    assert bar.used == 0
+    with qtbot.waitSignal(services.client.sig_tokens, timeout=30000):
+        window.chat.open(conv)  # counted by the worker's tokenizer
+    assert bar.estimated and abs(bar.used - used) <= 3 and "about" in bar.label.text()  # no template here
