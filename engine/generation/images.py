@@ -20,6 +20,8 @@ from an empty context and leaves it marked unknown.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ContextError, ImageError
+from engine.generation import chat_template
 from engine.generation.detokenizer import Detokenizer
 from engine.generation.session import Session
 from engine.generation.stops import StopMatcher
@@ -37,6 +40,50 @@ MTP_OFF_WITH_IMAGES = ("MTP is off for replies to images for now: this engine de
                        "(drafting after an image needs the image rows in the MTP context; issue 28).")
 # OpenAI's content part types that carry an image (chat completions; the Responses API)
 IMAGE_PART_TYPES = frozenset({"image_url", "input_image", "image"})
+MAX_IMAGE_BYTES = 32 * 2**20  # one encoded image; a larger one is refused before it is decoded
+
+
+def image_source(part: dict[str, Any]) -> str:
+    """The URL (or path) an image content part names: ``image_url.url`` (chat completions), ``image_url``
+    as a string (the Responses API), or ``url`` / ``path``."""
+    ref = part.get("image_url", part.get("url", part.get("path")))
+    if isinstance(ref, dict):
+        ref = ref.get("url")
+    if not isinstance(ref, str) or not ref:
+        raise ImageError(f"an image part of type {part.get('type')!r} names no image (expected image_url.url)")
+    return ref
+
+
+def read_image(source: str, *, allow_files: bool = False, max_bytes: int = MAX_IMAGE_BYTES) -> bytes:
+    """The encoded image a source names: a ``data:`` URL (base64), or, with ``allow_files``, a local path or
+    ``file://`` URL. Remote URLs are never fetched here: the engine has no business on the network.
+
+    Raises:
+        ImageError: what is wrong with the source, in words the sender can act on.
+    """
+    if source.startswith("data:"):
+        header, sep, payload = source.partition(",")
+        if not sep or not header.endswith(";base64"):
+            raise ImageError("an image data URL must be base64: data:image/png;base64,…")
+        if len(payload) * 3 // 4 > max_bytes:
+            raise ImageError(f"an image of about {len(payload) * 3 // 4:,} bytes; at most {max_bytes:,} are taken")
+        try:
+            return base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError):
+            raise ImageError("an image data URL whose base64 does not decode") from None
+    if source.startswith(("http://", "https://")):
+        raise ImageError(f"remote images are not fetched ({source[:80]}); send the image itself as a "
+                         "data:image/…;base64 URL")
+    if not allow_files:
+        raise ImageError("images are taken as data:image/…;base64 URLs here; local files are not read")
+    path = Path(source.removeprefix("file://")).expanduser()
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise ImageError(f"{path.name} has {size:,} bytes; at most {max_bytes:,} are taken")
+        return path.read_bytes()
+    except OSError as exc:
+        raise ImageError(f"the image {path} cannot be read: {exc.strerror or exc}") from None
 
 
 def load_projector(session: Session, path: str | Path) -> Projector:
@@ -219,3 +266,38 @@ def generate_plain(session: Session, projector: Projector, text: str, images: Se
         sampler.close()
     show(stops.feed(detok.flush()) + stops.flush())
     return PlainResult("".join(shown), tokens, finish or "stop", done, time.perf_counter() - t0)
+
+
+@dataclass(frozen=True)
+class ImagePrompt:
+    """A prompt rendered for the projector: text with one marker per image, and the images in order."""
+
+    text: str
+    images: tuple[bytes, ...]
+    add_special: bool  # the vocabulary may add BOS (the rendered text does not start with it)
+    mode: str  # chat_template.TEMPLATE or COMPLETION
+    opens_thinking: bool
+
+
+def render(session: Session, projector: Projector, *, messages: Sequence[dict[str, Any]] | None = None,
+           prompt: str | None = None, images: Sequence[bytes] = (), template: str | None = None,
+           tools: Sequence[dict[str, Any]] | None = None, template_kwargs: dict[str, Any] | None = None,
+           allow_files: bool = False) -> ImagePrompt:
+    """The prompt of a request with images, as the projector tokenizes it.
+
+    Chat messages: image parts become markers (:func:`split_image_parts`, images read by
+    :func:`read_image`) and the chat template renders the text around them. A completion prompt
+    carries its markers itself, with ``images`` one per marker; ``images`` given with messages come
+    after the messages' own.
+    """
+    model = session.model
+    if messages is None:
+        return ImagePrompt(prompt or "", tuple(images), True, chat_template.COMPLETION, False)
+    flat, found = split_image_parts(messages, projector.marker,
+                                    lambda part: read_image(image_source(part), allow_files=allow_files))
+    rendered = chat_template.render(
+        flat, template or session.facts.chat_template,
+        bos_token=model.token_text(model.bos) if model.add_bos else "", eos_token=model.token_text(model.eos),
+        tools=list(tools) if tools else None, extra=template_kwargs)
+    return ImagePrompt(rendered.text, (*found, *images), not rendered.has_bos, rendered.mode,
+                       rendered.opens_thinking)

@@ -98,3 +98,47 @@ def test_a_prompt_with_images_that_does_not_fit_the_context_is_refused(loaded: o
     big = field_png([[RED, BLUE]], width=256, height=256)  # 32x32 rows = 1024 cells
     with pytest.raises(ContextError, match="with its images' rows; the context holds 512"):
         vision.generate_plain(session, projector, f"{projector.marker} ok", [big])
+
+
+TEMPLATE = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}<|assistant|>"
+
+
+def _data_url(image: bytes) -> str:
+    import base64
+
+    return "data:image/png;base64," + base64.b64encode(image).decode()
+
+
+def test_images_are_read_from_data_urls_and_local_files_only_when_allowed(tmp_path) -> None:
+    assert vision.read_image(_data_url(QUADRANTS)) == QUADRANTS
+    path = tmp_path / "q.png"
+    path.write_bytes(QUADRANTS)
+    assert vision.read_image(str(path), allow_files=True) == QUADRANTS
+    assert vision.read_image(f"file://{path}", allow_files=True) == QUADRANTS
+    with pytest.raises(ImageError, match="local files are not read"):
+        vision.read_image(str(path))
+    with pytest.raises(ImageError, match="remote images are not fetched"):
+        vision.read_image("https://example.com/cat.png", allow_files=True)
+    with pytest.raises(ImageError, match="does not decode"):
+        vision.read_image("data:image/png;base64,@@@")
+    with pytest.raises(ImageError, match="at most 10 are taken"):
+        vision.read_image(_data_url(QUADRANTS), max_bytes=10)
+    with pytest.raises(ImageError, match="cannot be read"):
+        vision.read_image(str(tmp_path / "missing.png"), allow_files=True)
+
+
+def test_an_openai_image_part_reaches_the_model_through_the_chat_template(loaded: object) -> None:
+    session, projector = loaded
+
+    def ask(image: bytes) -> vision.PlainResult:
+        messages = [{"role": "user", "content": [{"type": "text", "text": "What is this? "},
+                                                 {"type": "image_url", "image_url": {"url": _data_url(image)}}]}]
+        prompt = vision.render(session, projector, messages=messages, template=TEMPLATE)
+        assert prompt.text == f"<|user|>What is this? {projector.marker}\n<|assistant|>"
+        assert prompt.images == (image,) and prompt.mode == "template"
+        return vision.generate_plain(session, projector, prompt.text, prompt.images, max_tokens=8,
+                                     add_special=prompt.add_special)
+
+    first = ask(QUADRANTS)
+    assert ask(QUADRANTS).tokens == first.tokens
+    assert ask(STRIPES).tokens != first.tokens
