@@ -10,7 +10,7 @@ import pytest
 
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
-from engine.gguf import facts as gguf_info
+from engine.gguf.facts import read_facts
 from engine.runtime import Model
 from engine.synth import SynthSpec, derived, probe
 from engine.synth.spec import DERIVED_ARCHITECTURES
@@ -51,10 +51,10 @@ def test_random_model_output_is_deterministic_across_runs(arch):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_every_layout_reads_back_with_the_right_mtp_facts(arch):
     model = synth(arch)
-    combined = gguf_info.read_facts(model.path("combined"))
-    trunk = gguf_info.read_facts(model.path("trunk"))
-    sidecar = gguf_info.read_facts(model.path("sidecar"))
-    sharded = gguf_info.read_facts(model.path("sharded"))
+    combined = read_facts(model.path("combined"))
+    trunk = read_facts(model.path("trunk"))
+    sidecar = read_facts(model.path("sidecar"))
+    sharded = read_facts(model.path("sharded"))
     n = heads_for(arch)
     assert (combined.layout, combined.nextn_layers, combined.trunk_layers) == ("combined", n, 4)
     assert (trunk.layout, trunk.nextn_layers, trunk.block_count) == ("plain", 0, 4)
@@ -72,7 +72,7 @@ def test_missing_shard_is_named(tmp_path):
     lone = tmp_path / first.name
     lone.write_bytes(first.read_bytes())
     with pytest.raises(Exception, match="00002-of-00002.gguf is missing"):
-        gguf_info.read_facts(lone)
+        read_facts(lone)
 
 
 # How llama.cpp itself fails on the broken sidecars users meet (seed 002).
@@ -105,7 +105,7 @@ def test_broken_sidecars_fail_in_llama_cpp_the_way_users_report(layout, message)
 @pytest.mark.parametrize("arch", DERIVED_ARCHITECTURES)
 def test_derived_layouts_read_back_with_the_right_mtp_facts(arch):
     model = synth(arch, "random")
-    combined, trunk, sidecar = (gguf_info.read_facts(model.path(layout)) for layout in ("combined", "trunk", "sidecar"))
+    combined, trunk, sidecar = (read_facts(model.path(layout)) for layout in ("combined", "trunk", "sidecar"))
     n = heads_for(arch)
     assert (combined.layout, combined.nextn_layers, combined.trunk_layers) == ("combined", n, 4)
     assert (trunk.layout, trunk.nextn_layers, trunk.block_count) == ("plain", 0, 4)
@@ -156,6 +156,6 @@ def test_synth_command_writes_every_architecture(capsys):
 
     assert main(["synth", "--arch", "deepseek4", "--layout", "trunk", "--layout", "sidecar"]) == 0
     trunk, side = capsys.readouterr().out.split()
-    assert "deepseek4-tiny-random" in trunk and gguf_info.read_facts(side).layout == "mtp-only"
+    assert "deepseek4-tiny-random" in trunk and read_facts(side).layout == "mtp-only"
     assert main(["synth", "--arch", "hy_v3", "--weights", "mixed", "--json"]) == 0
     assert '"n_heads": 2' in capsys.readouterr().out
