@@ -14,6 +14,9 @@ Edit link (``sig_edit``), and a reply that ended before its end (Stop, the
 length limit, a dead engine) a Continue link (``sig_continue``). Web links in
 replies open in the browser; nothing else is followed.
 
+On a wide window the text keeps a readable width (``MAX_LINE_CHARS``
+average characters), centred, instead of running across the whole screen.
+
 The view owns its list of messages: others read ``messages`` and change it
 through :meth:`~TranscriptView.set_messages`, :meth:`~TranscriptView.append`,
 :meth:`~TranscriptView.replace`, :meth:`~TranscriptView.pop` and the
@@ -26,7 +29,14 @@ import html
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import QTimer, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QGuiApplication, QTextBlockFormat, QTextCharFormat, QTextCursor
+from PySide6.QtGui import (
+    QDesktopServices,
+    QGuiApplication,
+    QResizeEvent,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+)
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from app.chat import markdown
@@ -35,6 +45,7 @@ from engine.speculative import stats_text
 from engine.speculative.stats import StatsSnapshot
 
 FLUSH_MS = 33
+MAX_LINE_CHARS = 90  # a readable measure: on a wide window the text column is centred, this wide at most
 
 
 @dataclass
@@ -86,6 +97,15 @@ class TranscriptView(QTextBrowser):
         self.flushes = 0
         self._to_warm = list(markdown.COMMON_LANGUAGES)
         QTimer.singleShot(200, self, self._warm_up)  # the view as context: no call after it is gone
+
+    def max_line_px(self) -> int:
+        return MAX_LINE_CHARS * self.fontMetrics().averageCharWidth()
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        side = max(0, (event.size().width() - self.max_line_px()) // 2)
+        if self.viewportMargins().left() != side:
+            self.setViewportMargins(side, 0, side, 0)
+        super().resizeEvent(event)
 
     def _warm_up(self) -> None:
         """One language per idle moment (markdown.warm_up), never a long stall."""

@@ -80,3 +80,17 @@ def test_markdown_knows_many_languages_and_keeps_unknown_ones_plain():
     assert markdown.highlight_code("a < b", LIGHT.code_palette(), "no-such-language") == "a &lt; b"
     # a javascript: link is not made clickable
     assert 'href="javascript' not in markdown.render("[x](javascript:alert(1))", LIGHT.code_palette())
+
+
+def test_a_wide_transcript_keeps_a_readable_line_width_and_a_narrow_one_uses_all_of_it(qtbot):
+    view = TranscriptView(LIGHT)
+    qtbot.addWidget(view)
+    view.set_messages([ShownMessage("assistant", "word " * 600)])
+    view.resize(1900, 700)
+    view.show()
+    qtbot.wait(20)
+    assert view.max_line_px() - 40 <= view.viewport().width() <= view.max_line_px()
+    assert view.viewportMargins().left() == view.viewportMargins().right() > 300
+    view.resize(500, 600)
+    qtbot.wait(20)
+    assert view.viewportMargins().left() == 0 and view.viewport().width() > 450
