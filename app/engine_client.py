@@ -106,13 +106,9 @@ class EngineClient(QObject):
         self._set_state("stopped")
 
     # -- requests ---------------------------------------------------------
-    def load(self, path: str | None, *, n_ctx: int = 4096, n_threads: int = 1, n_gpu_layers: int = 0,
-             mtp: bool = True, sidecar: str | None = None, n_threads_draft: int = 0,
-             rpc: list[str] | None = None) -> str:
+    def load(self, options: P.LoadOptions) -> str:
         rid = self._new_id()
-        self._write(P.LoadRequest(id=rid, path=path, n_ctx=n_ctx, n_threads=n_threads,
-                                  n_gpu_layers=n_gpu_layers, mtp=mtp, sidecar=sidecar,
-                                  n_threads_draft=n_threads_draft, rpc=list(rpc or [])))
+        self._write(P.LoadRequest(id=rid, options=options))
         self._set_state("loading")
         return rid
 

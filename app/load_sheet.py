@@ -36,6 +36,7 @@ from app.settings import Settings
 from engine import default_model
 from engine.gguf import facts as gguf_info
 from engine.store import fit
+from engine.worker import protocol as P
 
 GPU_BACKENDS = ("cuda", "metal", "vulkan", "rocm", "hip", "sycl")
 MAX_CTX = 2**24  # the protocol's limit
@@ -58,6 +59,13 @@ class LoadChoice:
     @classmethod
     def from_settings(cls, s: Settings) -> LoadChoice:
         return cls(s.model_path, s.sidecar_path, s.n_ctx, s.n_threads, s.n_gpu_layers, s.speculative != "off")
+
+    def options(self, s: Settings) -> P.LoadOptions:
+        """The load request's options: this choice, with the settings' draft threads and RPC servers."""
+        return P.LoadOptions(path=self.path, n_ctx=self.n_ctx, n_threads=self.n_threads,
+                             n_gpu_layers=self.n_gpu_layers, mtp=self.mtp, sidecar=self.sidecar,
+                             n_threads_draft=s.n_threads_draft,
+                             rpc=tuple(r.strip() for r in s.rpc_servers.split(",") if r.strip()))
 
     def apply_to(self, s: Settings) -> None:
         """Remember this choice. MTP off means replies decode plainly; turning it back on

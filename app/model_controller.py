@@ -101,10 +101,7 @@ class ModelController(QObject):
 
     def request(self, choice: LoadChoice) -> None:
         """Ask the worker to load ``choice``; the settings remember it once it loaded."""
-        rid = self.client.load(choice.path, n_ctx=choice.n_ctx, n_threads=choice.n_threads,
-                               n_gpu_layers=choice.n_gpu_layers, mtp=choice.mtp, sidecar=choice.sidecar,
-                               n_threads_draft=self.settings.n_threads_draft,
-                               rpc=[s.strip() for s in self.settings.rpc_servers.split(",") if s.strip()])
+        rid = self.client.load(choice.options(self.settings))
         self._pending[rid] = choice
         self.sig_loading.emit()
 

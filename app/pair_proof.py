@@ -12,6 +12,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.engine_client import EngineClient
 from engine.speculative.settings import mtp
+from engine.worker import protocol as P
 from engine.worker.events import DoneEvent, ErrorEvent, LoadedEvent, ReadyEvent
 
 PROOF_PROMPT = " the"
@@ -48,7 +49,7 @@ class PairProof(QObject):
 
     def _on_ready(self, _ev: ReadyEvent) -> None:
         target, sidecar = self._pair
-        self.client.load(target, n_ctx=256, sidecar=sidecar)
+        self.client.load(P.LoadOptions(path=target, n_ctx=256, sidecar=sidecar))
 
     def _on_loaded(self, ev: LoadedEvent) -> None:
         self._mtp = ev.model.mtp

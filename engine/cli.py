@@ -8,7 +8,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import EngineError
 from engine.hardware import default_threads
@@ -106,9 +106,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     stderr = sys.stderr if args.verbose else None
     with WorkerClient(stderr=stderr) as client:
         loaded = client.call(
-            P.LoadRequest(id=client.new_id(), path=args.model, n_ctx=args.ctx, n_threads=args.threads,
-                          n_threads_draft=args.threads_draft, n_gpu_layers=args.gpu_layers, mtp=args.mtp,
-                          sidecar=args.sidecar, **rpc_load_fields(args))
+            P.LoadRequest(id=client.new_id(), options=P.LoadOptions(
+                path=args.model, n_ctx=args.ctx, n_threads=args.threads, n_threads_draft=args.threads_draft,
+                n_gpu_layers=args.gpu_layers, mtp=args.mtp, sidecar=args.sidecar, **rpc_load_fields(args)))
         )[-1]
         if isinstance(loaded, P.ErrorEvent):
             print(f"error: {loaded.message}", file=sys.stderr)
@@ -148,14 +148,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
         return 0 if final is not None and final.finish_reason != "error" else 1
 
 
-def rpc_load_fields(args: argparse.Namespace) -> dict[str, object]:
-    """The load request's multi-machine fields from ``--rpc``, ``--tensor-split``, ``--main-device``."""
+def rpc_load_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The load options' multi-machine fields from ``--rpc``, ``--tensor-split``, ``--main-device``."""
     from engine.rpc.endpoints import parse_endpoints
 
     if not getattr(args, "rpc", None):
         return {}
-    split = [float(x) for x in args.tensor_split.split(",")] if args.tensor_split else []
-    return {"rpc": [str(e) for e in parse_endpoints(args.rpc)], "tensor_split": split,
+    split = tuple(float(x) for x in args.tensor_split.split(",")) if args.tensor_split else ()
+    return {"rpc": tuple(str(e) for e in parse_endpoints(args.rpc)), "tensor_split": split,
             "main_device": args.main_device}
 
 

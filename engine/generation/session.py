@@ -4,15 +4,13 @@ metadata before llama.cpp sees a file."""
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import ContextError, SpeculativeUnavailable
+from engine.generation.load_plan import LoadPlan
 from engine.generation.prefix_cache import PrefixCache
-from engine.gguf import facts as gguf_info
-from engine.gguf import sidecar
+from engine.load_options import LoadOptions, check_options  # LoadOptions: benches and tests import it from here
 from engine.runtime import Context, ContextParams, Model
 from engine.speculative import rollback
 from engine.speculative.adaptive import AdaptiveDepth
@@ -26,83 +24,20 @@ if TYPE_CHECKING:
     from engine.generation.placement import Placement
 
 
-@dataclass(frozen=True)
-class LoadOptions:
-    path: str
-    n_ctx: int = 4096
-    n_gpu_layers: int = 0
-    n_threads: int = 1
-    n_batch: int = 512
-    # threads of the MTP draft context; 0: the same as n_threads. A one-row
-    # draft decode has little to split, and fewer threads can be faster.
-    n_threads_draft: int = 0
-    mtp: bool = True  # prepare MTP if the model (or sidecar) has it
-    sidecar: str | None = None
-    fold: bool = True  # fold the MTP catch-up into the next draft (see engine/speculative/mtp.py)
-    # ggml RPC servers (host:port) to split the trunk across; the MTP head stays
-    # local (engine/generation/placement.py, docs/multi-machine.md)
-    rpc: tuple[str, ...] = ()
-    tensor_split: tuple[float, ...] = ()  # one share per device: remote ones first, this machine last
-    main_device: int | None = None  # the whole model on that device instead of a split
-
-
-MAX_THREADS = 512  # GGML_MAX_N_THREADS, ggml's own ceiling (its per-thread arrays are that long)
-MAX_N_CTX = 2**24  # 16M tokens; llama.cpp's n_ctx is 32-bit and far smaller sizes already exhaust memory
-
-
-def check_options(options: LoadOptions) -> None:
-    """Refuse thread counts and context sizes llama.cpp would crash or fail on.
-
-    Called before the loaded model is let go of: a request llama.cpp refuses
-    late must not leave the user with nothing loaded.
-
-    Raises:
-        ContextError: naming the setting, the range it takes and what was asked.
-    """
-    if not 1 <= options.n_threads <= MAX_THREADS:
-        raise ContextError(
-            f"n_threads must be between 1 and {MAX_THREADS}, got {options.n_threads}; this machine has "
-            f"{os.cpu_count() or 1} CPU threads, and more threads than that rarely helps."
-        )
-    if not 0 <= options.n_threads_draft <= MAX_THREADS:
-        raise ContextError(
-            f"n_threads_draft must be between 0 (the same as n_threads) and {MAX_THREADS}, got "
-            f"{options.n_threads_draft}; this machine has {os.cpu_count() or 1} CPU threads."
-        )
-    if options.rpc:
-        from engine.rpc import parse_endpoints
-
-        parse_endpoints(options.rpc)  # a malformed host:port is refused before anything is let go of
-    if not 0 <= options.n_ctx <= MAX_N_CTX:
-        raise ContextError(
-            f"n_ctx must be between 0 (the model's training context) and {MAX_N_CTX:,} tokens, got "
-            f"{options.n_ctx}; choose a context size your memory holds (4096 is a safe start)."
-        )
-
-
 class Session:
     """Owns the native objects of one loaded model; :meth:`close` frees them in order."""
 
-    def __init__(self, options: LoadOptions) -> None:
-        check_options(options)
+    def __init__(self, options: LoadOptions, plan: LoadPlan | None = None) -> None:
+        """``plan``: the one the worker made from these options before letting go of the
+        previous model (the headers are read once per load); None: read it here."""
+        plan = plan if plan is not None else LoadPlan.read(options)  # SidecarMismatch propagates
+        options = plan.options  # the path resolved
         self.options = options
-        self.facts = gguf_info.read_facts(options.path)
-        self.sidecar_facts = gguf_info.read_facts(options.sidecar) if options.sidecar else None
+        self.facts = plan.facts
+        self.sidecar_facts = plan.sidecar_facts
         self.mtp_status = "off"
-        self.mtp_unavailable_reason: str | None = None
-        want_mtp = options.mtp or options.sidecar is not None
-        mtp_in_target = False
-        if want_mtp:
-            try:
-                if self.sidecar_facts is not None:
-                    sidecar.check_sidecar(self.facts, self.sidecar_facts)
-                else:
-                    sidecar.check_target_has_mtp(self.facts)
-                    mtp_in_target = True
-            except SpeculativeUnavailable as exc:
-                self.mtp_unavailable_reason = str(exc)
-                want_mtp = False
-        # SidecarMismatch propagates: the user asked for that sidecar explicitly.
+        self.mtp_unavailable_reason = plan.mtp_unavailable_reason
+        want_mtp, mtp_in_target = plan.want_mtp, plan.mtp_in_target
 
         self.placement: Placement | None = None
         model_kwargs: dict[str, Any] = {"n_gpu_layers": options.n_gpu_layers}
@@ -113,7 +48,7 @@ class Session:
                                   mtp_blocks=self.facts.nextn_layers if mtp_in_target else 0,
                                   tensor_split=options.tensor_split, main_device=options.main_device)
             model_kwargs = self.placement.model_kwargs()
-        self.model = Model(options.path, load_mtp=mtp_in_target, **model_kwargs)
+        self.model = Model(plan.path, load_mtp=mtp_in_target, **model_kwargs)
         self.mtp_model: Model | None = None
         self._own_mtp_model = False
         self.drafter: MTPDrafter | None = None

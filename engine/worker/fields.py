@@ -41,6 +41,11 @@ def check(value: Any, annotation: Any, where: str) -> Any:
         if not isinstance(value, list):
             raise ProtocolError(f"{where}: expected a list, got {type(value).__name__}")
         return [check(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is tuple:  # tuple[X, ...]: a JSON list
+        item, _ = typing.get_args(annotation)
+        if not isinstance(value, list):
+            raise ProtocolError(f"{where}: expected a list, got {type(value).__name__}")
+        return tuple(check(v, item, f"{where}[{i}]") for i, v in enumerate(value))
     if origin is dict:
         key_t, val_t = typing.get_args(annotation)
         if not isinstance(value, dict):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import ProtocolError
+from engine.load_options import LoadOptions
 from engine.sampling import GREEDY, SamplingParams
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 from engine.unicode_text import first_bad_text
@@ -53,7 +54,8 @@ from engine.worker.fields import build
 # 4: generate takes tools, tool-call messages, a grammar, logit_bias and logprobs; done carries
 #    logprobs; the loaded model says its tool-call syntax; tokenize requests and tokens events
 # 5: generate carries its sampling whole ("sampling": {temperature, top_k, ...}) instead of nine flat fields;
-#    generate takes continue_final_message (Continue: the last message is the reply to go on from)
+#    generate takes continue_final_message (Continue: the last message is the reply to go on from);
+#    load carries its options whole ("options": {path, n_ctx, n_threads, ...})
 PROTOCOL_VERSION = 5
 HANDSHAKE_TIMEOUT_S = 60.0  # the first import of llama_cpp can be slow on a cold disk
 
@@ -92,17 +94,10 @@ def check_messages(messages: list[dict[str, Any]] | None) -> None:
 
 @dataclass(frozen=True)
 class LoadRequest:
+    """Load a model: how, whole, as one :class:`LoadOptions` (``path`` None: the embedded default model)."""
+
     id: str
-    path: str | None = None  # None: the embedded default model
-    n_ctx: int = 4096
-    n_gpu_layers: int = 0
-    n_threads: int = 1
-    mtp: bool = True
-    sidecar: str | None = None
-    n_threads_draft: int = 0  # threads of the MTP draft context; 0: n_threads
-    rpc: list[str] = field(default_factory=list)  # ggml RPC servers, host:port; the MTP head stays local
-    tensor_split: list[float] = field(default_factory=list)  # one share per device, remote first, local last
-    main_device: int | None = None  # the whole model on this one device (index as in tensor_split)
+    options: LoadOptions = LoadOptions()
     type: str = "load"
 
 

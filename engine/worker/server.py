@@ -234,42 +234,28 @@ class Worker:
                 self.cancelled.discard(request_id)
 
     def _load(self, request: LoadRequest) -> None:
-        from engine import default_model
-        from engine.errors import SpeculativeUnavailable
-        from engine.generation.session import LoadOptions, Session, check_options
-        from engine.gguf import sidecar
+        from engine.generation.load_plan import LoadPlan
+        from engine.generation.session import Session
 
-        path = request.path or str(default_model.default_model_path())
-        options = LoadOptions(
-            path=path, n_ctx=request.n_ctx, n_gpu_layers=request.n_gpu_layers,
-            n_threads=request.n_threads, mtp=request.mtp, sidecar=request.sidecar,
-            n_threads_draft=request.n_threads_draft, rpc=tuple(request.rpc),
-            tensor_split=tuple(request.tensor_split), main_device=request.main_device,
-        )
         # Check the files and settings before letting go of the current model:
-        # a bad request must not leave the user with nothing loaded.
-        check_options(options)
-        target = _read_facts(path)
-        if request.sidecar:
-            try:
-                sidecar.check_sidecar(target, _read_facts(request.sidecar))
-            except SpeculativeUnavailable:
-                pass  # the session loads the model without MTP and says why
+        # a bad request must not leave the user with nothing loaded. The session
+        # loads from the same plan: each header is read once.
+        plan = LoadPlan.read(request.options)
         previous = self.session.options if self.session is not None else None
         self._unload()
         try:
-            self.session = Session(options)
+            self.session = Session(plan.options, plan)
         except EngineError as exc:
             if previous is not None:
                 self._reload(previous, exc)
             raise
-        if request.rpc:
+        if plan.options.rpc:
             from engine.runtime import rpc
 
             rpc.on_abort(self._on_native_abort)
         from engine.generation import tool_calls
 
-        model = ModelInfo(**self.session.describe(), is_default_model=request.path is None,
+        model = ModelInfo(**self.session.describe(), is_default_model=request.options.path is None,
                           tool_syntax=tool_calls.family_of(self.session.facts.chat_template))
         self.out.send(LoadedEvent(request.id, model))
 
@@ -387,21 +373,6 @@ def say(text: str) -> None:
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.write(text if text.endswith("\n") else text + "\n")
         sys.stderr.flush()
-
-
-def _read_facts(path: str) -> Any:
-    """The file's header facts; a path the system refuses (too long, a directory, no
-    permission) is a ``model_file`` error, not a bug."""
-    from engine.errors import ModelFileError
-    from engine.gguf import facts as gguf_info
-
-    try:
-        return gguf_info.read_facts(path)
-    except ModelFileError:
-        raise
-    except OSError as exc:
-        shown = path if len(path) <= 200 else f"{path[:200]}… ({len(path):,} characters)"
-        raise ModelFileError(f"Cannot open {shown}: {exc.strerror or exc}. Choose a GGUF file you can read.") from None
 
 
 def check_generate(request: GenerateRequestMsg) -> None:

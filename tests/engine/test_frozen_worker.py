@@ -31,7 +31,7 @@ def frozen_worker(isolated_dirs, monkeypatch):
 def test_the_frozen_style_worker_shakes_hands_streams_and_dies_like_the_source_one(frozen_worker):
     assert frozen_worker.hello.protocol == P.PROTOCOL_VERSION
     assert frozen_worker.hello.engine.llama_cpp_python == "0.3.36"
-    events = frozen_worker.call(P.LoadRequest(id=frozen_worker.new_id(), n_ctx=256, n_threads=1))
+    events = frozen_worker.call(P.LoadRequest(id=frozen_worker.new_id(), options=P.LoadOptions(n_ctx=256, n_threads=1)))
     assert isinstance(events[-1], P.LoadedEvent) and events[-1].model.is_default_model
     events = frozen_worker.call(P.GenerateRequestMsg(id="g", prompt="The capital of France is", max_tokens=6))
     assert [e.type for e in events].count("token") >= 2 and events[-1].type == "done"

@@ -248,7 +248,8 @@ def test_models_fit_divides_the_estimate_as_the_load_places_the_blocks(servers: 
 
 
 def _load(worker: WorkerClient, path: str, rpc: list[str]) -> P.Event:
-    return worker.call(P.LoadRequest(id=worker.new_id(), path=path, n_ctx=2048, rpc=rpc))[-1]
+    options = P.LoadOptions(path=path, n_ctx=2048, rpc=tuple(rpc))
+    return worker.call(P.LoadRequest(id=worker.new_id(), options=options))[-1]
 
 
 def test_a_dead_server_at_load_is_a_clear_error_and_the_worker_lives_on(binary: Path):

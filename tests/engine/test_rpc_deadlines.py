@@ -153,7 +153,8 @@ def test_a_stopped_server_ends_the_reply_with_an_rpc_error_in_bounded_time(monke
     assert proc is not None
     try:
         with WorkerClient() as worker:
-            load = P.LoadRequest(id=worker.new_id(), path=str(model.path("combined")), n_ctx=2048, rpc=pool.endpoints)
+            options = P.LoadOptions(path=str(model.path("combined")), n_ctx=2048, rpc=tuple(pool.endpoints))
+            load = P.LoadRequest(id=worker.new_id(), options=options)
             assert isinstance(worker.call(load)[-1], P.LoadedEvent)
             worker.send(P.GenerateRequestMsg(id="g", prompt=PROMPT, max_tokens=1500, speculative=MTP))
             seen: list[P.Event] = []

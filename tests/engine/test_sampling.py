@@ -114,7 +114,7 @@ def test_the_prompt_is_in_the_penalties_history(built_in):
 
 def test_prefill_progress_events_arrive_for_a_long_prompt(worker):
     model = synth("glm4moe", "mixed", seed=1)
-    loaded = worker.call(P.LoadRequest(id="l", path=str(model.path()), n_ctx=2048, n_threads=1))
+    loaded = worker.call(P.LoadRequest(id="l", options=P.LoadOptions(path=str(model.path()), n_ctx=2048, n_threads=1)))
     assert isinstance(loaded[-1], P.LoadedEvent)
     events = worker.call(P.GenerateRequestMsg(id="g", prompt=PROMPT * 100, max_tokens=2))
     prefill = [ev for ev in events if isinstance(ev, P.PrefillEvent)]

@@ -34,9 +34,10 @@ def test_the_draft_context_takes_its_own_thread_count():
 
 
 def test_the_load_request_carries_the_draft_threads():
-    line = P.encode(P.LoadRequest(id="a", n_threads=4, n_threads_draft=1))
-    assert P.decode_request(line).n_threads_draft == 1
-    assert P.decode_request('{"type": "load", "id": "b"}').n_threads_draft == 0  # older clients: the same as n_threads
+    line = P.encode(P.LoadRequest(id="a", options=P.LoadOptions(n_threads=4, n_threads_draft=1)))
+    assert P.decode_request(line).options.n_threads_draft == 1
+    # left out: the same as n_threads
+    assert P.decode_request('{"type": "load", "id": "b", "options": {}}').options.n_threads_draft == 0
 
 
 def test_autotune_times_each_thread_count_and_leaves_the_winner_set():

@@ -18,7 +18,7 @@ PROMPT = "The capital of France is"
 
 
 def load_default(worker: WorkerClient) -> P.ModelInfo:
-    events = worker.call(P.LoadRequest(id=worker.new_id(), n_ctx=512, n_threads=1))
+    events = worker.call(P.LoadRequest(id=worker.new_id(), options=P.LoadOptions(n_ctx=512, n_threads=1)))
     assert isinstance(events[-1], P.LoadedEvent), events
     return events[-1].model
 
@@ -104,7 +104,7 @@ def test_bad_requests_get_typed_errors_and_the_worker_keeps_serving(worker: Work
     ev = worker.next_event(10)
     assert (ev.type, ev.kind, ev.id) == ("error", "protocol", "g0") and "n_max" in ev.message
 
-    events = worker.call(P.LoadRequest(id="missing", path="/nonexistent/model.gguf"))
+    events = worker.call(P.LoadRequest(id="missing", options=P.LoadOptions(path="/nonexistent/model.gguf")))
     assert events[-1].type == "error" and events[-1].kind == "model_file"
     assert "not found" in events[-1].message
 
@@ -122,7 +122,7 @@ def test_generate_without_a_model_is_a_typed_error(worker: WorkerClient):
 def test_a_file_that_is_not_gguf_never_reaches_llama_cpp(worker: WorkerClient, tmp_path):
     bogus = tmp_path / "notes.gguf"
     bogus.write_bytes(b"PK\x03\x04 this is a zip file, not a model" * 4)
-    events = worker.call(P.LoadRequest(id="bogus", path=str(bogus)))
+    events = worker.call(P.LoadRequest(id="bogus", options=P.LoadOptions(path=str(bogus))))
     assert events[-1].kind == "model_file" and "not a GGUF file" in events[-1].message
     assert worker.proc.poll() is None
 
@@ -131,7 +131,7 @@ def test_truncated_gguf_is_refused_before_loading(worker: WorkerClient, default_
     cut = tmp_path / "cut.gguf"
     with default_model.open("rb") as src:
         cut.write_bytes(src.read(50 * 2**20))
-    events = worker.call(P.LoadRequest(id="cut", path=str(cut)))
+    events = worker.call(P.LoadRequest(id="cut", options=P.LoadOptions(path=str(cut))))
     assert events[-1].kind == "model_file" and "truncated" in events[-1].message
 
 
@@ -157,8 +157,8 @@ def test_a_mismatched_sidecar_is_refused_and_the_loaded_model_stays(worker: Work
 
     model = synth("glm4moe")
     load_default(worker)
-    events = worker.call(P.LoadRequest(id="bad", path=str(model.path("trunk")),
-                                       sidecar=str(model.path("sidecar-other-vocab"))))
+    events = worker.call(P.LoadRequest(id="bad", options=P.LoadOptions(path=str(model.path("trunk")),
+                                                                       sidecar=str(model.path("sidecar-other-vocab")))))
     assert events[-1].kind == "sidecar_mismatch" and "vocabulary of 640" in events[-1].message
     events = worker.call(P.GenerateRequestMsg(id="still", prompt=PROMPT, max_tokens=4))
     assert events[-1].finish_reason == "length"  # the default model is still loaded

@@ -24,7 +24,7 @@ FOREVER = "{% for a in range(100000) %}{% for b in range(100000) %}{% for c in r
 
 def load(worker: WorkerClient, path: str | None = None, **options: object) -> P.Event:
     settings = {"n_ctx": 512, **options}
-    return worker.call(P.LoadRequest(id=worker.new_id(), path=path, **settings), timeout=60)[-1]
+    return worker.call(P.LoadRequest(id=worker.new_id(), options=P.LoadOptions(path=path, **settings)), timeout=60)[-1]
 
 
 def with_template(template: str, tmp_path: Path) -> str:

@@ -36,7 +36,7 @@ PARENT = textwrap.dedent("""
     from engine.worker.client import WorkerClient
 
     client = WorkerClient(stderr=subprocess.PIPE)
-    loaded = client.call(P.LoadRequest(id="load", path=sys.argv[1], n_ctx=512), timeout=120)[-1]
+    loaded = client.call(P.LoadRequest(id="load", options=P.LoadOptions(path=sys.argv[1], n_ctx=512)), timeout=120)[-1]
     assert loaded.type == "loaded", loaded
     if sys.argv[2] == "hold-stdin":
         subprocess.Popen(["sleep", "300"], pass_fds=[client.proc.stdin.fileno()])

@@ -40,8 +40,10 @@ def test_generate_request_round_trips_through_json():
         ("[1, 2]", "JSON object"),
         ('{"type": "frobnicate", "id": "x"}', "unknown request type"),
         ('{"type": "load"}', "missing field 'id'"),
-        ('{"type": "load", "id": "a", "n_ctx": "big"}', "load.n_ctx: expected an integer"),
-        ('{"type": "load", "id": "a", "n_ctx": true}', "expected an integer"),
+        ('{"type": "load", "id": "a", "options": {"n_ctx": "big"}}', "load.options.n_ctx: expected an integer"),
+        ('{"type": "load", "id": "a", "options": {"n_ctx": true}}', "expected an integer"),
+        ('{"type": "load", "id": "a", "options": {"rpc": "h:1"}}', "load.options.rpc: expected a list"),
+        ('{"type": "load", "id": "a", "n_ctx": 512}', r"unknown field\(s\) \['n_ctx'\]"),  # version 4's flat fields
         ('{"type": "generate", "id": "a", "stop": "x"}', "expected a list"),
         ('{"type": "generate", "id": "a", "speculative": {"n_max": 2, "bogus": 1}}', "unknown field"),
         ('{"type": "cancel", "id": "a", "extra": 1}', "unknown field"),

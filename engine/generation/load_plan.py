@@ -1,0 +1,89 @@
+"""What one load will do, worked out once from the GGUF headers before llama.cpp
+sees a file: the target's and the sidecar's facts, and whether MTP is prepared.
+
+The worker makes the plan before it lets go of the loaded model (a bad file or
+a mismatched sidecar must not leave the user with nothing loaded) and hands
+the same plan to the session: each header is read, and the sidecar checked,
+once per load. No llama.cpp here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from engine.errors import ModelFileError, SpeculativeUnavailable
+from engine.gguf import facts as gguf_info
+from engine.gguf import sidecar
+from engine.load_options import LoadOptions, check_options
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """Attributes:
+        options: as asked, with ``path`` the file that loads (the embedded default
+            model's when none was named).
+        facts: the target's header facts.
+        sidecar_facts: the sidecar's, when one was named.
+        mtp_in_target: the MTP head is in the target file (no sidecar).
+        want_mtp: MTP will be prepared (asked for, and the files have a head that fits).
+        mtp_unavailable_reason: why MTP was asked for and will not be prepared.
+    """
+
+    options: LoadOptions
+    facts: gguf_info.GGUFFacts
+    sidecar_facts: gguf_info.GGUFFacts | None
+    mtp_in_target: bool
+    want_mtp: bool
+    mtp_unavailable_reason: str | None
+
+    @property
+    def path(self) -> str:
+        assert self.options.path is not None
+        return self.options.path
+
+    @classmethod
+    def read(cls, options: LoadOptions) -> LoadPlan:
+        """Check the settings, read the headers and check the head against the target.
+
+        Raises:
+            ContextError: a thread count or context size llama.cpp would refuse.
+            ModelFileError: a file that cannot be opened or is not a GGUF model.
+            SidecarMismatch: the sidecar named was made for another model (it was
+                asked for explicitly, so this is an error, not a plain load).
+        """
+        check_options(options)
+        if options.path is None:
+            from engine import default_model
+
+            options = replace(options, path=str(default_model.default_model_path()))
+        assert options.path is not None
+        facts = read_facts(options.path)
+        sidecar_facts = read_facts(options.sidecar) if options.sidecar else None
+        want_mtp = options.mtp or options.sidecar is not None
+        mtp_in_target = False
+        reason = None
+        if want_mtp:
+            try:
+                if sidecar_facts is not None:
+                    sidecar.check_sidecar(facts, sidecar_facts)
+                else:
+                    sidecar.check_target_has_mtp(facts)
+                    mtp_in_target = True
+            except SpeculativeUnavailable as exc:  # the model loads without MTP and says why
+                reason = str(exc)
+                want_mtp = False
+        return cls(options, facts, sidecar_facts, mtp_in_target, want_mtp, reason)
+
+
+def read_facts(path: str | Path) -> gguf_info.GGUFFacts:
+    """The file's header facts; a path the system refuses (too long, a directory, no
+    permission) is a ``model_file`` error, not a bug."""
+    try:
+        return gguf_info.read_facts(path)
+    except ModelFileError:
+        raise
+    except OSError as exc:
+        text = str(path)
+        shown = text if len(text) <= 200 else f"{text[:200]}… ({len(text):,} characters)"
+        raise ModelFileError(f"Cannot open {shown}: {exc.strerror or exc}. Choose a GGUF file you can read.") from None

@@ -1,0 +1,66 @@
+"""How to load a model: the one type the app, the CLI, the protocol's ``load``
+request and the session pass, checked before the loaded model is let go of.
+
+No llama.cpp here: the protocol module (which the app imports) carries it whole,
+and the worker turns it into a load plan (``engine.generation.load_plan``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from engine.errors import ContextError
+
+MAX_THREADS = 512  # GGML_MAX_N_THREADS, ggml's own ceiling (its per-thread arrays are that long)
+MAX_N_CTX = 2**24  # 16M tokens; llama.cpp's n_ctx is 32-bit and far smaller sizes already exhaust memory
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    path: str | None = None  # None: the embedded default model (the load plan finds it)
+    n_ctx: int = 4096
+    n_gpu_layers: int = 0
+    n_threads: int = 1
+    n_batch: int = 512
+    # threads of the MTP draft context; 0: the same as n_threads. A one-row
+    # draft decode has little to split, and fewer threads can be faster.
+    n_threads_draft: int = 0
+    mtp: bool = True  # prepare MTP if the model (or sidecar) has it
+    sidecar: str | None = None
+    fold: bool = True  # fold the MTP catch-up into the next draft (see engine/speculative/mtp.py)
+    # ggml RPC servers (host:port) to split the trunk across; the MTP head stays
+    # local (engine/generation/placement.py, docs/multi-machine.md)
+    rpc: tuple[str, ...] = ()
+    tensor_split: tuple[float, ...] = ()  # one share per device: remote ones first, this machine last
+    main_device: int | None = None  # the whole model on that device instead of a split
+
+
+def check_options(options: LoadOptions) -> None:
+    """Refuse thread counts and context sizes llama.cpp would crash or fail on.
+
+    Called before the loaded model is let go of: a request llama.cpp refuses
+    late must not leave the user with nothing loaded.
+
+    Raises:
+        ContextError: naming the setting, the range it takes and what was asked.
+    """
+    if not 1 <= options.n_threads <= MAX_THREADS:
+        raise ContextError(
+            f"n_threads must be between 1 and {MAX_THREADS}, got {options.n_threads}; this machine has "
+            f"{os.cpu_count() or 1} CPU threads, and more threads than that rarely helps."
+        )
+    if not 0 <= options.n_threads_draft <= MAX_THREADS:
+        raise ContextError(
+            f"n_threads_draft must be between 0 (the same as n_threads) and {MAX_THREADS}, got "
+            f"{options.n_threads_draft}; this machine has {os.cpu_count() or 1} CPU threads."
+        )
+    if options.rpc:
+        from engine.rpc import parse_endpoints
+
+        parse_endpoints(options.rpc)  # a malformed host:port is refused before anything is let go of
+    if not 0 <= options.n_ctx <= MAX_N_CTX:
+        raise ContextError(
+            f"n_ctx must be between 0 (the model's training context) and {MAX_N_CTX:,} tokens, got "
+            f"{options.n_ctx}; choose a context size your memory holds (4096 is a safe start)."
+        )
