@@ -102,7 +102,8 @@ class TranscriptView(QTextBrowser):
         return MAX_LINE_CHARS * self.fontMetrics().averageCharWidth()
 
     def resizeEvent(self, event: QResizeEvent) -> None:
-        side = max(0, (event.size().width() - self.max_line_px()) // 2)
+        # the event is the viewport's, whose size the margins change: measure the whole view instead
+        side = max(0, (self.width() - self.max_line_px()) // 2)
         if self.viewportMargins().left() != side:
             self.setViewportMargins(side, 0, side, 0)
         super().resizeEvent(event)
