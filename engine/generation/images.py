@@ -301,3 +301,52 @@ def render(session: Session, projector: Projector, *, messages: Sequence[dict[st
         tools=list(tools) if tools else None, extra=template_kwargs)
     return ImagePrompt(rendered.text, (*found, *images), not rendered.has_bos, rendered.mode,
                        rendered.opens_thinking)
+
+
+def has_images(request: Any) -> bool:
+    """Does a generate request carry images (its ``images``, or image parts in its messages)?"""
+    if getattr(request, "images", ()):
+        return True
+    return any(isinstance(m.get("content"), list) and any(isinstance(p, dict) and p.get("type") in IMAGE_PART_TYPES
+                                                           for p in m["content"])
+               for m in (request.messages or ()))
+
+
+def generate_request(session: Session, projector: Projector | None, request: Any, *,
+                     on_text: Callable[[str, bool], None] | None = None,
+                     on_stats: Callable[[Any], None] | None = None,
+                     should_stop: Callable[[], bool] = lambda: False, allow_files: bool = False) -> Any:
+    """A ``GenerateRequest`` with images, decoded plainly (the hook ``generate`` calls for one):
+    rendered by :func:`render`, decoded by :func:`generate_plain`, answered as a ``GenerateResult``
+    whose statistics count the image rows among the prompt's tokens and say the mode was "off".
+
+    Raises:
+        ImageError: no projector is loaded, or an image is refused.
+    """
+    from engine.generation.generator import GenerateResult
+    from engine.speculative.stats import GenerationStats
+
+    if projector is None:
+        raise ImageError("This model has no vision projector loaded, so it cannot take images. Load it with "
+                         "its mmproj-*.gguf (from the model's repository) to send images.")
+    stats = GenerationStats()
+    prompt = render(session, projector, messages=request.messages, prompt=request.prompt,
+                    images=getattr(request, "images", ()), template=request.template, tools=request.tools,
+                    template_kwargs=request.template_kwargs, allow_files=allow_files)
+
+    def shown(text: str) -> None:
+        if stats.t_first_token is None:
+            stats.t_first_token = time.perf_counter()
+        if on_text is not None:
+            on_text(text, False)
+
+    result = generate_plain(session, projector, prompt.text, prompt.images, max_tokens=request.max_tokens,
+                            sampling=request.sampling, stop=request.stop, add_special=prompt.add_special,
+                            on_text=shown, should_stop=should_stop)
+    stats.prompt_tokens = result.prompt.n_cells
+    stats.generated_tokens = stats.plain_steps = len(result.tokens)
+    stats.t_end = time.perf_counter()
+    if on_stats is not None:
+        on_stats(stats)
+    return GenerateResult(text=result.text, tokens=result.tokens, finish_reason=result.finish_reason, stats=stats,
+                          prompt_mode=prompt.mode)

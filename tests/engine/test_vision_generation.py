@@ -142,3 +142,20 @@ def test_an_openai_image_part_reaches_the_model_through_the_chat_template(loaded
     first = ask(QUADRANTS)
     assert ask(QUADRANTS).tokens == first.tokens
     assert ask(STRIPES).tokens != first.tokens
+
+
+def test_a_generate_request_with_an_image_part_is_answered_plainly(loaded: object) -> None:
+    from engine.generation.generator import GenerateRequest
+
+    session, projector = loaded
+    messages = ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": _data_url(QUADRANTS)}},
+                                             {"type": "text", "text": " Describe it."}]},)
+    request = GenerateRequest(messages=messages, template=TEMPLATE, max_tokens=6)
+    assert vision.has_images(request) and not vision.has_images(GenerateRequest(prompt="no image"))
+    pieces: list[str] = []
+    result = vision.generate_request(session, projector, request, on_text=lambda text, _draft: pieces.append(text))
+    assert (len(result.tokens), result.finish_reason, result.stats.generated_tokens) == (6, "length", 6)
+    assert "".join(pieces) == result.text and result.stats.drafted == 0
+    assert result.stats.prompt_tokens > 16  # the image's 16 rows count among the prompt's cells
+    with pytest.raises(ImageError, match="no vision projector loaded"):
+        vision.generate_request(session, None, request)
