@@ -1,6 +1,8 @@
 """The two firm rules of the architecture: engine never imports Qt, and only
 the worker (engine.runtime) loads llama.cpp — never the GUI process. And the
-app reaches the engine only through the modules named here."""
+app reaches the engine only through the modules named here; no two modules
+import each other, even through others; and every import runs down the
+layers of docs/architecture.md (LAYERS)."""
 
 from __future__ import annotations
 
@@ -51,6 +53,145 @@ APP_MAY_IMPORT = {
 APP_MUST_NOT_IMPORT = ("engine.runtime", "engine.generation", "engine.speculative.mtp", "engine.speculative.drafter",
                        "engine.speculative.rollback", "engine.worker.server", "engine.autotune.search",
                        "engine.bench", "engine.synth")
+
+
+# The layers, lowest first (docs/architecture.md). A module imports from its own package
+# and from lower layers only; packages on one layer are peers and never import each other.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("engine", "engine.errors", "engine.paths", "engine.netaddr", "engine.unicode_text", "engine.frozen",
+     "engine.build_record", "engine.sampling"),  # plain Python, no engine below
+    ("engine.default_model", "engine.gguf", "engine.rpc"),  # the built-in model; the GGUF file; ggml RPC
+    ("engine.runtime",),  # the only llama_cpp user
+    ("engine.speculative", "engine.synth", "engine.store", "engine.hardware", "engine.load_options"),
+    ("engine.generation",),  # the decode loop and a loaded model
+    ("engine.worker",),  # the process that owns the Session
+    ("engine.autotune",),  # measures candidates through the generator; its profiles are read above
+    ("engine.server",),  # one more client of the worker
+    ("engine.bench",),  # measures everything below it, the server included
+    ("engine.cli",),  # the commands
+    ("engine.__main__",),  # python -m engine
+    ("app",),  # the GUI process, above the whole engine
+)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for top in ("engine", "app") for p in (ROOT / top).rglob("*.py")}
+
+
+def _type_only(tree: ast.AST) -> set[int]:
+    """The ids of the nodes under ``if TYPE_CHECKING:`` (imports for annotations, never run)."""
+    return {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+            and (getattr(node.test, "id", None) or getattr(node.test, "attr", None)) == "TYPE_CHECKING"
+            for stmt in node.body for n in ast.walk(stmt)}
+
+
+def _import_graph(modules: dict[str, Path], annotations: bool = True) -> dict[str, set[str]]:
+    """Module -> the project modules it imports, at the top or in a function alike, and under
+    ``if TYPE_CHECKING:`` too unless ``annotations`` is False (``from engine.store import fit`` is
+    ``engine.store.fit``; ``from engine.rpc import parse_endpoints`` is the package ``engine.rpc``)."""
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found: set[str] = set()
+        tree = ast.parse(path.read_text())
+        skip = set() if annotations else _type_only(tree)
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the module's own package up
+                    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+                    base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+                for alias in node.names:
+                    sub = f"{base}.{alias.name}"
+                    found.add(sub if sub in modules else base)
+            elif isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every set of modules that import each other, directly or round a loop (Tarjan's strongly
+    connected components of more than one module)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while component[-1:] != [v]:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _layer_of(module: str) -> tuple[int, str]:
+    """(layer, package) of a module: the longest name in LAYERS it is or lies under."""
+    best = (-1, "")
+    for i, layer in enumerate(LAYERS):
+        for package in layer:
+            if (module == package or module.startswith(package + ".")) and len(package) > len(best[1]):
+                best = (i, package)
+    return best
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """Imports that go up a layer, or sideways to a peer package on the same layer."""
+    wrong = []
+    for module, imported in sorted(graph.items()):
+        (mine, package) = _layer_of(module)
+        for other in sorted(imported):
+            (theirs, their_package) = _layer_of(other)
+            if their_package != package and theirs >= mine:
+                wrong.append(f"{module} -> {other}")
+    return wrong
+
+
+def test_no_two_modules_import_each_other():
+    # a type-only back reference (``if TYPE_CHECKING:``) never runs, so it closes no circle;
+    # the layer rule below still counts it
+    assert _circles(_import_graph(_modules(), annotations=False)) == []
+
+
+def test_the_circle_finder_finds_a_loop_through_three_modules():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e"}}
+    assert _circles(graph) == [["a", "b", "c"]]
+
+
+def test_every_module_has_a_layer():
+    assert [m for m in _modules() if _layer_of(m)[0] < 0] == []
+
+
+def test_every_import_runs_down_the_layers():
+    assert _upward(_import_graph(_modules())) == []
+
+
+def test_an_import_up_a_layer_or_to_a_peer_is_caught():
+    graph = {"engine.runtime.model": {"engine.generation.session", "engine.errors"},
+             "engine.store.fit": {"engine.synth.spec", "engine.store.hub"}}
+    assert _upward(graph) == ["engine.runtime.model -> engine.generation.session",
+                              "engine.store.fit -> engine.synth.spec"]
 
 
 def _engine_imports(path: Path) -> set[str]:
