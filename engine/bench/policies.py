@@ -30,6 +30,7 @@ from engine.generation import identity
 from engine.generation.generator import GenerateRequest, GenerateResult, generate, render_prompt
 from engine.generation.session import Session
 from engine.runtime import Batch
+from engine.speculative.depth import DepthPolicy
 from engine.speculative.rollback import PARTIAL_ONLY
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 
@@ -37,10 +38,10 @@ Say = Callable[[str], None]
 
 
 def _run(session: Session, messages: list[dict[str, str]] | None, prompt: str | None, n_tokens: int,
-         spec: SpeculativeSettings, hold: bool = False) -> GenerateResult:
+         spec: SpeculativeSettings, hold: bool = False, policy: DepthPolicy | None = None) -> GenerateResult:
     return generate(session, GenerateRequest(
         prompt=prompt, messages=tuple(messages) if messages else None, max_tokens=n_tokens, speculative=spec,
-        hold_last_prompt_token=hold))
+        hold_last_prompt_token=hold), policy=policy)
 
 
 def _tps(result: GenerateResult) -> float:
@@ -152,26 +153,21 @@ def probes(session: Session, prompts: list[tuple[str, str]], n_max: int, n_token
     """Adaptive depth with shadow probes vs verified probes (engine/speculative/adaptive.py), side by
     side on one loaded model, interleaved; each kind keeps its own policy between its replies, as a
     chat does. Prints each kind's speed relative to plain per prompt, and shadow / verified."""
-    from engine.speculative.adaptive import AdaptiveDepth
+    from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams
     from engine.speculative.settings import mtp
 
     drafter = session.drafter
-    if drafter is None or not getattr(drafter, "shadow_probes", False):
+    if drafter is None or not drafter.shadow_probes:
         say("(this model has no MTP drafter that can shadow-probe)")
         return
     spec = mtp(n_max, depth="adaptive")
-    policies = {"shadow": AdaptiveDepth(spec.n_max), "verified": AdaptiveDepth(spec.n_max)}
+    policies = {"shadow": AdaptiveDepth(spec.n_max),
+                "verified": AdaptiveDepth(spec.n_max, AdaptiveParams(shadow_probes=False))}
 
     def run(kind: str, messages: list[dict[str, str]], n: int) -> float:
         if kind == "off":
             return _tps(_run(session, messages, None, n, SPECULATION_OFF))
-        drafter.shadow_probes = kind == "shadow"
-        session.depth_policy = lambda _settings: policies[kind]  # type: ignore[method-assign]
-        try:
-            return _tps(_run(session, messages, None, n, spec))
-        finally:
-            del session.depth_policy
-            del drafter.shadow_probes  # back to the class's own
+        return _tps(_run(session, messages, None, n, spec, policy=policies[kind]))
 
     kinds = ["off", "shadow", "verified"]
     chats = [(category, [{"role": "user", "content": text}]) for category, text in prompts]

@@ -36,18 +36,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from engine.errors import ContextError
 from engine.generation import chat_template
-from engine.generation.detokenizer import Detokenizer
-from engine.generation.reasoning import ReasoningSplit
+from engine.generation.clock import PhaseClock
+from engine.generation.output import Output
 from engine.generation.session import Session
-from engine.generation.stops import StopMatcher
 from engine.runtime import Batch, Sampler, SamplingParams
+from engine.speculative.depth import DepthPolicy
 from engine.speculative.drafter import Drafter
 from engine.speculative.mtp import MTPDrafter
 from engine.speculative.rollback import TargetRollback
@@ -187,69 +187,6 @@ def _render(session: Session, request: GenerateRequest,
     return prompt, chat_template.COMPLETION, False
 
 
-class _Output:
-    """Turns accepted tokens into visible text; decides when generation ends."""
-
-    def __init__(self, session: Session, request: GenerateRequest, on_text: TextCallback | None,
-                 on_reasoning: ReasoningCallback | None = None, opens_thinking: bool = False,
-                 on_text_logprobs: TextLogprobsCallback | None = None) -> None:
-        self.model = session.model
-        self.on_text_logprobs = on_text_logprobs
-        self.split = ReasoningSplit(opens_thinking) if request.split_reasoning else None
-        self.on_reasoning = on_reasoning
-        self.reasoning: list[str] = []
-        # the logprobs of tokens pushed since the last answer text went out (a stream sends them with it)
-        self.unsent_logprobs: list[dict[str, Any]] = []
-        self.detok = Detokenizer(self.model.piece)
-        self.stops = StopMatcher(request.stop)
-        self.max_tokens = request.max_tokens
-        self.on_text = on_text
-        self.tokens: list[int] = []
-        self.text: list[str] = []
-        self.finish: str | None = None
-        self.margins: list[float] = []
-        self.logprobs: list[dict[str, Any]] = []
-
-    def push(self, token: int, from_draft: bool, margin: float | None = None,
-             logprob: dict[str, Any] | None = None) -> None:
-        if margin is not None:
-            self.margins.append(margin)
-        if self.model.is_eog(token):
-            self.finish = "stop"
-            return
-        self.tokens.append(token)
-        if logprob is not None:
-            self.logprobs.append(logprob)
-            self.unsent_logprobs.append(logprob)
-        self._show(self.stops.feed(self.detok.push(token)), from_draft)
-        if self.stops.matched is not None:
-            self.finish = "stop"
-        elif len(self.tokens) >= self.max_tokens:
-            self.finish = "length"
-
-    def _show(self, shown: str, from_draft: bool, last: bool = False) -> None:
-        pieces = [(shown, False)] if self.split is None else self.split.feed(shown)
-        if last and self.split is not None:
-            pieces += self.split.flush()
-        for text, reasoning in pieces:
-            if not text:
-                continue
-            if reasoning:
-                self.reasoning.append(text)
-                if self.on_reasoning:
-                    self.on_reasoning(text)
-            else:
-                self.text.append(text)
-                if self.on_text_logprobs:
-                    self.on_text_logprobs(text, from_draft, self.unsent_logprobs)
-                elif self.on_text:
-                    self.on_text(text, from_draft)
-                self.unsent_logprobs = []
-
-    def close(self) -> None:
-        self._show(self.stops.feed(self.detok.flush()) + self.stops.flush(), False, last=True)
-
-
 def accepts_draft(k: int, sampled: int, drafts: list[int], is_eog: Callable[[int], bool]) -> bool:
     """Is draft ``k`` accepted, given the target sampled ``sampled`` at its row?
 
@@ -306,7 +243,7 @@ def _chunks(start: int, end: int, size: int, split: int) -> list[tuple[int, int]
     return list(zip(bounds, bounds[1:], strict=False))
 
 
-def _prefill(session: Session, drafter: Drafter | None, spec: SpeculativeSettings, prefill: list[int],
+def _prefill(session: Session, drafter: Drafter, spec: SpeculativeSettings, prefill: list[int],
              batch: Batch, on_prefill: PrefillCallback | None,
              should_stop: Callable[[], bool]) -> tuple[int, list[int], bool]:
     """Decode the prompt on the target, in chunks of n_batch, keeping what the last generation left.
@@ -322,7 +259,7 @@ def _prefill(session: Session, drafter: Drafter | None, spec: SpeculativeSetting
     if mtp_drafter is not None:
         reused = session.prefix.start(target, prefill, session.is_hybrid,
                                       limit=session.prefix.mtp_limit(mtp_drafter.ctx, prefill))
-    elif drafter is None or not spec.uses_mtp:
+    elif not spec.uses_mtp:
         reused = session.prefix.start(target, prefill, session.is_hybrid)
     else:  # MTP + n-gram: both contexts start empty
         session.prefix.forget()
@@ -334,7 +271,7 @@ def _prefill(session: Session, drafter: Drafter | None, spec: SpeculativeSetting
     kept = list(prefill[:reused])
     if mtp_drafter is not None:
         mtp_drafter.begin(spec, keep=reused + 1 if reused else 0)
-    elif drafter is not None:
+    else:
         drafter.begin(spec)
         if reused:
             drafter.process(kept, 0)  # the n-gram drafter reads tokens only
@@ -351,13 +288,194 @@ def _prefill(session: Session, drafter: Drafter | None, spec: SpeculativeSetting
             session.prefix.save_checkpoint(target, end)
         if mtp_drafter is not None and reused and start == reused:
             mtp_drafter.resume(chunk, start)  # its row at ``reused`` is kept: catch up from the next
-        elif drafter is not None:
+        else:
             drafter.process(chunk, start)
         if on_prefill is not None:
             on_prefill(end - reused, len(prefill) - reused)
         if should_stop():
             return reused, kept, True
     return reused, kept, False
+
+
+def _keep(session: Session, drafter: Drafter, kept: list[int]) -> None:
+    """Tell the prefix cache what both contexts hold now, for the next prompt to reuse."""
+    session.prefix.keep(session.target, kept)
+    if isinstance(drafter, MTPDrafter):
+        session.prefix.keep_mtp(drafter.ctx, kept[:drafter.exact_end])
+
+
+def _sampler(session: Session, request: GenerateRequest, prompt: list[int], opens_thinking: bool) -> Sampler:
+    """The request's sampler, its grammar moved behind a thinking block the prompt opened."""
+    grammar, triggers, root = request.grammar, request.grammar_triggers, "root"
+    if grammar is not None and not triggers and opens_thinking and request.grammar_after_thinking:
+        # the model thinks freely, and the grammar (a JSON schema, a forced tool call) holds the
+        # answer from the closing tag on (a lazy grammar triggered there)
+        grammar, triggers, root = grammar + AFTER_THINKING, (chat_template.THINK_CLOSE,), AFTER_THINKING_ROOT
+    sampler = Sampler(request.sampling, session.model.n_vocab, session.target.n_ctx, vocab=session.model.vocab,
+                      grammar=grammar, grammar_triggers=triggers, grammar_root=root,
+                      logit_bias=dict(request.logit_bias))
+    sampler.accept_prompt(prompt)
+    return sampler
+
+
+@dataclass
+class Round:
+    """One verify step: what was drafted, what the target produced, what it cost."""
+
+    drafts: list[int]  # verified after the last token (empty: a plain step)
+    shadow: list[int]  # a shadow probe's draft: compared with the plain step's token, not verified
+    tokens: list[int]  # the target's samples: the accepted drafts, then its own token
+    accepted: int
+    margins: list[float | None]
+    logprobs: list[dict[str, Any] | None]
+    draft_s: float
+    verify_s: float
+    seconds: float = 0.0  # the whole round, drafting to rollback
+
+
+class _Decoder:
+    """One generation's decode state: where the target stands, what it holds, what was recorded."""
+
+    def __init__(self, session: Session, request: GenerateRequest, spec: SpeculativeSettings, drafter: Drafter,
+                 policy: DepthPolicy, sampler: Sampler, out: Output, stats: GenerationStats) -> None:
+        self.session, self.request, self.spec = session, request, spec
+        self.drafter, self.policy, self.sampler, self.out, self.stats = drafter, policy, sampler, out, stats
+        self.target, self.model = session.target, session.model
+        self.rollback = TargetRollback(self.target, session.rollback_strategy if spec.enabled else "kv")
+        self.batch = Batch(max(self.target.n_batch, MAX_DRAFT + 1))
+        self.clock = PhaseClock(stats.phase_seconds)
+        self.kept: list[int] = []  # what the target context holds, position by position
+        self.pos0 = 0  # the position of id_last
+        self.id_last = -1
+        self.result = GenerateResult(text="", tokens=[], finish_reason="stop", stats=stats)
+        self.last_stats = time.perf_counter()
+
+    def prefill(self, tokens: list[int], on_prefill: PrefillCallback | None, should_stop: Callable[[], bool]) -> None:
+        """Decode the prompt (what the context already holds is reused), then sample the first token."""
+        t0 = time.perf_counter()
+        held = self.request.hold_last_prompt_token and len(tokens) > 1
+        prefill = tokens[:-1] if held else tokens
+        reused, self.kept, cancelled = _prefill(self.session, self.drafter, self.spec, prefill, self.batch,
+                                                on_prefill, should_stop)
+        self.stats.prompt_reused = reused
+        # the drafter's catch-up on the prompt is its own phase, not prefill
+        self.stats.phase_seconds["prefill"] = time.perf_counter() - t0 - self.drafter.seconds["catch_up"]
+        self.pos0 = len(prefill)
+        self.stats.t_first_token = time.perf_counter()
+        if cancelled:
+            self.out.finish = "cancelled"
+        elif held:
+            self.id_last = tokens[-1]
+        else:
+            row = self.batch.n - 1
+            self.id_last = self.sampler.sample(self.target.handle, row)
+            self.out.push(self.id_last, False, self._margin(row), self._logprob(row, self.id_last))
+
+    def room(self) -> int:
+        """Drafts that still fit after id_last, in the reply and the context (-1: the context is full)."""
+        ctx_room = self.target.n_ctx - 1 - self.pos0
+        return ctx_room if ctx_room < 0 else min(self.request.max_tokens - len(self.out.tokens) - 1, ctx_room)
+
+    def round(self, room: int) -> Round:
+        """Draft, verify on the target, sample each row until a draft is rejected, roll the rest back."""
+        t_round = time.perf_counter()
+        n = self.policy.choose(room)
+        draft_s = self.drafter.seconds["draft"]
+        drafts = self.drafter.draft(self.id_last, self.pos0, n) if n > 0 else []
+        draft_s = self.drafter.seconds["draft"] - draft_s
+        shadow: list[int] = []
+        if drafts and self.policy.shadow_probe:
+            shadow, drafts = drafts, []
+        verified = [self.id_last, *drafts]
+        self.batch.clear()
+        for k, tok in enumerate(verified):
+            self.batch.add(tok, self.pos0 + k, True)
+        with self.clock("rollback"):
+            self.rollback.before_verify(len(drafts))
+        with self.clock("verify") as verify:
+            self.target.decode(self.batch)
+        self.drafter.verified(verified, self.pos0)
+        rnd = Round(drafts, shadow, [], 0, [], [], draft_s, verify.seconds)
+        with self.clock("sampling"):
+            for k in range(len(verified)):
+                tok = self.sampler.sample(self.target.handle, k)
+                rnd.tokens.append(tok)
+                rnd.margins.append(self._margin(k))
+                rnd.logprobs.append(self._logprob(k, tok))
+                if not accepts_draft(k, tok, drafts, self.model.is_eog):
+                    break
+                rnd.accepted += 1
+        self.kept.extend(verified[:rnd.accepted + 1])
+        if drafts:
+            with self.clock("rollback"):
+                self.rollback.after_verify(verified, self.pos0, rnd.accepted)
+        self.drafter.accept(rnd.accepted, self.pos0)
+        rnd.seconds = time.perf_counter() - t_round
+        return rnd
+
+    def learn(self, rnd: Round) -> None:
+        """Count the round and tell the policy what it measured."""
+        self.stats.record_round(len(rnd.drafts), rnd.accepted, self.drafter.source)
+        if rnd.drafts:
+            self.result.accepted_per_round.append(rnd.accepted)
+            self.result.drafted_per_round.append(len(rnd.drafts))
+            if self.request.record_drafts:
+                self.result.drafts_per_round.append(tuple(rnd.drafts))
+                if self.drafter.draft_margins:  # the MTP head's, one per draft token
+                    self.result.draft_margins_per_round.append(tuple(self.drafter.draft_margins))
+        if rnd.shadow:
+            hit = int(accepts_draft(0, rnd.tokens[0], rnd.shadow[:1], self.model.is_eog))
+            self.policy.observe(1, hit, rnd.verify_s, rnd.draft_s, rnd.seconds, shadow=True)
+        else:
+            self.policy.observe(len(rnd.drafts), rnd.accepted, rnd.verify_s, rnd.draft_s, rnd.seconds)
+        self.stats.draft_depth = self.policy.depth
+
+    def emit(self, rnd: Round) -> None:
+        """Show the round's tokens (an end of generation stops them) and move past them."""
+        for k, tok in enumerate(rnd.tokens):
+            self.out.push(tok, k < rnd.accepted, rnd.margins[k], rnd.logprobs[k])
+            if self.out.finish is not None:
+                break
+        self.pos0 += rnd.accepted + 1
+        self.id_last = rnd.tokens[-1]
+
+    def tick(self, on_stats: StatsCallback | None) -> None:
+        """Live statistics, every :data:`STATS_INTERVAL_S`."""
+        now = time.perf_counter()
+        self.stats.generated_tokens = len(self.out.tokens)
+        if on_stats is not None and now - self.last_stats >= STATS_INTERVAL_S:
+            self.last_stats = now
+            self._book_drafter()
+            on_stats(self.stats)
+
+    def finish(self, prompt_mode: str, on_stats: StatsCallback | None) -> GenerateResult:
+        """Keep what the contexts hold for the next prompt; close the text and the statistics."""
+        _keep(self.session, self.drafter, self.kept)
+        out, stats = self.out, self.stats
+        out.close()
+        self._book_drafter()
+        stats.generated_tokens = len(out.tokens)
+        stats.t_end = time.perf_counter()
+        accounted = sum(v for k, v in stats.phase_seconds.items() if k != "other")
+        stats.phase_seconds["other"] = max(0.0, stats.elapsed() - accounted)
+        if on_stats is not None:
+            on_stats(stats)
+        return replace(self.result, text="".join(out.text), tokens=out.tokens, finish_reason=out.finish or "stop",
+                       prompt_mode=prompt_mode, margins=out.margins, logprobs=out.logprobs,
+                       stop=out.stops.matched, reasoning="".join(out.reasoning))
+
+    def _book_drafter(self) -> None:
+        self.stats.phase_seconds["draft"] = self.drafter.seconds["draft"]
+        self.stats.phase_seconds["catch_up"] = self.drafter.seconds["catch_up"]
+
+    def _margin(self, row: int) -> float | None:
+        return top2_margin(self.target.logits(row), self.model.n_vocab) if self.request.record_margins else None
+
+    def _logprob(self, row: int, token: int) -> dict[str, Any] | None:
+        if self.request.logprobs < 0 or self.model.is_eog(token):
+            return None
+        return token_logprobs(self.target.logits(row), self.model.n_vocab, token, self.request.logprobs,
+                              self.model.piece)
 
 
 def generate(
@@ -370,43 +488,20 @@ def generate(
     on_prefill: PrefillCallback | None = None,
     on_reasoning: ReasoningCallback | None = None,
     on_text_logprobs: TextLogprobsCallback | None = None,
+    policy: DepthPolicy | None = None,
 ) -> GenerateResult:
     """Run one generation to its end; see the module docstring for the steps.
+
+    ``policy``: the draft depth policy to use instead of the session's (benchmarks compare policies).
 
     Raises:
         ContextError: the prompt does not fit the context, or a decode failed.
     """
-    stats = GenerationStats()
-    # the one place a request's settings meet the model's limit
-    spec = request.speculative.limited_to(session.max_draft)
-    drafter = session.drafter_for(spec)  # MTP, n-gram or both (engine/speculative/compose.py)
-    session.prepare(mtp=drafter is not None and spec.uses_mtp, drafts=drafter is not None)
-    target = session.target
-    stats.mode = f"{spec.mode}(n_max={spec.n_max})" if drafter else "off"
-    # adaptive depth: each round's draft length from measured acceptance and costs
-    policy = session.depth_policy(spec) if drafter is not None and spec.adaptive else None
-    if policy is not None:
-        stats.mode = f"{spec.mode}(adaptive, n_max={spec.n_max})"
-        # its probes draft without verifying where the drafter allows it (the MTP head alone)
-        policy.shadow = getattr(drafter, "shadow_probes", False)
-        policy.new_reply()
-    stats.rollback = session.rollback_strategy if drafter else "none"
-    rollback = TargetRollback(target, session.rollback_strategy if drafter else "kv")
-    n_vocab = session.model.n_vocab
-
-    def margin(row: int) -> float | None:
-        return top2_margin(target.logits(row), n_vocab) if request.record_margins else None
-
-    def logprob(row: int, token: int) -> dict[str, Any] | None:
-        if request.logprobs < 0 or session.model.is_eog(token):
-            return None
-        return token_logprobs(target.logits(row), n_vocab, token, request.logprobs, session.model.piece)
-
-    def book_drafter() -> None:
-        if drafter is not None:
-            stats.phase_seconds["draft"] = drafter.seconds["draft"]
-            stats.phase_seconds["catch_up"] = drafter.seconds["catch_up"]
-
+    # the one place a request's settings meet the model's limits; plain decoding is a drafter too
+    spec, drafter, session_policy = session.speculation(request.speculative)
+    policy = policy or session_policy
+    policy.new_reply(drafter.shadow_probes)
+    stats = GenerationStats(settings=spec, rollback=session.rollback_strategy if spec.enabled else "none")
     try:
         if should_stop():  # cancelled while it waited: not even the prompt is worth reading
             raise chat_template.RenderCancelled()
@@ -415,176 +510,36 @@ def generate(
         templated = request.messages is not None and bool(request.template or session.facts.chat_template)
         return _ended_early(stats, "cancelled", chat_template.TEMPLATE if templated else chat_template.COMPLETION,
                             on_stats)
-    if not tokens:
-        tokens = [session.model.bos]
-    if len(tokens) + 1 >= target.n_ctx:
-        raise ContextError(
-            f"The prompt has {len(tokens)} tokens; the context holds {target.n_ctx}. "
-            "Shorten the conversation or raise the context size."
-        )
+    tokens = tokens or [session.model.bos]
+    if len(tokens) + 1 >= session.target.n_ctx:
+        raise ContextError(f"The prompt has {len(tokens)} tokens; the context holds {session.target.n_ctx}. "
+                           "Shorten the conversation or raise the context size.")
     stats.prompt_tokens = len(tokens)
     if request.max_tokens <= 0:  # nothing to generate: not even the first sampled token
         return _ended_early(stats, "length", prompt_mode, on_stats)
-    out = _Output(session, request, on_text, on_reasoning, opens_thinking, on_text_logprobs)
-    grammar, triggers, root = request.grammar, request.grammar_triggers, "root"
-    if grammar is not None and not triggers and opens_thinking and request.grammar_after_thinking:
-        # the prompt opened a thinking block: the model thinks freely, and the grammar (a JSON schema, a
-        # forced tool call) holds the answer from its closing tag on (a lazy grammar triggered there)
-        grammar, triggers, root = grammar + AFTER_THINKING, (chat_template.THINK_CLOSE,), AFTER_THINKING_ROOT
-    sampler = Sampler(request.sampling, session.model.n_vocab, target.n_ctx, vocab=session.model.vocab,
-                      grammar=grammar, grammar_triggers=triggers, grammar_root=root,
-                      logit_bias=dict(request.logit_bias))
-    sampler.accept_prompt(tokens)
-    batch = Batch(max(target.n_batch, MAX_DRAFT + 1))
-    if isinstance(drafter, MTPDrafter) and request.guided_drafts:  # under a grammar: drafts it allows
+    out = Output(session.model, request.stop, request.max_tokens, request.split_reasoning, on_text,
+                 on_reasoning, opens_thinking, on_text_logprobs)
+    sampler = _sampler(session, request, tokens, opens_thinking)
+    if request.guided_drafts:  # under a grammar: the drafter drafts what it allows
         drafter.guide = sampler.draft_guide()
-    if isinstance(drafter, MTPDrafter) and request.record_drafts:
-        drafter.draft_margins = []
-    accepted_per_round: list[int] = []
-    drafted_per_round: list[int] = []
-    drafts_per_round: list[tuple[int, ...]] = []
-    draft_margins_per_round: list[tuple[float, ...]] = []
-    last_stats = time.perf_counter()
+    drafter.draft_margins = [] if request.record_drafts else None
+    decoder = _Decoder(session, request, spec, drafter, policy, sampler, out, stats)
     try:
-        # -- prefill, in chunks of n_batch; the drafter catches up on each chunk
-        t0 = time.perf_counter()
-        held = request.hold_last_prompt_token and len(tokens) > 1
-        prefill = tokens[:-1] if held else tokens
-        reused, kept, cancelled = _prefill(session, drafter, spec, prefill, batch, on_prefill, should_stop)
-        stats.prompt_reused = reused
-        if cancelled:
-            out.finish = "cancelled"
-        # the drafter's catch-up on the prompt is its own phase, not prefill
-        prefill_catch_up = drafter.seconds["catch_up"] if drafter is not None else 0.0
-        stats.phase_seconds["prefill"] = time.perf_counter() - t0 - prefill_catch_up
-        pos0 = len(prefill)
-        stats.t_first_token = time.perf_counter()
-        if held:
-            id_last = tokens[-1]
-        elif out.finish is None:
-            id_last = sampler.sample(target.handle, batch.n - 1)
-            out.push(id_last, False, margin(batch.n - 1), logprob(batch.n - 1, id_last))
-
-        # -- decode loop ------------------------------------------------------
+        decoder.prefill(tokens, on_prefill, should_stop)
         while out.finish is None:
             if should_stop():
                 out.finish = "cancelled"
-                break
-            ctx_room = target.n_ctx - 1 - pos0  # drafts that still fit after id_last
-            if ctx_room < 0:
+            elif (room := decoder.room()) < 0:
                 out.finish = "length"
-                break
-            room = min(request.max_tokens - len(out.tokens) - 1, ctx_room)
-            drafts: list[int] = []
-            shadow: list[int] = []  # a shadow probe's draft: compared with the plain step's token, not verified
-            t_round, drafted_s = time.perf_counter(), 0.0
-            if policy is not None:
-                room = policy.choose(room)
-            if drafter is not None and room > 0:
-                drafted_s = drafter.seconds["draft"]
-                drafts = drafter.draft(id_last, pos0, room)
-                drafted_s = drafter.seconds["draft"] - drafted_s
-                if policy is not None and policy.probing and policy.shadow:
-                    shadow, drafts = drafts, []
-
-            verified = [id_last, *drafts]
-            batch.clear()
-            for k, tok in enumerate(verified):
-                batch.add(tok, pos0 + k, True)
-            t_rollback = time.perf_counter()
-            rollback.before_verify(len(drafts))
-            t_verify = time.perf_counter()
-            stats.phase_seconds["rollback"] += t_verify - t_rollback
-            target.decode(batch)
-            verify_s = time.perf_counter() - t_verify
-            stats.phase_seconds["verify"] += verify_s
-            if drafter is not None:
-                drafter.verified(verified, pos0)
-
-            t_sample = time.perf_counter()
-            accepted = 0
-            new_tokens: list[int] = []
-            margins: list[float | None] = []
-            logprobs: list[dict[str, Any] | None] = []
-            for k in range(len(verified)):
-                tok = sampler.sample(target.handle, k)
-                new_tokens.append(tok)
-                margins.append(margin(k))
-                logprobs.append(logprob(k, tok))
-                if accepts_draft(k, tok, drafts, session.model.is_eog):
-                    accepted += 1
-                    continue
-                break
-            stats.phase_seconds["sampling"] += time.perf_counter() - t_sample
-
-            kept.extend(verified[:accepted + 1])
-            if drafts:
-                t_rollback = time.perf_counter()
-                rollback.after_verify(verified, pos0, accepted)
-                stats.phase_seconds["rollback"] += time.perf_counter() - t_rollback
-                accepted_per_round.append(accepted)
-                drafted_per_round.append(len(drafts))
-                if request.record_drafts:
-                    drafts_per_round.append(tuple(drafts))
-                    if isinstance(drafter, MTPDrafter) and drafter.draft_margins is not None:
-                        draft_margins_per_round.append(tuple(drafter.draft_margins))
-            if drafter is not None:
-                drafter.accept(accepted, pos0)
-            stats.record_round(len(drafts), accepted, drafter.source if drafter is not None else "mtp")
-            if policy is not None:
-                if shadow:
-                    hit = int(accepts_draft(0, new_tokens[0], shadow[:1], session.model.is_eog))
-                    policy.observe(1, hit, verify_s, drafted_s, time.perf_counter() - t_round, shadow=True)
-                else:
-                    policy.observe(len(drafts), accepted, verify_s, drafted_s, time.perf_counter() - t_round)
-                stats.draft_depth = policy.depth
-            elif drafter is not None:
-                stats.draft_depth = len(drafts)
-
-            for k, tok in enumerate(new_tokens):
-                out.push(tok, k < accepted, margins[k], logprobs[k])
-                if out.finish is not None:
-                    break
-            pos0 += accepted + 1
-            id_last = new_tokens[-1]
-
-            now = time.perf_counter()
-            stats.generated_tokens = len(out.tokens)
-            if on_stats is not None and now - last_stats >= STATS_INTERVAL_S:
-                last_stats = now
-                book_drafter()
-                on_stats(stats)
+            else:
+                rnd = decoder.round(room)
+                decoder.learn(rnd)
+                decoder.emit(rnd)
+                decoder.tick(on_stats)
     except BaseException:
         session.prefix.forget()  # a decode failed or was interrupted: what the context holds is unknown
         raise
     finally:
-        if isinstance(drafter, MTPDrafter):
-            drafter.guide = None  # the session's drafter outlives this request; the guide reads its sampler
-            drafter.draft_margins = None
+        drafter.guide = drafter.draft_margins = None  # the session's drafter outlives this request
         sampler.close()
-    session.prefix.keep(target, kept)
-    if isinstance(drafter, MTPDrafter):
-        session.prefix.keep_mtp(drafter.ctx, kept[:drafter.exact_end])
-    out.close()
-    book_drafter()
-    stats.generated_tokens = len(out.tokens)
-    stats.t_end = time.perf_counter()
-    accounted = sum(v for k, v in stats.phase_seconds.items() if k != "other")
-    stats.phase_seconds["other"] = max(0.0, stats.elapsed() - accounted)
-    if on_stats is not None:
-        on_stats(stats)
-    return GenerateResult(
-        text="".join(out.text),
-        tokens=out.tokens,
-        finish_reason=out.finish or "stop",
-        stats=stats,
-        prompt_mode=prompt_mode,
-        accepted_per_round=accepted_per_round,
-        drafted_per_round=drafted_per_round,
-        drafts_per_round=drafts_per_round,
-        draft_margins_per_round=draft_margins_per_round,
-        margins=out.margins,
-        logprobs=out.logprobs,
-        stop=out.stops.matched,
-        reasoning="".join(out.reasoning),
-    )
+    return decoder.finish(prompt_mode, on_stats)

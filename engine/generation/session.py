@@ -15,10 +15,19 @@ from engine.runtime import Context, ContextParams, Model
 from engine.speculative import rollback
 from engine.speculative.adaptive import AdaptiveDepth
 from engine.speculative.compose import ComposeDrafter
-from engine.speculative.drafter import Drafter
+from engine.speculative.depth import PLAIN, DepthPolicy, FixedDepth
+from engine.speculative.drafter import Drafter, PlainDrafter
 from engine.speculative.mtp import MTPDrafter
 from engine.speculative.ngram import NgramDrafter
-from engine.speculative.settings import MAX_DRAFT, MTP, MTP_NGRAM, NGRAM, SpeculativeSettings, deepest_draft
+from engine.speculative.settings import (
+    MAX_DRAFT,
+    MTP,
+    MTP_NGRAM,
+    NGRAM,
+    SPECULATION_OFF,
+    SpeculativeSettings,
+    deepest_draft,
+)
 
 if TYPE_CHECKING:
     from engine.generation.placement import Placement
@@ -67,6 +76,7 @@ class Session:
         self._composed: ComposeDrafter | None = None
         # adaptive depth per (mode, n_max): what it measured (costs, acceptance) carries over to the next reply
         self._depth_policies: dict[tuple[str, int, int, int], AdaptiveDepth] = {}
+        self.plain_drafter = PlainDrafter()
         if want_mtp:
             try:
                 self._init_mtp(mtp_in_target)
@@ -142,9 +152,23 @@ class Session:
         if self.drafter is not None:
             self.drafter.ctx.set_threads(n_threads_draft or n_threads)
 
-    def depth_policy(self, settings: SpeculativeSettings) -> AdaptiveDepth:
-        """The adaptive-depth policy for these settings, kept between generations: the
-        costs of this machine and model do not change from one reply to the next."""
+    def speculation(self, settings: SpeculativeSettings) -> tuple[SpeculativeSettings, Drafter, DepthPolicy]:
+        """What a generation asking for ``settings`` runs with: the settings this model allows
+        (the one place the model's limits apply), the drafter (plain decoding's drafts nothing)
+        and the depth policy. The target context is prepared for them."""
+        spec = settings.limited_to(self.max_draft)
+        drafter = self.drafter_for(spec)
+        if drafter is None:
+            spec, drafter = SPECULATION_OFF, self.plain_drafter
+        self.prepare(mtp=spec.uses_mtp, drafts=spec.enabled)
+        return spec, drafter, self.depth_policy(spec)
+
+    def depth_policy(self, settings: SpeculativeSettings) -> DepthPolicy:
+        """The depth policy for these settings. Adaptive depth's is kept between generations:
+        the costs of this machine and model do not change from one reply to the next."""
+        if not settings.adaptive:
+            # a fixed depth asks for what fits; the drafter's own settings stop it at n_max
+            return FixedDepth(MAX_DRAFT) if settings.enabled else PLAIN
         draft_threads = self.drafter.ctx.threads if self.drafter is not None else 0
         key = (settings.mode, settings.n_max, self.target.threads, draft_threads)  # other threads, other costs
         if key not in self._depth_policies:

@@ -53,6 +53,10 @@ class ComposeDrafter:
         self.n_heads, self.chained = mtp.n_heads, mtp.chained
         self.source = mtp.source
         self.settings = SPECULATION_OFF
+        # the composition drafts unguided and without margins (as its n-gram half must); no shadow probes
+        self.shadow_probes = False
+        self.guide = None
+        self.draft_margins: list[float] | None = None
         self.yields = {"mtp": Yield(), "ngram": Yield()}  # decaying accepted tokens per round (ngram.Yield)
         self._sent: list[int] = []
         self._max_backlog = max(1, int(BACKLOG_SHARE * mtp.batch.capacity))

@@ -8,9 +8,12 @@ and each call passes only what changes.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from engine.speculative.settings import MAX_DRAFT, SpeculativeSettings
+
+if TYPE_CHECKING:
+    from engine.runtime.sampler import DraftGuide
 
 __all__ = ["MAX_DRAFT", "Drafter", "SpeculativeSettings"]
 
@@ -29,12 +32,19 @@ class Drafter(Protocol):
     by ``begin``; the generator books it into its statistics. ``source`` names
     what proposed the last draft (``"mtp"``, ``"ngram"``): statistics count
     drafted and accepted tokens per source.
+
+    Per request the loop may set ``guide`` (under a grammar: draft only what
+    it allows) and ``draft_margins`` (a list: record each draft token's top-2
+    logit margin); a drafter that cannot use them ignores them.
+    ``shadow_probes``: adaptive depth may draft without verifying (the drafter
+    is cheap to run alone, as the MTP head is).
     """
 
     source: str
-    n_heads: int
-    chained: bool
     seconds: dict[str, float]
+    shadow_probes: bool
+    guide: DraftGuide | None
+    draft_margins: list[float] | None
 
     def begin(self, settings: SpeculativeSettings) -> None: ...
 
@@ -47,3 +57,33 @@ class Drafter(Protocol):
     def accept(self, n_accepted: int, pos0: int) -> None: ...
 
     def close(self) -> None: ...
+
+
+class PlainDrafter:
+    """Plain decoding as a drafter that never drafts, so the loop has no special case for it."""
+
+    source = "mtp"  # plain steps are counted apart from any source
+    shadow_probes = False
+
+    def __init__(self) -> None:
+        self.seconds = {"draft": 0.0, "catch_up": 0.0}
+        self.guide: DraftGuide | None = None
+        self.draft_margins: list[float] | None = None
+
+    def begin(self, settings: SpeculativeSettings) -> None:
+        pass
+
+    def process(self, tokens: list[int], pos_start: int) -> None:
+        pass
+
+    def verified(self, tokens: list[int], pos_start: int) -> None:
+        pass
+
+    def draft(self, id_last: int, pos0: int, room: int) -> list[int]:
+        return []
+
+    def accept(self, n_accepted: int, pos0: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -218,9 +218,12 @@ class NgramDrafter:
     source = SOURCE
     n_heads = 0
     chained = False
+    shadow_probes = False  # adaptive depth verifies its probes: a shadow probe pays where a draft costs a decode
 
     def __init__(self, capacity: int = MAP_CAPACITY) -> None:
         self.settings = SPECULATION_OFF
+        self.guide = None  # drafts are copied text: a grammar is not consulted (the target rejects what breaks it)
+        self.draft_margins: list[float] | None = None
         self.map = NgramMap(SPECULATION_OFF.ngram_min, SPECULATION_OFF.ngram_max, capacity)
         self.seconds = {"draft": 0.0, "catch_up": 0.0}
         self.last_match = 0

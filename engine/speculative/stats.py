@@ -21,8 +21,10 @@ Definitions (also in docs/statistics.md):
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+from engine.speculative.settings import ADAPTIVE, MODES, OFF, SPECULATION_OFF, SpeculativeSettings
 
 PHASES = ("prefill", "draft", "verify", "catch_up", "rollback", "sampling", "other")
 
@@ -32,7 +34,8 @@ class StatsSnapshot:
     """The figures of one generation at one moment, as the worker sends them
     (``stats`` and ``done`` events) and the app shows and stores them."""
 
-    mode: str = "off"  # off | mtp(n_max=N)
+    # what ran: the request's settings after the model's limits (off: plain decoding)
+    settings: SpeculativeSettings = SPECULATION_OFF
     rollback: str = "none"
     prompt_tokens: int = 0
     generated_tokens: int = 0
@@ -70,8 +73,8 @@ class StatsSnapshot:
 
     @property
     def speculative(self) -> bool:
-        """Did MTP draft in this generation ("none" is how replies stored before "off" had one name say off)."""
-        return self.mode not in ("off", "none")
+        """Did anything draft in this generation (MTP, n-gram or both)?"""
+        return self.settings.enabled
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,7 +98,7 @@ class GenerationStats:
     t_first_token: float | None = None
     t_end: float | None = None
     rollback: str = "none"
-    mode: str = "off"  # off | mtp(n_max=N)
+    settings: SpeculativeSettings = SPECULATION_OFF  # see StatsSnapshot.settings
     draft_depth: int | None = None  # see StatsSnapshot.draft_depth
     drafted_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
@@ -157,7 +160,7 @@ class GenerationStats:
 
     def snapshot(self, now: float | None = None) -> StatsSnapshot:
         return StatsSnapshot(
-            mode=self.mode,
+            settings=self.settings,
             rollback=self.rollback,
             prompt_tokens=self.prompt_tokens,
             generated_tokens=self.generated_tokens,
@@ -185,3 +188,17 @@ class GenerationStats:
 
     def to_dict(self, now: float | None = None) -> dict[str, Any]:
         return self.snapshot(now).to_dict()
+
+
+def settings_of_stored_mode(mode: str) -> SpeculativeSettings:
+    """The settings behind a reply's statistics stored before they carried settings (protocol 4 and
+    older wrote a label: ``off``, ``none``, ``mtp(n_max=3)``, ``mtp+ngram(adaptive, n_max=6)``)."""
+    name, _, inside = mode.partition("(")
+    if name not in MODES or name == OFF:
+        return SPECULATION_OFF
+    parts = [p.strip() for p in inside.rstrip(")").split(",")]
+    n_max = next((int(p[6:]) for p in parts if p.startswith("n_max=") and p[6:].isdigit()), 3)
+    try:
+        return replace(SPECULATION_OFF, mode=name, n_max=n_max, depth=ADAPTIVE if ADAPTIVE in parts else "fixed")
+    except ValueError:
+        return replace(SPECULATION_OFF, mode=name)

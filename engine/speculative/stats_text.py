@@ -49,8 +49,8 @@ SOURCE_NAMES = {"mtp": "MTP", "ngram": "n-gram"}
 
 
 def drafting(s: StatsSnapshot) -> str:
-    """Who drafts in this reply, from its mode: ``MTP``, ``n-gram`` or ``MTP + n-gram``."""
-    mode = s.mode.split("(", 1)[0]
+    """Who drafts in this reply: ``MTP``, ``n-gram`` or ``MTP + n-gram``."""
+    mode = s.settings.mode
     return " + ".join(SOURCE_NAMES.get(part, part) for part in mode.split("+")) if s.speculative else "MTP"
 
 
@@ -83,21 +83,14 @@ def phase_label(s: StatsSnapshot, phase: str) -> str:
     return PHASE_NAMES.get(phase, phase)
 
 
-def draft_depth(s: StatsSnapshot) -> int | None:
-    """The ``n_max`` a speculative generation used (from its mode, ``mtp(n_max=3)``)."""
-    if not s.speculative or "n_max=" not in s.mode:
-        return None
-    digits = s.mode.split("n_max=", 1)[1].rstrip(")")
-    return int(digits) if digits.isdigit() else None
-
-
 def depth_text(s: StatsSnapshot) -> str:
     """The draft depth as the panel says it: ``3``, or ``2 now (adaptive, up to 8)``
     while adaptive depth chooses each round's length."""
-    depth = draft_depth(s)
-    if "adaptive" in s.mode and s.draft_depth is not None:
-        return f"{s.draft_depth} now (adaptive, up to {depth})"
-    return str(depth) if depth is not None else s.mode
+    if not s.speculative:
+        return s.settings.label
+    if s.settings.adaptive and s.draft_depth is not None:
+        return f"{s.draft_depth} now (adaptive, up to {s.settings.n_max})"
+    return str(s.settings.n_max)
 
 
 def headline(s: StatsSnapshot, speedup: float | None = None, source: str = "autotuned") -> str:
@@ -165,7 +158,7 @@ def report(s: StatsSnapshot, finish: str) -> str:
             f"{s.generated_tokens} generated, decode {_num(s.decode_tps)} tok/s, "
             f"end-to-end {_num(s.end_to_end_tps)} tok/s, {s.elapsed:.2f} s")
     if s.rounds:
-        text += (f"\n[mtp] {s.mode}, rollback {s.rollback}: {s.rounds} rounds, "
+        text += (f"\n[mtp] {s.settings.label}, rollback {s.rollback}: {s.rounds} rounds, "
                  f"{s.accepted}/{s.drafted} drafts accepted ({100 * (s.acceptance_rate or 0):.1f}%), "
                  f"mean accepted length {s.mean_accepted_length or 0:.2f}, per position {per_position(s)}")
         text += f"\n[sources] accepted/drafted: {sources(s)}"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import ProtocolError
-from engine.speculative.stats import StatsSnapshot
+from engine.speculative.stats import StatsSnapshot, settings_of_stored_mode
 from engine.worker.fields import build
 
 
@@ -242,6 +242,9 @@ def stats_from_json(data: Any) -> StatsSnapshot | None:
     """Statistics stored with a reply (a JSON object), checked; None when unreadable."""
     if not isinstance(data, dict):
         return None
+    if isinstance(data.get("mode"), str) and "settings" not in data:  # stored by protocol 4 or older
+        settings = settings_of_stored_mode(data["mode"]).to_json()
+        data = {**{k: v for k, v in data.items() if k != "mode"}, "settings": settings}
     try:
         return build(StatsSnapshot, data, "stats")  # type: ignore[no-any-return]
     except ProtocolError:

@@ -56,6 +56,7 @@ from engine.worker.fields import build
 # 5: generate carries its sampling whole ("sampling": {temperature, top_k, ...}) instead of nine flat fields;
 #    generate takes continue_final_message (Continue: the last message is the reply to go on from);
 #    load carries its options whole ("options": {path, n_ctx, n_threads, ...})
+#    stats carry the speculative settings that ran ("settings") instead of a "mode" label
 PROTOCOL_VERSION = 5
 HANDSHAKE_TIMEOUT_S = 60.0  # the first import of llama_cpp can be slow on a cold disk
 

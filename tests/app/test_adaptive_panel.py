@@ -21,7 +21,7 @@ def test_auto_uses_an_adaptive_profile_and_the_panel_shows_the_current_depth(qtb
     assert window.chat.speculative_settings().adaptive
     live, finals = reply_with_stats(qtbot, services)
     final = finals[-1]
-    assert final.mode == "mtp(adaptive, n_max=4)" and final.rounds > 0
+    assert final.settings == mtp(4, depth="adaptive") and final.rounds > 0
     assert final.draft_depth is not None and 0 <= final.draft_depth <= 4
     line = stats_text.panel_lines(window.stats_panel.stats)[0]
     assert line.startswith(f"draft depth {final.draft_depth} now (adaptive, up to 4)"), line

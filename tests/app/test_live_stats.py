@@ -4,6 +4,7 @@ synthetic MTP model."""
 from __future__ import annotations
 
 from engine.speculative import stats_text
+from engine.speculative.settings import SpeculativeSettings
 from tests.app.conftest import reply_with_stats, start_and_load
 from tests.engine.conftest import synth
 
@@ -70,7 +71,7 @@ def test_the_panel_shows_which_source_proposed_the_accepted_tokens(qtbot, servic
     assert (asked.mode, asked.n_max) == ("mtp+ngram", 6)
     _live, finals = reply_with_stats(qtbot, services)
     final = finals[-1]
-    assert final.mode == "mtp+ngram(n_max=6)" and final.rounds > 0
+    assert final.settings == SpeculativeSettings("mtp+ngram", 6) and final.rounds > 0
     assert set(final.drafted_by_source) == {"mtp", "ngram"}, final.drafted_by_source
     assert sum(final.accepted_by_source.values()) == final.accepted
     assert sum(final.drafted_by_source.values()) == final.drafted

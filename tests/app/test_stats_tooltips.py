@@ -31,7 +31,7 @@ def adaptive_reply(qtbot, services):
     services.window.chat.profile_speculative = mtp(6, depth="adaptive")
     _live, finals = reply_with_stats(qtbot, services)
     final = finals[-1]
-    assert final.rounds > 0 and "adaptive" in final.mode, final.mode
+    assert final.rounds > 0 and final.settings.adaptive, final.settings
     return final
 
 

@@ -28,18 +28,16 @@ PROMPT = " the river model"
 ADAPTIVE = mtp(4, depth="adaptive")
 
 
-def fixed_costs(monkeypatch, n_max: int) -> adaptive.AdaptiveDepth:
+def fixed_costs(n_max: int) -> adaptive.AdaptiveDepth:
     """A policy whose costs are given, not timed: a verify row costs 0.15 of a one-row decode, a draft
     step 0.05 (depth pays when drafts are accepted). The convergence tests then depend on acceptance
     alone, never on how busy this machine was (timings decide the depth; tests must not)."""
-    policy = adaptive.AdaptiveDepth(n_max, verify_s={k: 1.0 + 0.15 * (k - 1) for k in range(1, n_max + 2)},
-                                    draft_step_s=0.05, overhead_s=0.0, timed=False)
-    monkeypatch.setattr(Session, "depth_policy", lambda _self, _settings: policy)
-    return policy
+    costs = adaptive.Costs.given({k: 1.0 + 0.15 * (k - 1) for k in range(1, n_max + 2)}, draft_step_s=0.05)
+    return adaptive.AdaptiveDepth(n_max, costs=costs)
 
 
-def run(session: Session, spec, n: int = 48, **kw):
-    return generate(session, GenerateRequest(prompt=PROMPT, max_tokens=n, speculative=spec, **kw))
+def run(session: Session, spec, n: int = 48, policy=None, **kw):
+    return generate(session, GenerateRequest(prompt=PROMPT, max_tokens=n, speculative=spec, **kw), policy=policy)
 
 
 @pytest.mark.parametrize("arch", ALL_MTP_ARCHS)
@@ -53,19 +51,19 @@ def test_adaptive_depth_keeps_greedy_output_on_every_architecture(arch):
         verdict = identity.classify(plain.tokens, plain.margins, result.tokens, noise)
         assert verdict.acceptable, verdict.describe()
         assert result.stats.rounds > 0  # it drafted: the identity was tested with drafts
-        assert result.stats.mode.startswith("mtp(adaptive")
+        assert result.stats.settings == ADAPTIVE.limited_to(session.max_draft)  # what ran: the model's limit applied
         assert result.stats.draft_depth is not None
     finally:
         session.close()
 
 
 @pytest.mark.parametrize("arch", ["glm4moe", "step35", "qwen35"])
-def test_a_head_that_always_agrees_keeps_drafting_deep(arch, monkeypatch):
+def test_a_head_that_always_agrees_keeps_drafting_deep(arch):
     session = Session(LoadOptions(path=str(synth(arch, "oracle", agree=1.0).path()), n_ctx=512))
     try:
         deepest = session.max_draft
-        fixed_costs(monkeypatch, min(4, deepest))
-        result = run(session, mtp(min(4, deepest), depth="adaptive"), n=96, record_drafts=True)
+        result = run(session, mtp(min(4, deepest), depth="adaptive"), n=96, record_drafts=True,
+                     policy=fixed_costs(min(4, deepest)))
         plain = run(session, SPECULATION_OFF, n=96)
         assert result.tokens == plain.tokens
         assert result.stats.accepted == result.stats.drafted > 0  # every draft is accepted
@@ -79,36 +77,36 @@ def test_a_head_that_always_agrees_keeps_drafting_deep(arch, monkeypatch):
 
 
 @pytest.mark.parametrize("arch", ["glm4moe", "step35"])
-def test_a_head_that_never_agrees_settles_on_plain_steps(arch, monkeypatch):
+def test_a_head_that_never_agrees_settles_on_plain_steps(arch):
     session = Session(LoadOptions(path=str(synth(arch, "oracle", agree=0.0).path()), n_ctx=512))
     try:
-        fixed_costs(monkeypatch, min(4, session.max_draft))
+        policy = fixed_costs(min(4, session.max_draft))
         n = 160
-        result = run(session, mtp(min(4, session.max_draft), depth="adaptive"), n=n)
+        result = run(session, mtp(min(4, session.max_draft), depth="adaptive"), n=n, policy=policy)
         assert result.tokens == run(session, SPECULATION_OFF, n=n).tokens
         assert result.stats.accepted == 0
         # it tried, learned, and now drafts only probes: one token, ever rarer
         assert result.stats.rounds >= 1
         assert result.stats.plain_steps >= 0.8 * (result.stats.plain_steps + result.stats.rounds)
         assert all(d == 1 for d in result.drafted_per_round[3:]), result.drafted_per_round
-        assert result.stats.rounds <= 3 + n // adaptive.PROBE_FIRST
+        assert result.stats.rounds <= 3 + n // adaptive.AdaptiveParams().probe_first
         assert result.stats.draft_depth == 0
     finally:
         session.close()
 
 
 @pytest.mark.parametrize("arch", ["glm4moe", "qwen35"])
-def test_text_in_easy_and_hard_stretches_is_followed(arch, monkeypatch):
+def test_text_in_easy_and_hard_stretches_is_followed(arch):
     # the head agrees on whole stretches of 16 tokens of the target's text, or on none of them
     # (seed 2: the reply cycles through 88 tokens of the target's text, easy and hard stretches both)
     session = Session(LoadOptions(path=str(synth(arch, "oracle", agree=0.6, run=16, seed=2).path()), n_ctx=1024))
     try:
-        policy = fixed_costs(monkeypatch, 4)
+        policy = fixed_costs(4)
         n = 320
         plain = run(session, SPECULATION_OFF, n=n)
         fixed = run(session, mtp(4), n=n)
-        run(session, mtp(4, depth="adaptive"), n=n)  # the policy learns both kinds of stretch
-        result = run(session, mtp(4, depth="adaptive"), n=n)
+        run(session, mtp(4, depth="adaptive"), n=n, policy=policy)  # the policy learns both kinds of stretch
+        result = run(session, mtp(4, depth="adaptive"), n=n, policy=policy)
         assert result.tokens == plain.tokens == fixed.tokens
         wasted = result.stats.drafted - result.stats.accepted
         fixed_wasted = fixed.stats.drafted - fixed.stats.accepted
@@ -119,7 +117,7 @@ def test_text_in_easy_and_hard_stretches_is_followed(arch, monkeypatch):
         assert wasted <= 0.35 * fixed_wasted, (wasted, fixed_wasted)
         assert result.stats.plain_steps > 0
         # it learned that a miss starts a hard stretch
-        assert policy.acceptance(adaptive.AFTER_MISS)[0] < 0.5 < policy.acceptance(adaptive.AFTER_FULL)[0]
+        assert policy.acceptance.q(adaptive.AFTER_MISS)[0] < 0.5 < policy.acceptance.q(adaptive.AFTER_FULL)[0]
     finally:
         session.close()
 
@@ -171,7 +169,7 @@ def test_adaptive_depth_with_ngram_drafting_keeps_greedy_output(arch, mode):
         plain = run(session, SPECULATION_OFF, n=96)
         result = run(session, SpeculativeSettings(mode, 6, depth="adaptive"), n=96)
         assert result.tokens == plain.tokens
-        assert result.stats.mode.startswith(f"{mode}(adaptive")
+        assert result.stats.settings == SpeculativeSettings(mode, 6, depth="adaptive").limited_to(session.max_draft)
     finally:
         session.close()
 
@@ -187,6 +185,6 @@ def test_the_probes_benchmark_compares_both_kinds_and_restores_the_session():
         assert lines[0].split()[:2] == ["category", "plain"] and [ln.split()[0] for ln in lines[1:3]] == ["a", "b"]
         assert lines[-1].startswith("shadow / verified, per pair: median") and "over 2 pairs" in lines[-1]
         # what it swapped in for the comparison is gone again
-        assert session.drafter.shadow_probes is True and "depth_policy" not in vars(session)
+        assert session.drafter.shadow_probes is True
     finally:
         session.close()

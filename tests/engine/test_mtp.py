@@ -14,7 +14,7 @@ from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
 from engine.runtime import SamplingParams
 from engine.speculative import rollback
-from engine.speculative.settings import SpeculativeSettings
+from engine.speculative.settings import SpeculativeSettings, mtp
 from engine.synth import simulate
 from tests.engine.conftest import ARCHS, heads_for, synth
 
@@ -96,7 +96,7 @@ def test_chained_heads_cap_the_draft_at_the_head_count():
     session = open_session(synth("step35", "oracle", agree=1.0))
     try:
         s = run(session, 6).stats
-        assert len(s.drafted_per_pos) == 3 and s.mode == "mtp(n_max=3)"
+        assert len(s.drafted_per_pos) == 3 and s.settings == mtp(3)  # what ran: the six asked for, limited
     finally:
         session.close()
 
@@ -174,7 +174,7 @@ def test_mtp_requested_on_a_model_without_mtp_decodes_plainly_with_a_reason(defa
         assert session.drafter is None
         assert "no MTP/NextN layers" in session.mtp_unavailable_reason
         result = run(session, 3, prompt="The capital of France is")
-        assert result.stats.rounds == 0 and result.stats.mode == "off" and result.tokens
+        assert result.stats.rounds == 0 and not result.stats.settings.enabled and result.tokens
     finally:
         session.close()
 

@@ -19,7 +19,7 @@ from engine.generation import identity
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
 from engine.sampling import SamplingParams
-from engine.speculative.settings import SPECULATION_OFF, ngram
+from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, ngram
 from engine.speculative.stats import StatsSnapshot
 from tests.engine.conftest import ALL_MTP_ARCHS, ARCHS, synth
 from tests.engine.seeded import assert_same_sampling, record_sampled_rows
@@ -81,7 +81,7 @@ def test_ngram_drafts_on_a_model_without_an_mtp_head(arch):
         for spec in (ngram(6), ngram(6, mtp_too=True)):  # mtp+ngram falls back to n-gram alone
             result = run(session, spec)
             assert identity.classify(plain.tokens, plain.margins, result.tokens, noise).acceptable, spec.label
-            assert result.stats.mode == "ngram(n_max=6)"
+            assert result.stats.settings == SpeculativeSettings("ngram", 6)
             assert result.stats.rounds > 0 and result.stats.drafted_by_source.keys() == {"ngram"}
         assert session.rollback_strategy in (("rs_seq", "checkpoint") if session._hybrid else ("kv",))
     finally:

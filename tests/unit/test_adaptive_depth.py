@@ -13,7 +13,7 @@ import random
 import pytest
 
 from engine.speculative import adaptive
-from engine.speculative.adaptive import AdaptiveDepth
+from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams, Costs
 
 
 class World:
@@ -68,8 +68,8 @@ def test_nothing_accepted_converges_to_plain_steps_with_rarer_and_rarer_probes()
     tail = chosen[100:]
     probes = [i for i, n in enumerate(tail) if n]
     assert all(tail[i] == 1 for i in probes)  # a probe drafts one token, no more
-    assert len(probes) <= len(tail) // adaptive.PROBE_MAX + 1
-    assert policy.probe_every == adaptive.PROBE_MAX
+    assert len(probes) <= len(tail) // AdaptiveParams().probe_max + 1
+    assert policy.probes.every == AdaptiveParams().probe_max
 
 
 def test_partial_acceptance_finds_the_interior_optimum():
@@ -92,7 +92,7 @@ def test_a_change_of_regime_is_followed_both_ways():
     deep = policy.depth
     assert deep == easy.best(8) >= 3
     hard.play(policy, 30)
-    assert policy.depth == 0 or policy.probing
+    assert policy.depth == 0 or policy.probes.probing
     # back to easy text: found again by a probe, then deep within a few rounds
     chosen = easy.play(policy, 60)
     assert chosen[-5:] == [deep] * 5, chosen
@@ -110,10 +110,10 @@ def test_verify_cost_never_falls_with_more_rows():
     # noisy timings: 3 rows measured cheaper than 2
     policy.observe(1, 1, 0.020, 0.002, 0.023)
     policy.observe(2, 2, 0.015, 0.004, 0.020)
-    costs = [policy.verify_cost(k) for k in range(1, 10)]
+    costs = [policy.costs.verify(k) for k in range(1, 10)]
     assert costs == sorted(costs)
     # the slow sample is capped by the larger batch timed cheaper, not the other way round
-    assert policy.verify_cost(2) == pytest.approx(0.015)
+    assert policy.costs.verify(2) == pytest.approx(0.015)
 
 
 def test_one_slow_sample_does_not_rule_deeper_drafts_out():
@@ -124,7 +124,7 @@ def test_one_slow_sample_does_not_rule_deeper_drafts_out():
     policy.observe(1, 1, true[2] / 1000, 0.001, true[2] / 1000 + 0.001)
     policy.observe(2, 2, 2 * true[3] / 1000, 0.002, 2 * true[3] / 1000 + 0.002)  # preempted: twice its cost
     # past what was timed, a row adds no more than the prior's share of a one-row verify
-    assert policy.verify_cost(9) <= (true[3] * 2 + 6 * 0.4 * true[1]) / 1000
+    assert policy.costs.verify(9) <= (true[3] * 2 + 6 * 0.4 * true[1]) / 1000
     # with every draft accepted, drafting deep still looks worth trying
     for _ in range(10):
         policy.observe(2, 2, true[3] / 1000, 0.002, true[3] / 1000 + 0.002)
@@ -138,11 +138,12 @@ def test_without_timings_the_prior_tries_drafting():
 
 def test_the_live_panel_says_the_current_depth_under_adaptive_depth():
     from engine.speculative import stats_text
+    from engine.speculative.settings import mtp
     from engine.speculative.stats import StatsSnapshot
 
-    live = StatsSnapshot(mode="mtp(adaptive, n_max=8)", rounds=3, drafted=6, accepted=5, draft_depth=2)
+    live = StatsSnapshot(settings=mtp(8, depth="adaptive"), rounds=3, drafted=6, accepted=5, draft_depth=2)
     assert stats_text.panel_lines(live)[0].startswith("draft depth 2 now (adaptive, up to 8)")
-    fixed = StatsSnapshot(mode="mtp(n_max=3)", rounds=3, drafted=9, accepted=5, draft_depth=3)
+    fixed = StatsSnapshot(settings=mtp(3), rounds=3, drafted=9, accepted=5, draft_depth=3)
     assert stats_text.panel_lines(fixed)[0].startswith("draft depth 3,")
 
 
@@ -200,31 +201,32 @@ def test_text_in_easy_and_hard_stretches_beats_every_fixed_depth(slope, draft, r
 def test_acceptance_is_learned_per_context():
     policy = AdaptiveDepth(8)
     StretchWorld(32, 0.6, 0.1, 0.1, n_tokens=3000).play(policy)
-    after_full, after_miss = policy.acceptance(adaptive.AFTER_FULL), policy.acceptance(adaptive.AFTER_MISS)
+    after_full, after_miss = policy.acceptance.q(adaptive.AFTER_FULL), policy.acceptance.q(adaptive.AFTER_MISS)
     assert after_full[0] > 0.8 and after_miss[0] < 0.5, (after_full, after_miss)
 
 
 def test_a_shadow_probe_is_cheaper_so_it_probes_more_often():
     # a CPU where a second verify row costs more than a whole decode (MoE) and a draft step little
     def searching(shadow: bool) -> AdaptiveDepth:
-        policy = AdaptiveDepth(8, verify_s={1: 1.0, 2: 2.2, 9: 5.0}, draft_step_s=0.15, overhead_s=0.0,
-                               timed=False, shadow=shadow)
+        policy = AdaptiveDepth(8, costs=Costs.given({1: 1.0, 2: 2.2, 9: 5.0}, draft_step_s=0.15))
+        policy.shadow = shadow
         for _ in range(20):  # easy stretches pay: full accepts at depth 8 ...
             policy.observe(8, 8, 5.0, 1.2, 6.2)
         policy.observe(8, 0, 5.0, 1.2, 6.2)  # ... then a miss: searching for the next one
         return policy
 
     verified, shadow = searching(False), searching(True)
-    assert verified.context == shadow.context == adaptive.AFTER_MISS
-    assert 2 <= shadow.probe_gap(8) < verified.probe_gap(8) <= adaptive.PROBE_MAX
+    assert verified.acceptance.context == shadow.acceptance.context == adaptive.AFTER_MISS
+    assert 2 <= shadow.probe_gap(8) < verified.probe_gap(8) <= AdaptiveParams().probe_max
 
 
 def test_a_shadow_probe_teaches_acceptance_like_a_verified_one_and_times_a_plain_step():
-    policy = AdaptiveDepth(4, shadow=True)
+    policy = AdaptiveDepth(4)
+    policy.shadow = True
     policy.observe(2, 0, 0.020, 0.002, 0.023)  # a miss: searching
     policy.observe(1, 1, 0.010, 0.001, 0.012, shadow=True)  # the plain step's token was the draft
-    assert policy.context == adaptive.AFTER_FULL and policy.stretches_found == 1.0
-    assert set(policy.verify_s) == {1, 3}  # the probe's verify had one row, and is timed as one
+    assert policy.acceptance.context == adaptive.AFTER_FULL and policy.probes.stretches_found == 1.0
+    assert set(policy.costs.verify_s) == {1, 3}  # the probe's verify had one row, and is timed as one
 
 
 @pytest.mark.parametrize("shadow", [False, True])
@@ -234,7 +236,8 @@ def test_one_slow_first_timing_does_not_stop_drafting_for_good(shadow, slow_rows
     def verify(rows: int) -> float:
         return 0.010 + 0.005 * (rows - 1)
 
-    policy = AdaptiveDepth(8, shadow=shadow)
+    policy = AdaptiveDepth(8)
+    policy.shadow = shadow
     for rows in range(1, slow_rows):  # the sizes below are timed well ...
         policy.observe(rows - 1, rows - 1, verify(rows), 0.001 * (rows - 1), verify(rows) + 0.001 * (rows - 1))
     # ... the first verify of slow_rows rows is preempted: 10x its cost
@@ -243,7 +246,7 @@ def test_one_slow_first_timing_does_not_stop_drafting_for_good(shadow, slow_rows
     for _ in range(300):
         n = policy.choose(1000)
         depths.append(n)
-        if shadow and policy.probing:  # a shadow probe: a plain step whose token was the draft
+        if policy.shadow_probe:  # a shadow probe: a plain step whose token was the draft
             policy.observe(1, 1, verify(1), 0.001, verify(1) + 0.001, shadow=True)
             continue
         policy.observe(n, n, verify(n + 1), 0.001 * n, verify(n + 1) + 0.001 * n)
@@ -252,18 +255,32 @@ def test_one_slow_first_timing_does_not_stop_drafting_for_good(shadow, slow_rows
 
 def test_the_plain_step_time_leaves_out_rounds_whose_draft_the_drafter_declined():
     policy = AdaptiveDepth(4)
-    policy.depth, policy.probing = 0, False
+    policy.depth, policy.probes.probing = 0, False
     policy.observe(0, 0, 0.010, 0.0, 0.010)  # a plain step
     policy.depth = 2
     policy.observe(0, 0, 0.010, 0.004, 0.030)  # asked for 2 drafts, the drafter gave none (it still decoded)
-    assert policy.plain_round_s == pytest.approx(0.010)
+    assert policy.costs.plain_round_s == pytest.approx(0.010)
 
 
 def test_a_new_reply_starts_from_the_pooled_counts_not_the_last_replys_end():
-    policy = AdaptiveDepth(8, verify_s={k: 1.0 + 0.1 * (k - 1) for k in range(1, 10)}, draft_step_s=0.1,
-                           overhead_s=0.0, timed=False)
+    policy = AdaptiveDepth(8, costs=Costs.given({k: 1.0 + 0.1 * (k - 1) for k in range(1, 10)}, draft_step_s=0.1))
     StretchWorld(32, 0.8, 0.1, 0.1, n_tokens=3000).play(policy)
     policy.observe(8, 0, 1.8, 0.8, 2.6)  # the reply ends at a miss: a hard stretch was starting
     assert policy.best(8) == 0  # within that reply: plain steps until a probe finds easy text
     policy.new_reply()
-    assert policy.context == adaptive.FRESH and policy.best(8) >= 4  # mostly easy text: draft
+    assert policy.acceptance.context == adaptive.FRESH and policy.best(8) >= 4  # mostly easy text: draft
+
+
+def test_tunable_numbers_are_one_checked_value():
+    with pytest.raises(ValueError, match="decay"):
+        AdaptiveParams(decay=1.5)
+    with pytest.raises(ValueError, match="probe_first"):
+        AdaptiveParams(probe_first=100, probe_max=64)
+    # an A/B of the policy is a second value, not a patched constant: a slower memory keeps
+    # drafting deep for longer after easy text turns hard
+    easy, hard = World([1.0] * 8, 0.2, 0.1), World([0.0] * 8, 0.2, 0.1, seed=3)
+    quick, slow = AdaptiveDepth(8), AdaptiveDepth(8, AdaptiveParams(decay=0.99))
+    for policy in (quick, slow):
+        easy.play(policy, 40)
+        hard.play(policy, 3)
+    assert slow.acceptance.q(adaptive.FRESH)[0] > quick.acceptance.q(adaptive.FRESH)[0]

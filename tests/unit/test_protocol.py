@@ -4,7 +4,7 @@ import pytest
 
 from engine.errors import ProtocolError
 from engine.sampling import SamplingParams
-from engine.speculative.settings import MAX_DRAFT, SPECULATION_OFF, SpeculativeSettings
+from engine.speculative.settings import MAX_DRAFT, SPECULATION_OFF, SpeculativeSettings, mtp
 from engine.speculative.stats import StatsSnapshot
 from engine.worker import protocol as P
 
@@ -89,7 +89,7 @@ def test_off_is_spelled_one_way_and_the_deepest_draft_is_decided_once():
     P.LoadedEvent("r1", P.ModelInfo(path="/m.gguf", architecture="gemma3", mtp="single", max_draft=8)),
     P.TokenEvent("r2", "héllo", draft=True),
     P.PrefillEvent("r2", 512, 1300),
-    P.StatsEvent("r2", StatsSnapshot(mode="mtp(n_max=3)", rounds=2, drafted_per_pos=[2, 1],
+    P.StatsEvent("r2", StatsSnapshot(settings=mtp(3), rounds=2, drafted_per_pos=[2, 1],
                                      phase_seconds={"draft": 0.5})),
     P.DoneEvent("r2", "length", StatsSnapshot(generated_tokens=4), "template", 4),
     P.DoneEvent("r3", "error"),

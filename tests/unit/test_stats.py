@@ -1,5 +1,9 @@
+import pytest
+
 from engine.speculative import stats_text
-from engine.speculative.stats import GenerationStats, StatsSnapshot
+from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp
+from engine.speculative.stats import GenerationStats
+from engine.worker.events import stats_from_json
 
 
 def test_acceptance_figures_follow_their_definitions():
@@ -24,7 +28,7 @@ def test_no_rounds_means_no_acceptance_figures():
 
 
 def test_one_formatter_words_the_figures_the_same_everywhere():
-    s = GenerationStats(mode="mtp(n_max=3)", rollback="kv", generated_tokens=24, prompt_tokens=6)
+    s = GenerationStats(settings=mtp(3), rollback="kv", generated_tokens=24, prompt_tokens=6)
     s.record_round(3, 3)
     s.record_round(3, 1)
     s.t_first_token, s.t_end = s.t_start + 0.5, s.t_start + 1.5
@@ -36,20 +40,33 @@ def test_one_formatter_words_the_figures_the_same_everywhere():
     assert stats_text.footer(None, "interrupted") == "interrupted: the engine stopped before the reply ended"
     assert "acceptance 66.7%  (4/6)" in stats_text.panel_lines(snap)
     report = stats_text.report(snap, "length")
-    assert report.startswith("[length] 6 prompt tokens") and "[mtp] mtp(n_max=3), rollback kv: 2 rounds" in report
+    assert report.startswith("[length] 6 prompt tokens") and "[mtp] mtp n_max=3, rollback kv: 2 rounds" in report
 
 
 def test_plain_decoding_reads_as_off():
     snap = GenerationStats().snapshot()
-    assert snap.mode == "off" and not snap.speculative
+    assert snap.settings == SPECULATION_OFF and not snap.speculative
     assert stats_text.panel_lines(snap) == ["off for this reply"] and stats_text.phase_label(snap, "verify") == "decode"
     assert stats_text.status_line(snap) == "" and "[mtp]" not in stats_text.report(snap, "stop")
-    stored_before_off_had_one_name = StatsSnapshot(mode="none")
-    assert not stored_before_off_had_one_name.speculative
+
+
+@pytest.mark.parametrize("stored, settings", [
+    ("none", SPECULATION_OFF),  # before "off" had one name
+    ("off", SPECULATION_OFF),
+    ("mtp(n_max=3)", mtp(3)),
+    ("mtp(adaptive, n_max=8)", mtp(8, depth="adaptive")),
+    ("mtp+ngram(n_max=6)", SpeculativeSettings("mtp+ngram", 6)),
+    ("ngram(adaptive, n_max=8)", SpeculativeSettings("ngram", 8, depth="adaptive")),
+])
+def test_statistics_stored_with_a_mode_label_still_read(stored, settings):
+    # replies stored before the statistics carried their settings (protocol 4 and older)
+    snap = stats_from_json({"mode": stored, "rounds": 2, "drafted": 4, "accepted": 3})
+    assert snap is not None and snap.settings == settings and snap.rounds == 2
+    assert snap.speculative == settings.enabled
 
 
 def test_tokens_per_step_counts_plain_steps_too():
-    s = GenerationStats(mode="mtp(n_max=3)", generated_tokens=15)
+    s = GenerationStats(settings=mtp(3), generated_tokens=15)
     for _ in range(10):
         s.record_round(0, 0)  # ten plain steps: declined drafts, adaptive depth at 0
     s.record_round(3, 3)  # one fully accepted round of 3

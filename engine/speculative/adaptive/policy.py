@@ -1,0 +1,116 @@
+"""Adaptive depth: each round drafts the length with the most expected tokens per second.
+
+Expected tokens from a round of ``n`` drafts: ``E(n) = 1 + sum_{i<n} prod_{j<=i} q_j``
+(acceptance.py; the target's own token always counts); its cost ``T(n)``
+(costs.py). The round drafts ``argmax_n E(n) / T(n)``; the drafter's ``p_min``
+still stops a draft early at an unsure token. When the answer is 0 the policy
+probes with one draft token now and then (probes.py).
+
+It never changes output: every draft is verified, and the depth only decides
+how many rows a verify batch has. Which rounds draft depends on timings; the
+emitted tokens do not (greedy), and each sampled token is still the target's.
+"""
+
+from __future__ import annotations
+
+from engine.speculative.adaptive.acceptance import Acceptance
+from engine.speculative.adaptive.costs import Costs
+from engine.speculative.adaptive.params import AFTER_FULL, AFTER_MISS, FRESH, AdaptiveParams
+from engine.speculative.adaptive.probes import Probes
+
+
+class AdaptiveDepth:
+    """A :class:`~engine.speculative.depth.DepthPolicy` that learns acceptance and costs as it goes.
+
+    Args:
+        n_max: the deepest draft it may choose (already limited to what the model drafts).
+        params: its tunable numbers.
+        costs: costs to start from (``Costs(params, ..., timed=False)``: given, never timed).
+    """
+
+    def __init__(self, n_max: int, params: AdaptiveParams | None = None, costs: Costs | None = None) -> None:
+        self.n_max = n_max
+        self.params = params or AdaptiveParams()
+        self.acceptance = Acceptance(n_max, self.params)
+        self.costs = costs or Costs(self.params)
+        self.probes = Probes(self.params)
+        self.depth = 0  # the last choice
+        # a probe is a shadow probe — drafted, not verified; the plain step's own token tells
+        # whether the draft would have been accepted (when the drafter allows it)
+        self.shadow = False
+
+    @property
+    def shadow_probe(self) -> bool:
+        """The round just chosen is a shadow probe: draft, but do not verify."""
+        return self.probes.probing and self.shadow
+
+    def rates(self, cap: int, context: int | None = None) -> list[float]:
+        """Expected tokens per second of a round of each depth ``0..cap`` in ``context``."""
+        q = self.acceptance.q(context)
+        out, expected, reach = [], 1.0, 1.0
+        for n in range(cap + 1):
+            if n:
+                reach *= q[n - 1]
+                expected += reach
+            out.append(expected / self.costs.round(n))
+        return out
+
+    def best(self, cap: int, context: int | None = None) -> int:
+        """The depth in ``0..cap`` with the most expected tokens per second (ties: the shallower)."""
+        rates = self.rates(cap, context)
+        return rates.index(max(rates))
+
+    def probe_gap(self, cap: int) -> int:
+        """Plain steps until the next probe (probes.py): searching after a miss when easy stretches pay."""
+        if self.acceptance.context != AFTER_MISS or cap < 1:
+            return self.probes.backed_off()
+        full = self.rates(cap, AFTER_FULL)
+        if max(full) <= full[0]:
+            return self.probes.backed_off()
+        return self.probes.gap(1.0 - full[0] / max(full), self.costs.probe_cost(self.shadow))
+
+    # -- the loop's calls ---------------------------------------------------
+    def new_reply(self, shadow_probes: bool = False) -> None:
+        """A generation starts: its first rounds use the pooled counts (a reply that ended in a hard
+        stretch says little about how the next starts), and a plain-step streak does not carry over."""
+        self.shadow = shadow_probes and self.params.shadow_probes
+        self.acceptance.context = FRESH
+        self.probes.plain_steps = 0
+        self.probes.probing = False
+
+    def choose(self, room: int) -> int:
+        """This round's draft length, at most ``room`` (what is left of the reply and context)."""
+        cap = max(0, min(self.n_max, room))
+        probes = self.probes
+        if self.depth == 0 and not probes.probing and probes.plain_steps % self.params.recheck_plain:
+            n = 0  # plain steps: acceptance is unchanged, only timings drift; look again every few
+        else:
+            n = self.best(cap) if cap else 0
+        probes.probing = False
+        if n == 0 and cap:
+            if probes.plain_step():
+                probes.start_probe(self.probe_gap(cap))
+                n = 1
+        elif n:
+            probes.drafting()
+        self.depth = n
+        return n
+
+    def observe(self, n_drafted: int, n_accepted: int, verify_s: float, draft_s: float, round_s: float,
+                shadow: bool = False) -> None:
+        """What one round measured: drafts proposed and accepted, and where its time went.
+
+        ``shadow``: the round was a plain step with a shadow probe — ``n_drafted`` drafts
+        not verified, ``n_accepted`` of them equal to what the target produced.
+        """
+        costs = self.costs
+        if costs.timed:
+            costs.observe(0 if shadow else n_drafted, n_drafted, verify_s, draft_s, round_s)
+            if self.probes.probing:
+                costs.probe_round_s = costs.average(costs.probe_round_s, round_s)
+            elif not self.depth:  # a plain step by choice (a draft the drafter declined costs its decode)
+                costs.plain_round_s = costs.average(costs.plain_round_s, round_s)
+        searching = self.acceptance.context == AFTER_MISS
+        self.acceptance.observe(n_drafted, n_accepted)
+        if searching:
+            self.probes.searched(n_drafted, n_accepted)
