@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         settings = search.candidates_for(session, n_max_cap=args.n_max) if args.n_max else None
         result = search.tune(session, prompts, max_tokens=args.tokens, settings=settings,
                              progress=(lambda p: emit(M.ProgressMessage(**p))) if args.jsonl else None)
-        if counts and result.best.uses_mtp and session.drafter is not None:
+        if counts and result.best.uses_mtp and session.mtp_drafter is not None:
             thread_choices.append(threads.choose(session, prompts[:3], [1, *counts], what="draft",
                                                  spec=result.best, max_tokens=min(48, args.tokens)))
             emit(_threads_message(thread_choices[-1]))

@@ -177,7 +177,7 @@ def candidates(n_heads: int, chained: bool, p_grid: tuple[float, ...] = (0.5,), 
 def candidates_for(session: Session, n_max_cap: int | None = None, p_grid: tuple[float, ...] = (0.5,),
                    ngram: bool = True) -> list[SpeculativeSettings]:
     """:func:`candidates` for a loaded model."""
-    d = session.drafter
+    d = session.mtp_drafter
     return candidates(d.n_heads if d else 0, d.chained if d else False, p_grid, ngram=ngram, n_max_cap=n_max_cap)
 
 

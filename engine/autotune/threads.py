@@ -76,7 +76,7 @@ def choose(session: Session, prompts: list[list[dict[str, str]]], counts: list[i
            progress: Callable[[str], None] | None = None) -> ThreadChoice:
     """Time ``counts`` threads for the target (``what="decode"``) or the draft context (``"draft"``)
     on ``prompts`` with ``spec``; leave the winner set."""
-    if what == "draft" and session.drafter is None:
+    if what == "draft" and session.mtp_drafter is None:
         raise ValueError("no draft context to time: the model has no MTP head")
     current = (session.options.n_threads_draft or session.options.n_threads) if what == "draft" \
         else session.options.n_threads

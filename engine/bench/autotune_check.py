@@ -24,7 +24,7 @@ def check(arch: str, size: str, levels: list[float], tokens: int, threads: int, 
             t0 = time.perf_counter()
             tuned = search.tune(session, prompts, max_tokens=tokens)
             tune_s = time.perf_counter() - t0
-            drafter = session.drafter
+            drafter = session.mtp_drafter
             every = search.candidates(drafter.n_heads, drafter.chained) if drafter else [search.Setting(0)]
             # exhaustive: every candidate on every prompt (first_round = all prompts, nothing dropped)
             sweep = search.tune(session, prompts, max_tokens=tokens, first_round=len(prompts), settings=every)

@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
             session = Session(LoadOptions(path=str(path), n_ctx=2048, n_threads=args.threads,
                                           n_gpu_layers=args.gpu_layers, fold=args.fold == "on"))
             try:
-                rows = measure.compare(session, PROMPT, args.tokens, depths if session.drafter else [],
+                rows = measure.compare(session, PROMPT, args.tokens, depths if session.mtp_drafter else [],
                                        args.repeats)
             finally:
                 session.close()

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     session = Session(LoadOptions(path=path, n_ctx=args.n_ctx, n_threads=args.threads,
                                   n_gpu_layers=args.gpu_layers))
     try:
-        spec = mtp(args.n_max) if args.mtp and session.drafter is not None else SPECULATION_OFF
+        spec = mtp(args.n_max) if args.mtp and session.mtp_drafter is not None else SPECULATION_OFF
         print(f"# conversation, {args.turns} turns, {args.tokens} tokens a reply, {spec.label} — {path}", flush=True)
         with_reuse = conversation(session, args.turns, args.tokens, spec, reuse=True)
         without = conversation(session, args.turns, args.tokens, spec, reuse=False)

@@ -49,10 +49,10 @@ class Row:
 def settings_for(session: Session, n_max_mtp: int, n_max_ngram: int) -> list[tuple[str, SpeculativeSettings]]:
     """The settings compared: MTP and the composition only where the model has a head."""
     rows = [("plain", SPECULATION_OFF)]
-    if session.drafter is not None:
+    if session.mtp_drafter is not None:
         rows.append((f"mtp n_max={n_max_mtp}", mtp(n_max_mtp)))
     rows.append((f"ngram n_max={n_max_ngram}", ngram(n_max_ngram)))
-    if session.drafter is not None:
+    if session.mtp_drafter is not None:
         rows.append((f"mtp+ngram n_max={n_max_mtp}", ngram(n_max_mtp, mtp_too=True)))
     return rows
 

@@ -38,7 +38,7 @@ def driver_rounds(session: Session, prompt: str, n_tokens: int, n_max: int,
     ``session`` must be opened with ``fold=False``: the driver catches the MTP
     context up on every verify batch at once.
     """
-    drafter = session.drafter
+    drafter = session.mtp_drafter
     assert drafter is not None and not drafter.fold, "needs an MTP session opened with fold=False"
     session.prepare(mtp=True)
     target, model = session.target, session.model

@@ -49,9 +49,9 @@ def compare(path: str, prompt: str, n_tokens: int, depths: list[int], repeats: i
     folded = Session(LoadOptions(path=path, sidecar=sidecar, n_ctx=2048, n_threads=threads, fold=True))
     unfolded = Session(LoadOptions(path=path, sidecar=sidecar, n_ctx=2048, n_threads=threads, fold=False))
     try:
-        if folded.drafter is None or unfolded.drafter is None:
+        if folded.mtp_drafter is None or unfolded.mtp_drafter is None:
             raise SystemExit(f"error: {path} has no MTP head the engine can use; nothing to fold.")
-        folds = folded.drafter.fold
+        folds = folded.mtp_drafter.fold
         rows = {n: FoldRow(n) for n in depths}
         for session in (folded, unfolded):  # warm-up: the first decodes pay for page faults
             _run(session, prompt, 16, depths[0])

@@ -45,7 +45,7 @@ def _counters(ctx: Context | None) -> tuple[int, int]:
 def measure(session: Session, prompt: str, n_tokens: int, label: str, spec: SpeculativeSettings) -> GraphCounts:
     """Graphs run and reused by the target and the MTP context during one generation of ``n_tokens``."""
     session.prepare(mtp=spec.enabled)  # contexts are (re)made here, not inside the counted span
-    target, draft = session.target, session.drafter.ctx if session.drafter else None
+    target, draft = session.target, session.mtp_drafter.ctx if session.mtp_drafter else None
     t0, d0 = _counters(target), _counters(draft)
     result = generate(session, GenerateRequest(prompt=prompt, max_tokens=n_tokens, speculative=spec))
     assert session.target is target, "the target context was recreated mid-generation"

@@ -156,7 +156,7 @@ def probes(session: Session, prompts: list[tuple[str, str]], n_max: int, n_token
     from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams
     from engine.speculative.settings import mtp
 
-    drafter = session.drafter
+    drafter = session.mtp_drafter
     if drafter is None or not drafter.shadow_probes:
         say("(this model has no MTP drafter that can shadow-probe)")
         return

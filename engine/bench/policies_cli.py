@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
             from engine.speculative.settings import SPECULATION_OFF, mtp
 
             settings = [("plain", SPECULATION_OFF)]
-            if session.drafter is not None:
+            if session.mtp_drafter is not None:
                 settings += [(f"mtp n_max {n}", mtp(n)) for n in depths]
                 settings.append((f"adaptive (max {args.adaptive_max})", mtp(args.adaptive_max, depth="adaptive")))
             graph_reuse.compare(session, PROMPT, args.tokens, settings, _say)
@@ -133,7 +133,7 @@ def _threads(args: argparse.Namespace, path: Path) -> int:
     session = _session(path, options[0], args.gpu_layers)
     try:
         specs = [("plain", SPECULATION_OFF, False)]
-        if session.drafter is not None:
+        if session.mtp_drafter is not None:
             specs.append(("mtp adaptive", mtp(args.adaptive_max, depth="adaptive"), True))
         for label, spec, with_draft in specs:
             draft_options = sorted({1, *options}) if with_draft else None

@@ -60,7 +60,7 @@ class Session:
         self.model = Model(plan.path, load_mtp=mtp_in_target, **model_kwargs)
         self.mtp_model: Model | None = None
         self._own_mtp_model = False
-        self.drafter: MTPDrafter | None = None
+        self.mtp_drafter: MTPDrafter | None = None
         self.rollback_strategy = "kv"
         self._hybrid = self.model.is_hybrid or self.model.is_recurrent
         self.target = Context(self.model, self._target_params(want_mtp))
@@ -109,7 +109,7 @@ class Session:
         when not (a recreated context starts empty: the prefix cache holds
         nothing for it).
         """
-        mtp = mtp and self.drafter is not None
+        mtp = mtp and self.mtp_drafter is not None
         drafts = mtp if drafts is None else drafts
         if (mtp, drafts) == (self.prepared_for_mtp, self.prepared_for_drafts):
             return
@@ -119,9 +119,9 @@ class Session:
             self.target = Context(self.model, self._target_params(snapshots))
             if snapshots:
                 self._snapshots_supported = self.target.n_rs_seq > 0
-            if self.drafter is not None:
-                self.drafter.target = self.target
-        if self.drafter is not None:
+            if self.mtp_drafter is not None:
+                self.mtp_drafter.target = self.target
+        if self.mtp_drafter is not None:
             self.target.set_embeddings_nextn(mtp, False)
         if drafts:
             self.rollback_strategy = rollback.choose(self.target, self._hybrid, MAX_DRAFT)
@@ -130,18 +130,18 @@ class Session:
     def drafter_for(self, settings: SpeculativeSettings) -> Drafter | None:
         """The drafter a generation with these settings (already
         :meth:`~SpeculativeSettings.limited_to` this model) drafts with; None: plain decoding."""
-        if settings.uses_mtp and self.drafter is None:
+        if settings.uses_mtp and self.mtp_drafter is None:
             return None
         if settings.uses_ngram and self.ngram_drafter is None:
             self.ngram_drafter = NgramDrafter()
         if settings.mode == NGRAM:
             return self.ngram_drafter
         if settings.mode == MTP_NGRAM:
-            assert self.drafter is not None and self.ngram_drafter is not None
+            assert self.mtp_drafter is not None and self.ngram_drafter is not None
             if self._composed is None:
-                self._composed = ComposeDrafter(self.drafter, self.ngram_drafter, self.max_draft)
+                self._composed = ComposeDrafter(self.mtp_drafter, self.ngram_drafter, self.max_draft)
             return self._composed
-        return self.drafter if settings.mode == MTP else None
+        return self.mtp_drafter if settings.mode == MTP else None
 
     def set_threads(self, n_threads: int, n_threads_draft: int = 0) -> None:
         """Decode with other thread counts from now on, without reloading (autotune times
@@ -149,8 +149,8 @@ class Session:
         self.options = replace(self.options, n_threads=n_threads, n_threads_draft=n_threads_draft)
         check_options(self.options)
         self.target.set_threads(n_threads)
-        if self.drafter is not None:
-            self.drafter.ctx.set_threads(n_threads_draft or n_threads)
+        if self.mtp_drafter is not None:
+            self.mtp_drafter.ctx.set_threads(n_threads_draft or n_threads)
 
     def speculation(self, settings: SpeculativeSettings) -> tuple[SpeculativeSettings, Drafter, DepthPolicy]:
         """What a generation asking for ``settings`` runs with: the settings this model allows
@@ -169,7 +169,7 @@ class Session:
         if not settings.adaptive:
             # a fixed depth asks for what fits; the drafter's own settings stop it at n_max
             return FixedDepth(MAX_DRAFT) if settings.enabled else PLAIN
-        draft_threads = self.drafter.ctx.threads if self.drafter is not None else 0
+        draft_threads = self.mtp_drafter.ctx.threads if self.mtp_drafter is not None else 0
         key = (settings.mode, settings.n_max, self.target.threads, draft_threads)  # other threads, other costs
         if key not in self._depth_policies:
             self._depth_policies[key] = AdaptiveDepth(settings.n_max)
@@ -184,10 +184,10 @@ class Session:
             self.mtp_model = Model(self.options.sidecar, load_mtp=True, **where)
             self._own_mtp_model = True
         self.target.set_embeddings_nextn(True, False)
-        self.drafter = MTPDrafter(self.target, self.mtp_model, fold=self.options.fold,
+        self.mtp_drafter = MTPDrafter(self.target, self.mtp_model, fold=self.options.fold,
                                   n_threads=self.options.n_threads_draft or self.options.n_threads)
         self.rollback_strategy = rollback.choose(self.target, self._hybrid, MAX_DRAFT)
-        self.mtp_status = "chained" if self.drafter.chained else "single"
+        self.mtp_status = "chained" if self.mtp_drafter.chained else "single"
 
     @property
     def is_hybrid(self) -> bool:
@@ -196,12 +196,12 @@ class Session:
 
     @property
     def n_heads(self) -> int:
-        return self.drafter.n_heads if self.drafter else 0
+        return self.mtp_drafter.n_heads if self.mtp_drafter else 0
 
     @property
     def max_draft(self) -> int:
         """The deepest draft this model can be asked for (0: it cannot draft)."""
-        return deepest_draft(self.drafter.n_heads, self.drafter.chained) if self.drafter else 0
+        return deepest_draft(self.mtp_drafter.n_heads, self.mtp_drafter.chained) if self.mtp_drafter else 0
 
     def describe(self) -> dict[str, Any]:
         facts = self.model.facts()
@@ -215,7 +215,7 @@ class Session:
                 "mtp_heads": self.n_heads,
                 "max_draft": self.max_draft,
                 "mtp_unavailable_reason": self.mtp_unavailable_reason,
-                "rollback": self.rollback_strategy if self.drafter else "none",
+                "rollback": self.rollback_strategy if self.mtp_drafter else "none",
                 "n_rs_seq": self.target.n_rs_seq,
                 "sidecar": str(Path(self.options.sidecar)) if self.options.sidecar else None,
                 "placement": self.placement.lines if self.placement else [],
@@ -233,9 +233,9 @@ class Session:
         if self.ngram_drafter is not None:
             self.ngram_drafter.close()
             self.ngram_drafter = self._composed = None
-        if self.drafter is not None:
-            self.drafter.close()
-            self.drafter = None
+        if self.mtp_drafter is not None:
+            self.mtp_drafter.close()
+            self.mtp_drafter = None
         if getattr(self, "target", None) is not None:
             self.target.close()
         if self._own_mtp_model and self.mtp_model is not None:

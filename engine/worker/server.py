@@ -319,7 +319,7 @@ class Worker:
         if self.session is None:
             raise NoModelLoaded("No model is loaded; send a load request first.")
         check_generate(request)
-        if request.speculative.uses_mtp and self.session.drafter is None:
+        if request.speculative.uses_mtp and self.session.mtp_drafter is None:
             notice = self.session.mtp_unavailable_reason or "This model has no MTP head."
             notice += " Drafting with n-grams only." if request.speculative.uses_ngram else " Decoding plainly."
             self.out.send(ErrorEvent(request.id, "speculative_unavailable", notice, final=False))

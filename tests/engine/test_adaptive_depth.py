@@ -44,7 +44,7 @@ def run(session: Session, spec, n: int = 48, policy=None, **kw):
 def test_adaptive_depth_keeps_greedy_output_on_every_architecture(arch):
     session = Session(LoadOptions(path=str(synth(arch, "mixed", agree=0.7).path()), n_ctx=512))
     try:
-        assert session.drafter is not None, session.mtp_unavailable_reason
+        assert session.mtp_drafter is not None, session.mtp_unavailable_reason
         noise = identity.measure_noise(session)
         plain = run(session, SPECULATION_OFF, record_margins=True)
         result = run(session, ADAPTIVE)
@@ -185,6 +185,6 @@ def test_the_probes_benchmark_compares_both_kinds_and_restores_the_session():
         assert lines[0].split()[:2] == ["category", "plain"] and [ln.split()[0] for ln in lines[1:3]] == ["a", "b"]
         assert lines[-1].startswith("shadow / verified, per pair: median") and "over 2 pairs" in lines[-1]
         # what it swapped in for the comparison is gone again
-        assert session.drafter.shadow_probes is True
+        assert session.mtp_drafter.shadow_probes is True
     finally:
         session.close()

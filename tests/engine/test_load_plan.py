@@ -22,7 +22,7 @@ def test_a_session_loaded_from_the_workers_plan_reads_no_header_again(monkeypatc
     plan = LoadPlan.read(LoadOptions(path=trunk, sidecar=side, n_ctx=256))
     assert reads == [trunk, side] and plan.want_mtp and not plan.mtp_in_target
     with Session(plan.options, plan) as session:
-        assert session.drafter is not None and session.facts is plan.facts
+        assert session.mtp_drafter is not None and session.facts is plan.facts
     assert reads == [trunk, side]  # once per load
 
 

@@ -43,7 +43,7 @@ def test_greedy_output_with_mtp_is_identical_to_plain(arch, weights, seed, layou
     model = synth(arch, weights, agree=0.7, seed=seed)
     session = open_session(model, layout)
     try:
-        assert session.drafter is not None
+        assert session.mtp_drafter is not None
         plain = run(session, None).tokens
         for n_max in (1, 2, 3, 4):
             result = run(session, n_max)
@@ -171,7 +171,7 @@ def test_mismatched_sidecars_are_refused_before_any_native_load(layout, fragment
 def test_mtp_requested_on_a_model_without_mtp_decodes_plainly_with_a_reason(default_model):
     session = Session(LoadOptions(path=str(default_model), n_ctx=256))
     try:
-        assert session.drafter is None
+        assert session.mtp_drafter is None
         assert "no MTP/NextN layers" in session.mtp_unavailable_reason
         result = run(session, 3, prompt="The capital of France is")
         assert result.stats.rounds == 0 and not result.stats.settings.enabled and result.tokens
@@ -185,7 +185,7 @@ def test_folded_catch_up_changes_no_token_and_no_acceptance(arch):
     folded = open_session(model)
     plain_loop = Session(LoadOptions(path=str(model.path()), n_ctx=512, fold=False))
     try:
-        assert folded.drafter.fold and not plain_loop.drafter.fold
+        assert folded.mtp_drafter.fold and not plain_loop.mtp_drafter.fold
         for n_max in (1, 3):
             a, b = run(folded, n_max), run(plain_loop, n_max)
             assert a.tokens == b.tokens
@@ -206,6 +206,6 @@ def test_folding_is_on_only_where_the_mtp_graph_crops_to_the_output_rows():
         for weights in ("oracle", "random"):
             session = open_session(synth(arch, weights))
             try:
-                assert (session.drafter.crops_rows, session.drafter.fold) == (crops, fold), (arch, weights)
+                assert (session.mtp_drafter.crops_rows, session.mtp_drafter.fold) == (crops, fold), (arch, weights)
             finally:
                 session.close()

@@ -61,7 +61,7 @@ IDENTITY_CASES = [
 def test_mtp_loads_and_greedy_output_is_the_plain_output(arch, layout, weights, seed):
     session = open_session(synth(arch, weights, agree=AGREE, seed=seed), layout)
     try:
-        assert session.drafter is not None, session.mtp_unavailable_reason
+        assert session.mtp_drafter is not None, session.mtp_unavailable_reason
         assert session.n_heads == heads_for(arch)
         noise = identity.measure_noise(session)
         plain = run(session, None, record_margins=True)
@@ -95,16 +95,16 @@ FOLD_CASES = [
 def assert_same_drafts(model, layout: str, n_maxes: tuple[int, ...] = (2, 3), expect_fold: bool = False) -> None:
     folded, unfolded = open_session(model, layout), open_session(model, layout, fold=False)
     try:
-        assert unfolded.drafter is not None and not unfolded.drafter.fold
+        assert unfolded.mtp_drafter is not None and not unfolded.mtp_drafter.fold
         # Every single-head graph of the patched engine returns the output row's hidden state, so
         # folding is on and this comparison means something (packaging/patches/0001-mtp-crop-before-export).
-        assert folded.drafter.fold or not expect_fold, "the MTP graph does not crop rows: is the engine patched?"
+        assert folded.mtp_drafter.fold or not expect_fold, "the MTP graph does not crop rows: is the engine patched?"
         for n_max in n_maxes:
             a, b = run(folded, n_max, record_drafts=True), run(unfolded, n_max, record_drafts=True)
             rounds = list(zip(a.drafts_per_round, b.drafts_per_round, strict=False))
             first = next((i for i, (x, y) in enumerate(rounds) if x != y), len(rounds))
             assert a.drafts_per_round == b.drafts_per_round, (
-                f"n_max={n_max} fold={folded.drafter.fold}: round {first} drafted "
+                f"n_max={n_max} fold={folded.mtp_drafter.fold}: round {first} drafted "
                 f"{a.drafts_per_round[first:first + 1]} folded, {b.drafts_per_round[first:first + 1]} unfolded"
             )
             assert a.tokens == b.tokens

@@ -42,7 +42,7 @@ def test_drafts_are_the_same_round_by_round_with_folding_on_and_off(arch, seed):
     # (306, 425, 0) unfolded in round 1: the folded batch read row 0's state.
     folded, unfolded = sessions(synth(arch, "random", seed=seed))
     try:
-        assert folded.drafter.fold  # glm4moe and qwen35 fold once packaging/patches/0001 crops their rows
+        assert folded.mtp_drafter.fold  # glm4moe and qwen35 fold once packaging/patches/0001 crops their rows
         for n_max in (2, 3, 4):
             a, b = run(folded, n_max), run(unfolded, n_max)
             assert a.drafts_per_round == b.drafts_per_round, n_max
@@ -55,7 +55,7 @@ def test_drafts_are_the_same_round_by_round_with_folding_on_and_off(arch, seed):
 def test_the_mtp_context_reserves_logits_for_one_row_not_a_batch():
     session = Session(LoadOptions(path=str(synth("glm4moe").path()), n_ctx=512))
     try:
-        assert session.drafter.ctx.params.n_outputs_max == 1
+        assert session.mtp_drafter.ctx.params.n_outputs_max == 1
         assert any(line.split("=")[-1].strip() == "1" for line in native.recent_log(400, "n_outputs_max "))
     finally:
         session.close()
@@ -198,13 +198,13 @@ def test_folded_catch_up_is_booked_as_catch_up_not_as_draft(monkeypatch):
     monkeypatch.setattr(mtp.time, "perf_counter", lambda: float(next(ticks)))
     session = Session(LoadOptions(path=str(synth("qwen3next", "mixed", seed=2).path()), n_ctx=512))
     try:
-        assert session.drafter.fold
+        assert session.mtp_drafter.fold
         run(session, 3, tokens=1)  # the prompt's catch-up only: no round
-        prompt_only = session.drafter.seconds["catch_up"]
+        prompt_only = session.mtp_drafter.seconds["catch_up"]
         result = run(session, 3, tokens=24)
         assert result.stats.rounds > 1
-        assert session.drafter.seconds["catch_up"] > prompt_only
-        assert result.stats.phase_seconds["catch_up"] == session.drafter.seconds["catch_up"]
+        assert session.mtp_drafter.seconds["catch_up"] > prompt_only
+        assert result.stats.phase_seconds["catch_up"] == session.mtp_drafter.seconds["catch_up"]
     finally:
         session.close()
 

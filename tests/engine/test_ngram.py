@@ -49,7 +49,7 @@ def assert_sources_add_up(s: StatsSnapshot) -> None:
 def test_ngram_and_composition_keep_the_greedy_output_on_every_architecture(arch):
     session = Session(LoadOptions(path=str(synth(arch, "mixed", agree=0.7).path("combined")), n_ctx=256))
     try:
-        assert session.drafter is not None, session.mtp_unavailable_reason
+        assert session.mtp_drafter is not None, session.mtp_unavailable_reason
         noise = identity.measure_noise(session)
         plain = run(session, record_margins=True)
         # A tiny model's reply rarely repeats itself in 32 tokens: give the
@@ -74,7 +74,7 @@ def test_ngram_drafts_on_a_model_without_an_mtp_head(arch):
     # the trunk of the sidecar layout has no NextN block; hybrid targets need a rollback without MTP
     session = Session(LoadOptions(path=str(synth(arch, "mixed", agree=0.7).path("trunk")), n_ctx=256))
     try:
-        assert session.drafter is None
+        assert session.mtp_drafter is None
         noise = identity.measure_noise(session)
         plain = run(session, record_margins=True)
         run(session, ngram(8), sampling=SAMPLED)  # another reply in the map (see above)
@@ -96,7 +96,7 @@ def gemma(default_model):
 
 
 def test_the_default_model_drafts_with_ngrams_on_a_prompt_that_quotes_itself(gemma):
-    assert gemma.drafter is None  # no MTP head: n-gram drafting is its speculation
+    assert gemma.mtp_drafter is None  # no MTP head: n-gram drafting is its speculation
     noise = identity.measure_noise(gemma)
     plain = run(gemma, prompt=QUOTE, tokens=40, record_margins=True)
     for spec in (ngram(8), ngram(8, mtp_too=True)):
@@ -148,7 +148,7 @@ def test_deferring_and_settling_the_mtp_catch_up_leaves_mtp_drafts_unchanged(arc
 
     session = Session(LoadOptions(path=str(synth(arch, "mixed", agree=0.7).path("combined")), n_ctx=256))
     try:
-        assert session.drafter is not None
+        assert session.mtp_drafter is not None
 
         def drafts() -> tuple[list[tuple[int, ...]], list[int]]:
             session._composed = None  # rebuilt with the patched constants
@@ -159,8 +159,8 @@ def test_deferring_and_settling_the_mtp_catch_up_leaves_mtp_drafts_unchanged(arc
 
         run(session, ngram(8))  # make the n-gram drafter
         settled = []
-        real_settle = session.drafter.settle
-        monkeypatch.setattr(session.drafter, "settle", lambda: (settled.append(session.drafter.backlog),
+        real_settle = session.mtp_drafter.settle
+        monkeypatch.setattr(session.mtp_drafter, "settle", lambda: (settled.append(session.mtp_drafter.backlog),
                                                                 real_settle()))
         monkeypatch.setattr(compose, "DEFER_CATCH_UP", False)
         immediate = drafts()

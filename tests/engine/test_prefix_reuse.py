@@ -120,7 +120,7 @@ def test_mtp_reuses_both_contexts_with_the_same_drafts(arch, layout, fold):
     sidecar = str(model.path("sidecar")) if layout == "sidecar" else None
     session = Session(LoadOptions(path=str(path), sidecar=sidecar, n_ctx=512, fold=fold))
     try:
-        assert session.drafter is not None
+        assert session.mtp_drafter is not None
         reused = conversation(session, mtp(3))
         assert reused["continue"] > 0 and reused["regenerate"] > 0
         if not session.is_hybrid:

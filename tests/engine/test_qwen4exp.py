@@ -52,10 +52,10 @@ def test_the_mtp_head_loads_from_the_combined_file_and_from_a_sidecar():
     for layout in ("combined", "sidecar"):
         session = open_session(m, layout)
         try:
-            assert session.drafter is not None, session.mtp_unavailable_reason
+            assert session.mtp_drafter is not None, session.mtp_unavailable_reason
             assert session.n_heads == 1
             # the head reads the wide residual: hc streams of n_embd, not the collapsed n_embd
-            assert session.drafter.n_embd == HC * m.spec.dims.n_embd
+            assert session.mtp_drafter.n_embd == HC * m.spec.dims.n_embd
             assert session.target.n_rs_seq >= 8  # hybrid target: rolled back by snapshots
             assert run(session, 3).stats.rounds > 0
         finally:
@@ -65,7 +65,7 @@ def test_the_mtp_head_loads_from_the_combined_file_and_from_a_sidecar():
 def test_a_trunk_file_decodes_without_an_mtp_head():
     session = open_session(model(), "trunk")
     try:
-        assert session.drafter is None
+        assert session.mtp_drafter is None
         assert run(session, None).tokens
     finally:
         session.close()
@@ -92,7 +92,7 @@ def test_a_trunk_only_export_that_still_declares_the_mtp_block_loads(tmp_path: P
 def test_greedy_output_with_mtp_is_the_plain_output(layout, weights):
     session = open_session(model(weights), layout)
     try:
-        assert session.drafter is not None, session.mtp_unavailable_reason
+        assert session.mtp_drafter is not None, session.mtp_unavailable_reason
         noise = identity.measure_noise(session)
         plain = run(session, None, record_margins=True)
         accepted = drafted = 0
@@ -140,7 +140,7 @@ def test_the_doctor_names_a_relative_index_sidecar_and_repair_fixes_it(tmp_path:
     assert read_facts(fixed).tensor_names == read_facts(m.path("sidecar")).tensor_names
     session = open_session_with(target, fixed)
     try:
-        assert session.drafter is not None, session.mtp_unavailable_reason
+        assert session.mtp_drafter is not None, session.mtp_unavailable_reason
         assert run(session, 2).stats.rounds > 0
     finally:
         session.close()
@@ -158,7 +158,7 @@ def test_a_sidecar_with_the_head_mixer_stored_twice_loads_is_named_and_repair_st
     # this engine loads it as it is (both names are consumed) and drafts as with the clean sidecar
     as_is, clean = open_session_with(target, side), open_session_with(target, m.path("sidecar"))
     try:
-        assert as_is.drafter is not None, as_is.mtp_unavailable_reason
+        assert as_is.mtp_drafter is not None, as_is.mtp_unavailable_reason
         a, b = run(as_is, 3, record_drafts=True), run(clean, 3, record_drafts=True)
         assert a.drafts_per_round == b.drafts_per_round
     finally:

@@ -126,7 +126,7 @@ def test_rounds_equal_llama_cpp_driver(driver, arch, weights, layout):
     model = synth(arch, weights, agree=0.7, reads="hidden")
     session, path, side = _open(model, layout)
     try:
-        assert session.drafter is not None
+        assert session.mtp_drafter is not None
         for n_max in _depths(session):
             ours = reference.run_ours(session, PROMPT, N_TOKENS, n_max)  # folding as the engine decides
             theirs = reference.run_driver(driver, path, PROMPT, N_TOKENS, n_max, 1, side, n_ctx=N_CTX)

@@ -183,7 +183,7 @@ def test_a_split_model_gives_the_local_tokens_plain_and_with_mtp(servers: Server
         lines = split_session.placement.lines
         assert lines[0].startswith("RPC") and lines[1].startswith("RPC"), lines  # each server holds blocks
         assert "MTP head" in lines[-1] and "output" in lines[-1] and "this machine" in lines[-1], lines
-        assert split_session.drafter is not None
+        assert split_session.mtp_drafter is not None
         # llama.cpp's own account: the trunk's KV cache is on the servers, the MTP context's (made last) here
         kv = native.recent_log(50, contains="KV buffer size")
         assert any("RPC" in line for line in kv) and "RPC" not in kv[-1] and "CPU" in kv[-1], kv

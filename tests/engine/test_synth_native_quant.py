@@ -52,7 +52,7 @@ def test_a_q4_k_m_oracle_model_accepts_what_the_simulator_predicts(arch, agree):
     model = model_of(arch, agree=agree)
     session = Session(LoadOptions(path=str(model.path()), n_ctx=512))
     try:
-        assert session.drafter is not None
+        assert session.mtp_drafter is not None
         prompt = session.model.tokenize(PROMPT)
         plain = generate(session, GenerateRequest(prompt=PROMPT, max_tokens=N_TOKENS, speculative=SPECULATION_OFF))
         expected, token = [], prompt[-1]

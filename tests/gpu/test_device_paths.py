@@ -76,7 +76,7 @@ CASES = [
 def test_mtp_is_plain_greedy_decoding_on_the_device(arch, layout, weights, seed):
     session = open_session(synth(arch, weights, seed=seed), layout)
     try:
-        assert session.drafter is not None
+        assert session.mtp_drafter is not None
         plain = run(session, None, record_margins=True)
         noise = identity.measure_noise(session)
         for n_max in (1, 3):

@@ -26,7 +26,8 @@ def test_a_block_the_reply_opens_itself():
 
 
 def test_a_tag_inside_the_answer_is_text():
-    assert split(False, ["Use <think> tags like ", "<think>x</think>"]) == ("", "Use <think> tags like <think>x</think>")
+    assert split(False, ["Use <think> tags like ", "<think>x</think>"]) == (
+        "", "Use <think> tags like <think>x</think>")
     assert split(True, ["a</think>b <think>c</think>"]) == ("a", "b <think>c</think>")
 
 
