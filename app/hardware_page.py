@@ -7,7 +7,6 @@ from __future__ import annotations
 import html
 import re
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -26,6 +25,8 @@ from app.process import ChildProcess, ProcessOutcome
 from app.remote_devices import RemoteDevicesBox
 from engine import frozen
 from engine.build_record import engine_patches
+from engine.hardware.probe import HardwareReport, LoadedBackend
+from engine.hardware.recommend import recommend
 
 BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "packaging" / "build_engine.py"
 _STEP = re.compile(r"\[(\d+)/(\d+)\]")
@@ -41,25 +42,24 @@ PACKAGED_ENGINE_NOTE = ("This installed app carries its engine: ggml picks the b
                         "it ships at start; building another engine needs a source checkout (README).")
 
 
-def loaded_backends_text(backends: list[dict[str, str]] | None) -> str:
+def loaded_backends_text(backends: list[LoadedBackend]) -> str:
     """"Loaded backends: CPU (libggml-cpu-haswell.so)": which CPU variant / GPU library ggml chose."""
     if not backends:
         return ""
-    parts = [f"{b.get('name')} ({b['library']})" if b.get("library") else str(b.get("name")) for b in backends]
+    parts = [f"{b.name} ({b.library})" if b.library else b.name for b in backends]
     return f"Loaded backends: {html.escape(', '.join(parts))}<br>"
 
 
-def gpu_offload_text(data: dict[str, Any]) -> str:
+def gpu_offload_text(report: HardwareReport) -> str:
     """"GPU offload yes" only where the engine has a GPU device.
 
     ``llama_supports_gpu_offload()`` is also true on a CPU-only build that
     carries the RPC backend (layers can go to remote machines), so the flag
     alone said "yes" on machines with no GPU at all.
     """
-    gpus = [d for d in data.get("engine_devices", []) if str(d.get("type", "")).lower() in ("gpu", "igpu")]
-    if data.get("gpu_offload") and gpus:
+    if report.gpu_offload and report.gpu_devices:
         return "GPU offload yes"
-    if data.get("gpu_offload"):
+    if report.gpu_offload:
         return "GPU offload no (no GPU in this build; layers can go to remote devices over RPC)"
     return "GPU offload no"
 
@@ -98,7 +98,7 @@ class HardwarePage(QWidget):
         col.addWidget(self.remote)
         col.addWidget(self.progress)
         col.addWidget(self.log, 1)
-        self.report: dict[str, Any] | None = None
+        self.report: HardwareReport | None = None
         self.probe = probe
         probe.sig_report.connect(self._show)
         probe.sig_failed.connect(lambda message: self.summary.setText(f"The hardware probe failed: {message}"))
@@ -120,32 +120,27 @@ class HardwarePage(QWidget):
         self.probe.refresh()
         self.remote.probe()
 
-    def _show(self, data: dict[str, Any]) -> None:
-        self.report = data
-        ram = f"{data['ram_mib'] / 1024:.1f} GiB" if data.get("ram_mib") else "unknown"
-        eng = data.get("engine", {})
-        gpus = ", ".join(f"{g['name']} ({g['api']}{', software renderer' if g.get('software') else ''})"
-                         for g in data.get("gpus", [])) or "none found"
+    def _show(self, report: HardwareReport) -> None:
+        self.report = r = report
+        ram = f"{r.ram_mib / 1024:.1f} GiB" if r.ram_mib else "unknown"
+        gpus = ", ".join(f"{g.name} ({g.api}{', software renderer' if g.software else ''})" for g in r.gpus)
         self.summary.setText(
-            f"<b>{data.get('os')}</b>, {data.get('machine')} — {data.get('cpu_model')}, {data.get('cores')} cores, "
-            f"{ram} RAM<br>CPU features: {' '.join(data.get('cpu_flags', [])) or '–'}<br>GPUs: {gpus}<br>"
-            f"Active engine: llama-cpp-python {eng.get('llama_cpp_python')}, backend <b>{eng.get('backend')}</b>, "
-            f"{gpu_offload_text(data)}<br>"
-            f"Engine patches: {html.escape(engine_patches(eng))}<br>"
-            + loaded_backends_text(eng.get("loaded_backends"))
-            + f"Fingerprint: {data.get('fingerprint')}"
-            + "".join(f"<br><i>{n}</i>" for n in data.get("notes", []))
+            f"<b>{r.os}</b>, {r.machine} — {r.cpu_model}, {r.cores} cores, "
+            f"{ram} RAM<br>CPU features: {' '.join(r.cpu_flags) or '–'}<br>GPUs: {gpus or 'none found'}<br>"
+            f"Active engine: llama-cpp-python {r.engine_version}, backend <b>{r.backend}</b>, "
+            f"{gpu_offload_text(r)}<br>"
+            f"Engine patches: {html.escape(engine_patches(r.engine))}<br>"
+            + loaded_backends_text(r.loaded_backends)
+            + f"Fingerprint: {r.fingerprint()}"
+            + "".join(f"<br><i>{n}</i>" for n in r.notes)
         )
-        devices = data.get("engine_devices", [])
-        self.devices.setRowCount(len(devices))
-        for i, d in enumerate(devices):
-            for j, v in enumerate([d["name"], d["description"], d["type"],
-                                   f"{d['free_mib']} / {d['total_mib']} MiB free"]):
+        self.devices.setRowCount(len(r.engine_devices))
+        for i, d in enumerate(r.engine_devices):
+            for j, v in enumerate([d.name, d.description, d.type, f"{d.free_mib} / {d.total_mib} MiB free"]):
                 self.devices.setItem(i, j, QTableWidgetItem(v))
-        rec = data.get("recommendation", {})
-        self.recommendation.setText(" ".join(rec.get("reasons", [])))
-        matches = rec.get("backend") == rec.get("active")
-        self.build_button.setText(f"{'Rebuild' if matches else 'Build'} the {rec.get('backend', 'cpu')} engine")
+        rec = recommend(r)
+        self.recommendation.setText(" ".join(rec.reasons))
+        self.build_button.setText(f"{'Rebuild' if rec.matches else 'Build'} the {rec.backend} engine")
         self.build_button.setEnabled(not self.build_proc.running)
         if frozen.is_frozen():  # no compiler and no build script in an installed app
             self.build_button.setEnabled(False)
@@ -153,7 +148,7 @@ class HardwarePage(QWidget):
             self.recommendation.setText(f"{self.recommendation.text()} {PACKAGED_ENGINE_NOTE}".strip())
 
     def build(self) -> None:
-        backend = (self.report or {}).get("recommendation", {}).get("backend", "cpu")
+        backend = recommend(self.report).backend if self.report else "cpu"
         self.log.clear()
         self.progress.setRange(0, 0)
         self.progress.show()

@@ -32,13 +32,18 @@ from PySide6.QtWidgets import (
 )
 
 from app import background
+from app.load_plan import (
+    MemoryPlan,
+    SheetFacts,
+    gpu_offload_reason,
+    numbered_plan,
+    read_sheet_facts,
+    vram_from_report,
+)
 from app.settings import Settings
-from engine import default_model
-from engine.gguf import facts as gguf_info
-from engine.store import fit
+from engine.hardware.probe import HardwareReport
 from engine.worker import protocol as P
 
-GPU_BACKENDS = ("cuda", "metal", "vulkan", "rocm", "hip", "sycl")
 MAX_CTX = 2**24  # the protocol's limit
 MAX_THREADS = 512  # the protocol's limit
 ESTIMATE_DELAY_MS = 250  # a spin box held down asks once, not once per step
@@ -78,76 +83,6 @@ class LoadChoice:
             s.speculative = "auto"
 
 
-def gpu_offload_reason(backend: str | None) -> str:
-    """Why GPU layers cannot be set on this engine build ("" when they can)."""
-    if backend is None:
-        return "The engine has not started yet, so whether it can use a GPU is not known."
-    kind = backend.split()[0].lower() if backend.strip() else "unknown"
-    if kind in GPU_BACKENDS:
-        return ""
-    if kind == "cpu":
-        return ("This engine build is CPU-only, so every layer runs on the CPU. To offload layers to a GPU, "
-                "build the engine for it: mtp-studio engine build --backend cuda (or metal, vulkan, rocm).")
-    return (f"The engine build's backend is {backend}; GPU offload needs a cuda, metal, vulkan or rocm build "
-            "(mtp-studio engine build --backend …).")
-
-
-@dataclass(frozen=True)
-class SheetFacts:
-    path: str  # the file itself (the built-in model's too)
-    layers: int  # offloadable layers: the trunk's
-    n_ctx_train: int
-    has_mtp: bool
-
-
-def read_sheet_facts(path: str | None) -> SheetFacts:
-    """The header facts the sheet needs (on the background runner: the built-in model may be assembled first)."""
-    resolved = Path(path) if path else default_model.default_model_path()
-    facts = gguf_info.read_facts(resolved)
-    return SheetFacts(str(resolved), facts.trunk_layers, facts.context_length, facts.has_mtp)
-
-
-@dataclass(frozen=True)
-class MemoryPlan:
-    """Where the estimate lands: RAM, and VRAM when layers are offloaded."""
-
-    estimate: fit.MemoryEstimate
-    ram_need: int
-    vram_need: int
-    vram_have: int | None
-
-
-def plan_memory(path: str, n_ctx: int, sidecar: str | None, mtp: bool, gpu_share: float,
-                vram_have: int | None) -> MemoryPlan:
-    """The estimate split between RAM and VRAM: offloaded layers take their share of the
-    weights and caches to the GPU, which then also holds the compute buffers."""
-    est = fit.estimate(path, n_ctx=n_ctx, sidecar=sidecar, mtp=mtp)
-    layered = est.weights + est.kv_cache + est.recurrent + est.mtp_context
-    vram = int(layered * gpu_share) + (est.compute if gpu_share > 0 else 0)
-    return MemoryPlan(est, est.total - vram, vram, vram_have)
-
-
-def numbered_plan(serial: int, *args: Any) -> tuple[int, MemoryPlan | None, str]:
-    """(serial, plan, "") or (serial, None, what went wrong): the number tells the sheet whether a newer
-    change overtook this estimate, and travels with the result so only bound methods receive it (a lambda
-    would outlive a closed sheet)."""
-    try:
-        return serial, plan_memory(*args), ""
-    except Exception as exc:  # a header the estimate cannot read: said in the sheet
-        return serial, None, str(exc) or type(exc).__name__
-
-
-def vram_from_report(report: dict[str, Any] | None) -> int | None:
-    """The largest GPU's memory, in bytes, as the hardware probe found it (None: no GPU known)."""
-    if not report:
-        return None
-    devices = [d.get("free_mib") or d.get("total_mib") or 0 for d in report.get("engine_devices", [])
-               if d.get("type") in ("gpu", "igpu")]
-    devices += [g.get("memory_mib") or 0 for g in report.get("gpus", [])]
-    best = max(devices, default=0)
-    return best * 2**20 if best else None
-
-
 def _bar_style(fraction: float) -> str:
     colour = "#3a9a5b" if fraction <= 0.8 else "#d08a1e" if fraction <= 1.0 else "#c8413b"
     return f"QProgressBar::chunk {{ background:{colour}; }}"
@@ -162,7 +97,7 @@ class LoadSheet(QDialog):
     sig_load = Signal(object)
     sig_eject = Signal()
 
-    def __init__(self, choice: LoadChoice, backend: str | None, report: dict[str, Any] | None,
+    def __init__(self, choice: LoadChoice, backend: str | None, report: HardwareReport | None,
                  loaded: str | None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Load a model")

@@ -52,7 +52,7 @@ def cmd_hardware(args: argparse.Namespace) -> int:
           f"GPU offload {'yes' if report.gpu_offload else 'no'}")
     print(f"  patches    {engine_patches(eng)}")
     for d in report.engine_devices:
-        print(f"  device     {d['name']}: {d['description']} ({d['type']}, {d['free_mib']}/{d['total_mib']} MiB free)")
+        print(f"  device     {d.name}: {d.description} ({d.type}, {d.free_mib}/{d.total_mib} MiB free)")
     print(f"fingerprint  {report.fingerprint()}")
     print("recommend    " + " ".join(rec.reasons))
     if not rec.matches:

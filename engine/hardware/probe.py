@@ -14,7 +14,7 @@ import platform
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,34 @@ IMPORTANT_CPU_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "
                        "neon", "asimd", "sve", "dotprod")
 
 
+@dataclass(frozen=True)
+class EngineDevice:
+    """A device in llama.cpp's backend registry, as the engine build sees it (``ggml_backend_dev_*``)."""
+
+    name: str
+    description: str
+    type: str  # cpu | gpu | igpu | accel | other
+    free_mib: int
+    total_mib: int
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.type.lower() in ("gpu", "igpu")
+
+
+@dataclass(frozen=True)
+class LoadedBackend:
+    """A backend ggml registered and the library it came from: which CPU variant or GPU library it chose."""
+
+    name: str
+    library: str = ""
+
+
 @dataclass
 class HardwareReport:
+    """What ``mtp-studio hardware --json`` prints, typed: the machine, its GPUs, the engine build (``engine``:
+    ``native.build_info()`` and the loaded backends) and the devices that build sees."""
+
     os: str
     machine: str
     cpu_model: str
@@ -37,7 +63,7 @@ class HardwareReport:
     ram_mib: int | None
     gpus: list[GPU] = field(default_factory=list)
     engine: dict[str, Any] = field(default_factory=dict)
-    engine_devices: list[dict[str, Any]] = field(default_factory=list)
+    engine_devices: list[EngineDevice] = field(default_factory=list)
     gpu_offload: bool = False
     notes: list[str] = field(default_factory=list)
 
@@ -46,9 +72,34 @@ class HardwareReport:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> HardwareReport:
-        data = dict(data)
+        """Read a report; keys it does not own (the CLI's ``fingerprint`` and ``recommendation``, which are
+        worked out from the report again) are left out."""
+        known = {f.name for f in fields(cls)}
+        data = {k: v for k, v in data.items() if k in known}
         data["gpus"] = [GPU(**g) for g in data.get("gpus", [])]
+        data["engine_devices"] = [EngineDevice(**d) for d in data.get("engine_devices", [])]
         return cls(**data)
+
+    @property
+    def backend(self) -> str:
+        """The engine build's backend as its record names it ("cpu", "cuda", or "unknown (…)")."""
+        return str(self.engine.get("backend", "unknown"))
+
+    @property
+    def engine_version(self) -> str | None:
+        """The llama-cpp-python version of the engine build."""
+        version = self.engine.get("llama_cpp_python")
+        return None if version is None else str(version)
+
+    @property
+    def loaded_backends(self) -> list[LoadedBackend]:
+        return [LoadedBackend(str(b.get("name")), b.get("library") or "") for b in self.engine.get("loaded_backends")
+                or []]
+
+    @property
+    def gpu_devices(self) -> list[EngineDevice]:
+        """The engine's devices that are GPUs (integrated ones too)."""
+        return [d for d in self.engine_devices if d.is_gpu]
 
     def fingerprint(self) -> str:
         """Stable across restarts; changes with the GPU, its driver, or the engine build."""
@@ -111,7 +162,7 @@ def _nvidia_gpus() -> list[GPU]:
     return parsers.parse_nvidia_smi_csv(out) if out else []
 
 
-def _engine_devices() -> tuple[list[dict[str, Any]], bool]:
+def _engine_devices() -> tuple[list[EngineDevice], bool]:
     """Devices llama.cpp's backend registry reports, bound with ctypes on its libggml."""
     import ctypes
 
@@ -138,12 +189,12 @@ def _engine_devices() -> tuple[list[dict[str, Any]], bool]:
         dev = ggml.ggml_backend_dev_get(i)
         free, total = ctypes.c_size_t(), ctypes.c_size_t()
         ggml.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
-        devices.append({
-            "name": (ggml.ggml_backend_dev_name(dev) or b"").decode(),
-            "description": (ggml.ggml_backend_dev_description(dev) or b"").decode(),
-            "type": types.get(ggml.ggml_backend_dev_type(dev), "other"),
-            "free_mib": free.value // 2**20, "total_mib": total.value // 2**20,
-        })
+        devices.append(EngineDevice(
+            name=(ggml.ggml_backend_dev_name(dev) or b"").decode(),
+            description=(ggml.ggml_backend_dev_description(dev) or b"").decode(),
+            type=types.get(ggml.ggml_backend_dev_type(dev), "other"),
+            free_mib=free.value // 2**20, total_mib=total.value // 2**20,
+        ))
     return devices, offload
 
 

@@ -26,7 +26,7 @@ class Recommendation:
 
 
 def recommend(report: HardwareReport) -> Recommendation:
-    active = str(report.engine.get("backend", "unknown")).split()[0]
+    active = report.backend.split()[0]
     reasons: list[str] = []
     vendors = {g.vendor for g in report.gpus}
     if sys.platform == "darwin" and report.machine == "arm64":

@@ -13,8 +13,10 @@ import pytest
 from PySide6.QtWidgets import QMessageBox
 
 from app.engine_status import model_text
-from app.load_sheet import gpu_offload_reason, plan_memory, vram_from_report
+from app.load_plan import gpu_offload_reason, plan_memory, vram_from_report
 from app.settings import Settings
+from engine.hardware.parsers import GPU
+from engine.hardware.probe import EngineDevice, HardwareReport
 from tests.app.conftest import start_and_load
 from tests.engine.conftest import synth
 
@@ -224,9 +226,12 @@ def test_offloaded_layers_move_their_share_of_the_estimate_to_the_gpu():
     assert on_cpu.vram_need == 0 and on_cpu.ram_need == on_cpu.estimate.total
     half = plan_memory(path, 512, None, True, 0.5, 8 * 2**30)
     assert 0 < half.vram_need < half.estimate.total and half.ram_need + half.vram_need == half.estimate.total
-    report = {"engine_devices": [{"type": "cpu", "free_mib": 64000}, {"type": "gpu", "free_mib": 20000}],
-              "gpus": [{"memory_mib": 24000}]}
-    assert vram_from_report(report) == 24000 * 2**20 and vram_from_report({"gpus": []}) is None
+    report = HardwareReport(os="Linux", machine="x86_64", cpu_model="", cpu_flags=[], cores=8, ram_mib=None,
+                            engine_devices=[EngineDevice("CPU", "", "cpu", 64000, 64000),
+                                            EngineDevice("Vulkan0", "", "gpu", 20000, 24000)],
+                            gpus=[GPU("nvidia", "RTX", memory_mib=24000)])
+    no_gpu = HardwareReport(os="Linux", machine="x86_64", cpu_model="", cpu_flags=[], cores=8, ram_mib=None)
+    assert vram_from_report(report) == 24000 * 2**20 and vram_from_report(no_gpu) is None
 
 
 def test_a_setting_the_load_refused_is_put_back_to_what_loaded(qtbot, services):

@@ -5,7 +5,7 @@ cut to another setting's name."""
 
 from __future__ import annotations
 
-from app.autotune_wizard import SpeedChart
+from app.autotune_chart import SpeedChart
 from app.hardware_page import HardwarePage
 from app.hardware_probe import HardwareProbe
 from app.settings import Settings
@@ -52,9 +52,9 @@ def test_the_hardware_page_says_no_gpu_offload_without_a_gpu_device(qtbot):
     qtbot.addWidget(page)
     page.refresh()
     qtbot.waitUntil(lambda: page.report is not None, timeout=60000)
-    devices = page.report.get("engine_devices", [])
+    devices = page.report.engine_devices
     shown = page.summary.text()
-    if not any(d["type"] in ("gpu", "igpu") for d in devices):  # this project's machines: a CPU-only build
+    if not any(d.type in ("gpu", "igpu") for d in devices):  # this project's machines: a CPU-only build
         assert "GPU offload yes" not in shown, shown
         assert "GPU offload no" in shown, shown
     else:

@@ -13,6 +13,8 @@ a tier that skips has not run.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import pytest
 
 ALL_LAYERS = 999  # more than any test model has: every layer, and the output layer, on the device
@@ -26,7 +28,7 @@ def gpu_devices() -> list[dict]:
     from engine.hardware.probe import _engine_devices
 
     devices, _offload = _engine_devices()
-    return [d for d in devices if d["type"] in ("gpu", "igpu")]
+    return [asdict(d) for d in devices if d.is_gpu]
 
 
 @pytest.fixture(scope="session", autouse=True)

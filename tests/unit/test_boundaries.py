@@ -31,6 +31,8 @@ APP_MAY_IMPORT = {
     "engine.default_model": "its description",
     "engine.gguf.facts": "header facts, read without llama.cpp",
     "engine.hardware": "default_threads",
+    "engine.hardware.probe": "HardwareReport: the hardware probe's JSON, typed (probed in a child, never here)",
+    "engine.hardware.recommend": "which engine build fits the report, in words",
     "engine.store.credentials": "the hub token (keyring, off the GUI thread)",
     "engine.store.fit": "memory estimates from headers",
     "engine.store.hub": "search and file lists",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from engine.hardware import parsers
 from engine.hardware.parsers import GPU
-from engine.hardware.probe import HardwareReport
+from engine.hardware.probe import EngineDevice, HardwareReport
 from engine.hardware.recommend import recommend
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "hardware"
@@ -84,7 +85,7 @@ def test_fingerprint_is_stable_and_changes_with_gpu_driver_or_engine():
 @pytest.mark.parametrize("field", ["notes", "engine_devices"])
 def test_fingerprint_ignores_volatile_fields(field):
     a = report()
-    value = [{"free_mib": 1}] if field == "engine_devices" else ["x"]
+    value = [EngineDevice("CPU", "Xeon", "cpu", 1, 2)] if field == "engine_devices" else ["x"]
     assert a.fingerprint() == replace(a, **{field: value}).fingerprint()
 
 
@@ -136,7 +137,7 @@ def test_the_real_probe_sees_the_cpu_backend_and_its_fingerprint_is_stable():
 
     a, b = probe(), probe()
     assert a.ram_mib and a.cores >= 1
-    assert any(d["type"] == "cpu" for d in a.engine_devices)
+    assert any(d.type == "cpu" for d in a.engine_devices)
     assert a.fingerprint() == b.fingerprint()
 
 
@@ -195,3 +196,19 @@ def test_nvidia_gpus_come_from_nvml_with_nvidia_smi_as_fallback(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml([], fail_init=True))
     assert probe_mod._nvidia_gpus() == [GPU("nvidia", "NVIDIA RTX A6000", 49140, "560.94", "cuda")] * 2
     assert smi_calls and smi_calls[0][0] == "nvidia-smi"
+
+
+def test_the_json_the_app_reads_decodes_to_the_typed_report_with_its_fingerprint_and_recommendation():
+    """The app reads ``mtp-studio hardware --json``: the report's own fields typed, the CLI's additions (worked out
+    from the report) left out and worked out again the same."""
+    a = report(gpus=[GPU("nvidia", "RTX", 24000, "560.94", "cuda")],
+               engine={"llama_cpp_python": "0.3.36", "backend": "cpu", "cache_key": "k1",
+                       "loaded_backends": [{"name": "CPU", "library": "libggml-cpu-haswell.so"}]},
+               engine_devices=[EngineDevice("CPU", "Xeon", "cpu", 60000, 64000),
+                               EngineDevice("Vulkan0", "RTX", "gpu", 20000, 24000)])
+    data = {**a.to_json(), "fingerprint": a.fingerprint(), "recommendation": {"backend": "cuda"}}
+    b = HardwareReport.from_json(json.loads(json.dumps(data)))
+    assert b == a and b.fingerprint() == a.fingerprint() and recommend(b) == recommend(a)
+    assert b.backend == "cpu" and b.engine_version == "0.3.36"
+    assert [d.name for d in b.gpu_devices] == ["Vulkan0"]
+    assert [(lb.name, lb.library) for lb in b.loaded_backends] == [("CPU", "libggml-cpu-haswell.so")]
