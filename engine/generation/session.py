@@ -51,11 +51,11 @@ class Session:
         self.placement: Placement | None = None
         model_kwargs: dict[str, Any] = {"n_gpu_layers": options.n_gpu_layers}
         if options.rpc:
-            from engine.generation.placement import plan
+            from engine.generation.placement import plan as place
 
-            self.placement = plan(options.rpc, block_count=self.facts.block_count,
-                                  mtp_blocks=self.facts.nextn_layers if mtp_in_target else 0,
-                                  tensor_split=options.tensor_split, main_device=options.main_device)
+            self.placement = place(options.rpc, block_count=self.facts.block_count,
+                                   mtp_blocks=self.facts.nextn_layers if mtp_in_target else 0,
+                                   tensor_split=options.tensor_split, main_device=options.main_device)
             model_kwargs = self.placement.model_kwargs()
         self.model = Model(plan.path, load_mtp=mtp_in_target, **model_kwargs)
         self.mtp_model: Model | None = None
