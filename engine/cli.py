@@ -4,6 +4,7 @@ runs here without a screen; the GUI is one more client of the same engine."""
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import sys
 from collections.abc import Callable
@@ -103,12 +104,21 @@ def cmd_chat(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    try:
+        images = [Path(path).read_bytes() for path in args.image or ()]
+    except OSError as exc:
+        print(f"error: cannot read the image {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
+    if images and not args.mmproj:
+        print("error: --image needs the model's vision projector: --mmproj mmproj-….gguf", file=sys.stderr)
+        return 2
     stderr = sys.stderr if args.verbose else None
     with WorkerClient(stderr=stderr) as client:
         loaded = client.call(
             P.LoadRequest(id=client.new_id(), options=P.LoadOptions(
                 path=args.model, n_ctx=args.ctx, n_threads=args.threads, n_threads_draft=args.threads_draft,
-                n_gpu_layers=args.gpu_layers, mtp=args.mtp, sidecar=args.sidecar, **rpc_load_fields(args)))
+                n_gpu_layers=args.gpu_layers, mtp=args.mtp, sidecar=args.sidecar, mmproj=args.mmproj,
+                **rpc_load_fields(args)))
         )[-1]
         if isinstance(loaded, P.ErrorEvent):
             print(f"error: {loaded.message}", file=sys.stderr)
@@ -118,7 +128,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
             print(f"placement: {line}", file=sys.stderr)
         if not loaded.model.has_chat_template:
             print("(this model has no chat template: it continues your text)", file=sys.stderr)
-        content = {"prompt": args.prompt} if args.raw else {"messages": [{"role": "user", "content": args.prompt}]}
+        # the images first, then the question, as llama.cpp's mtmd-cli asks
+        text = "".join(f"{P.IMAGE_MARKER}\n" for _ in images) + args.prompt
+        content = {"prompt": text} if args.raw else {"messages": [{"role": "user", "content": text}]}
         try:
             speculative = (SpeculativeSettings(spec_mode(args), args.n_max, args.n_min, args.p_min,
                                                depth="adaptive" if args.adaptive else "fixed")
@@ -129,6 +141,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         request = P.GenerateRequestMsg(
             id=client.new_id(), **content, max_tokens=args.max_tokens, sampling=sampling,
             stop=args.stop or [], speculative=speculative,
+            images=[base64.b64encode(image).decode("ascii") for image in images],
         )
         client.send(request)
         final: P.DoneEvent | None = None
@@ -232,6 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     chat = sub.add_parser("chat", help="stream a reply in the terminal")
     chat.add_argument("prompt")
     _add_load_args(chat)
+    chat.add_argument("--mmproj", help="the model's vision projector (mmproj-*.gguf), to send images")
+    chat.add_argument("--image", action="append",
+                      help="an image file (PNG, JPEG, …) the prompt asks about, with --mmproj (repeatable)")
     _add_spec_args(chat)
     chat.add_argument("--max-tokens", type=int, default=256)
     _add_sampling_args(chat)

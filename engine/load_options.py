@@ -34,6 +34,8 @@ class LoadOptions:
     rpc: tuple[str, ...] = ()
     tensor_split: tuple[float, ...] = ()  # one share per device: remote ones first, this machine last
     main_device: int | None = None  # the whole model on that device instead of a split
+    # a vision projector (mmproj-*.gguf) loaded with the model: it then takes images (docs/vision.md)
+    mmproj: str | None = None
 
 
 def check_options(options: LoadOptions) -> None:

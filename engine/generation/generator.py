@@ -43,6 +43,7 @@ import numpy as np
 
 from engine.errors import ContextError
 from engine.generation import chat_template
+from engine.generation import images as vision
 from engine.generation.clock import PhaseClock
 from engine.generation.output import Output
 from engine.generation.session import Session
@@ -100,6 +101,9 @@ class GenerateRequest:
     # Keep the target's top-2 logit margin at every sampled token: how close
     # greedy decoding was to choosing another token (engine/speculative/identity.py).
     record_margins: bool = False
+    # encoded images (PNG, JPEG, …), one per image marker in the prompt or the messages' text, after any
+    # image parts of the messages (engine/generation/images.py); they need the session's projector
+    images: tuple[bytes, ...] = ()
 
 
 @dataclass
@@ -331,36 +335,49 @@ class Round:
     draft_s: float
     verify_s: float
     seconds: float = 0.0  # the whole round, drafting to rollback
+    started: float = 0.0  # perf_counter() when it began
+    row0: int = 0  # its first row in the verify batch (several sequences may share one)
 
 
 class _Decoder:
     """One generation's decode state: where the target stands, what it holds, what was recorded."""
 
     def __init__(self, session: Session, request: GenerateRequest, spec: SpeculativeSettings, drafter: Drafter,
-                 policy: DepthPolicy, sampler: Sampler, out: Output, stats: GenerationStats) -> None:
+                 policy: DepthPolicy, sampler: Sampler, out: Output, stats: GenerationStats, seq: int = 0) -> None:
         self.session, self.request, self.spec = session, request, spec
         self.drafter, self.policy, self.sampler, self.out, self.stats = drafter, policy, sampler, out, stats
         self.target, self.model = session.target, session.model
-        self.rollback = TargetRollback(self.target, session.rollback_strategy if spec.enabled else "kv")
+        self.seq = seq  # its sequence in the contexts (a multi-sequence session holds several)
+        self.rollback = TargetRollback(self.target, session.rollback_strategy if spec.enabled else "kv", seq)
         self.batch = Batch(max(self.target.n_batch, MAX_DRAFT + 1))
         self.clock = PhaseClock(stats.phase_seconds)
         self.kept: list[int] = []  # what the target context holds, position by position
         self.pos0 = 0  # the position of id_last
+        # KV cells beyond positions: an image takes a cell per row but fewer positions (M-RoPE)
+        self.cells_past_pos = 0
+        self.pictured = False  # the prompt had images: the prefix cache cannot describe the context
         self.id_last = -1
         self.result = GenerateResult(text="", tokens=[], finish_reason="stop", stats=stats)
         self.last_stats = time.perf_counter()
 
-    def prefill(self, tokens: list[int], on_prefill: PrefillCallback | None, should_stop: Callable[[], bool]) -> None:
-        """Decode the prompt (what the context already holds is reused), then sample the first token."""
+    def prefill(self, tokens: list[int], on_prefill: PrefillCallback | None, should_stop: Callable[[], bool],
+                pictures: vision.ImagePrompt | None = None) -> None:
+        """Decode the prompt (what the context already holds is reused), then sample the first token.
+
+        ``pictures``: the prompt has images; it is decoded by :func:`vision.prefill` instead, from an
+        empty context, and the loop goes on from its positions."""
         t0 = time.perf_counter()
-        held = self.request.hold_last_prompt_token and len(tokens) > 1
+        held = self.request.hold_last_prompt_token and len(tokens) > 1 and pictures is None
         prefill = tokens[:-1] if held else tokens
-        reused, self.kept, cancelled = _prefill(self.session, self.drafter, self.spec, prefill, self.batch,
-                                                on_prefill, should_stop)
-        self.stats.prompt_reused = reused
+        if pictures is not None:
+            cancelled = self._prefill_pictures(pictures, on_prefill, should_stop)
+        else:
+            reused, self.kept, cancelled = _prefill(self.session, self.drafter, self.spec, prefill, self.batch,
+                                                    on_prefill, should_stop)
+            self.stats.prompt_reused = reused
+            self.pos0 = len(prefill)
         # the drafter's catch-up on the prompt is its own phase, not prefill
         self.stats.phase_seconds["prefill"] = time.perf_counter() - t0 - self.drafter.seconds["catch_up"]
-        self.pos0 = len(prefill)
         self.stats.t_first_token = time.perf_counter()
         if cancelled:
             self.out.finish = "cancelled"
@@ -371,13 +388,41 @@ class _Decoder:
             self.id_last = self.sampler.sample(self.target.handle, row)
             self.out.push(self.id_last, False, self._margin(row), self._logprob(row, self.id_last))
 
+    def _prefill_pictures(self, pictures: vision.ImagePrompt, on_prefill: PrefillCallback | None,
+                          should_stop: Callable[[], bool]) -> bool:
+        """Decode a prompt with images; positions run apart from cells from here on. Whether cancelled."""
+        assert self.session.projector is not None  # vision.render_request checked it
+        self.pictured = True
+        self.session.prefix.forget()  # it cannot describe image rows
+        self.drafter.begin(self.spec)
+        with self.session.projector.tokenize(pictures.text, pictures.images,
+                                             add_special=pictures.add_special) as chunks:
+            done = vision.prefill(self.target, chunks, self.batch, on_prefill, should_stop)
+        self.sampler.accept_prompt(done.text_tokens)
+        self.stats.prompt_tokens = done.n_cells
+        self.pos0, self.cells_past_pos = done.n_pos, done.n_cells - done.n_pos
+        return done.cancelled
+
     def room(self) -> int:
         """Drafts that still fit after id_last, in the reply and the context (-1: the context is full)."""
-        ctx_room = self.target.n_ctx - 1 - self.pos0
+        ctx_room = self.target.n_ctx - 1 - self.pos0 - self.cells_past_pos
         return ctx_room if ctx_room < 0 else min(self.request.max_tokens - len(self.out.tokens) - 1, ctx_room)
 
     def round(self, room: int) -> Round:
         """Draft, verify on the target, sample each row until a draft is rejected, roll the rest back."""
+        rnd = self.propose(room)
+        self.batch.clear()
+        self.add_rows(rnd, self.batch)
+        t_verify = time.perf_counter()
+        self.target.decode(self.batch)
+        self.sample(rnd, time.perf_counter() - t_verify)
+        self.close_round(rnd)
+        return rnd
+
+    # A round in steps, so a multi-sequence engine (engine/generation/parallel.py) can verify
+    # several sequences' rounds in one target decode: propose, add_rows, (decode), sample, close_round.
+    def propose(self, room: int) -> Round:
+        """The policy's depth and the drafter's draft for this round."""
         t_round = time.perf_counter()
         n = self.policy.choose(room)
         draft_s = self.drafter.seconds["draft"]
@@ -386,32 +431,43 @@ class _Decoder:
         shadow: list[int] = []
         if drafts and self.policy.shadow_probe:
             shadow, drafts = drafts, []
-        verified = [self.id_last, *drafts]
-        self.batch.clear()
-        for k, tok in enumerate(verified):
-            self.batch.add(tok, self.pos0 + k, True)
+        return Round(drafts, shadow, [], 0, [], [], draft_s, 0.0, started=t_round)
+
+    def add_rows(self, rnd: Round, batch: Batch) -> None:
+        """Put ``[id_last, drafts...]`` in the verify batch (from its row ``rnd.row0``)."""
+        rnd.row0 = batch.n
+        for k, tok in enumerate([self.id_last, *rnd.drafts]):
+            batch.add(tok, self.pos0 + k, True, self.seq)
         with self.clock("rollback"):
-            self.rollback.before_verify(len(drafts))
-        with self.clock("verify") as verify:
-            self.target.decode(self.batch)
-        self.drafter.verified(verified, self.pos0)
-        rnd = Round(drafts, shadow, [], 0, [], [], draft_s, verify.seconds)
+            self.rollback.before_verify(len(rnd.drafts))
+
+    def sample(self, rnd: Round, verify_s: float) -> None:
+        """After the verify decode: sample each row in order until a draft is rejected. Reads the
+        decode's rows only (nothing decodes on the target before every sequence has sampled)."""
+        rnd.verify_s = verify_s
+        self.stats.phase_seconds["verify"] += verify_s
+        verified = [self.id_last, *rnd.drafts]
+        self.drafter.verified(verified, self.pos0, rnd.row0)
         with self.clock("sampling"):
             for k in range(len(verified)):
-                tok = self.sampler.sample(self.target.handle, k)
+                row = rnd.row0 + k
+                tok = self.sampler.sample(self.target.handle, row)
                 rnd.tokens.append(tok)
-                rnd.margins.append(self._margin(k))
-                rnd.logprobs.append(self._logprob(k, tok))
-                if not accepts_draft(k, tok, drafts, self.model.is_eog):
+                rnd.margins.append(self._margin(row))
+                rnd.logprobs.append(self._logprob(row, tok))
+                if not accepts_draft(k, tok, rnd.drafts, self.model.is_eog):
                     break
                 rnd.accepted += 1
+
+    def close_round(self, rnd: Round) -> None:
+        """Keep the accepted rows, roll the rejected ones back on both contexts."""
+        verified = [self.id_last, *rnd.drafts]
         self.kept.extend(verified[:rnd.accepted + 1])
-        if drafts:
+        if rnd.drafts:
             with self.clock("rollback"):
                 self.rollback.after_verify(verified, self.pos0, rnd.accepted)
         self.drafter.accept(rnd.accepted, self.pos0)
-        rnd.seconds = time.perf_counter() - t_round
-        return rnd
+        rnd.seconds = time.perf_counter() - rnd.started
 
     def learn(self, rnd: Round) -> None:
         """Count the round and tell the policy what it measured."""
@@ -450,7 +506,10 @@ class _Decoder:
 
     def finish(self, prompt_mode: str, on_stats: StatsCallback | None) -> GenerateResult:
         """Keep what the contexts hold for the next prompt; close the text and the statistics."""
-        _keep(self.session, self.drafter, self.kept)
+        if self.pictured:
+            self.session.prefix.forget()
+        else:
+            _keep(self.session, self.drafter, self.kept)
         out, stats = self.out, self.stats
         out.close()
         self._book_drafter()
@@ -497,20 +556,27 @@ def generate(
     Raises:
         ContextError: the prompt does not fit the context, or a decode failed.
     """
-    # the one place a request's settings meet the model's limits; plain decoding is a drafter too
-    spec, drafter, session_policy = session.speculation(request.speculative)
+    # the one place a request's settings meet the model's limits; plain decoding is a drafter too.
+    # After an image MTP does not run yet (docs/vision.md): a request with images decodes plainly
+    pictured = vision.has_images(request)
+    spec, drafter, session_policy = session.speculation(SPECULATION_OFF if pictured else request.speculative)
     policy = policy or session_policy
     policy.new_reply(drafter.shadow_probes)
     stats = GenerationStats(settings=spec, rollback=session.rollback_strategy if spec.enabled else "none")
     try:
         if should_stop():  # cancelled while it waited: not even the prompt is worth reading
             raise chat_template.RenderCancelled()
-        tokens, prompt_mode, opens_thinking = _render(session, request, should_stop)
+        if pictured:  # rendered here, decoded by the prefill (its text tokens enter the sampler there)
+            pictures = vision.render_request(session, request, should_stop, max_prompt_chars(session.target.n_ctx))
+            tokens, prompt_mode, opens_thinking = [], pictures.mode, pictures.opens_thinking
+        else:
+            pictures = None
+            tokens, prompt_mode, opens_thinking = _render(session, request, should_stop)
     except chat_template.RenderCancelled:
         templated = request.messages is not None and bool(request.template or session.facts.chat_template)
         return _ended_early(stats, "cancelled", chat_template.TEMPLATE if templated else chat_template.COMPLETION,
                             on_stats)
-    tokens = tokens or [session.model.bos]
+    tokens = tokens or ([] if pictured else [session.model.bos])
     if len(tokens) + 1 >= session.target.n_ctx:
         raise ContextError(f"The prompt has {len(tokens)} tokens; the context holds {session.target.n_ctx}. "
                            "Shorten the conversation or raise the context size.")
@@ -525,7 +591,7 @@ def generate(
     drafter.draft_margins = [] if request.record_drafts else None
     decoder = _Decoder(session, request, spec, drafter, policy, sampler, out, stats)
     try:
-        decoder.prefill(tokens, on_prefill, should_stop)
+        decoder.prefill(tokens, on_prefill, should_stop, pictures)
         while out.finish is None:
             if should_stop():
                 out.finish = "cancelled"

@@ -282,7 +282,9 @@ class ImagePrompt:
 def render(session: Session, projector: Projector, *, messages: Sequence[dict[str, Any]] | None = None,
            prompt: str | None = None, images: Sequence[bytes] = (), template: str | None = None,
            tools: Sequence[dict[str, Any]] | None = None, template_kwargs: dict[str, Any] | None = None,
-           allow_files: bool = False) -> ImagePrompt:
+           allow_files: bool = False, continue_final_message: bool = False,
+           max_chars: int = chat_template.MAX_CHARS,
+           should_stop: Callable[[], bool] = lambda: False) -> ImagePrompt:
     """The prompt of a request with images, as the projector tokenizes it.
 
     Chat messages: image parts become markers (:func:`split_image_parts`, images read by
@@ -298,9 +300,32 @@ def render(session: Session, projector: Projector, *, messages: Sequence[dict[st
     rendered = chat_template.render(
         flat, template or session.facts.chat_template,
         bos_token=model.token_text(model.bos) if model.add_bos else "", eos_token=model.token_text(model.eos),
-        tools=list(tools) if tools else None, extra=template_kwargs)
+        tools=list(tools) if tools else None, extra=template_kwargs,
+        continue_final_message=continue_final_message, max_chars=max_chars, should_stop=should_stop)
     return ImagePrompt(rendered.text, (*found, *images), not rendered.has_bos, rendered.mode,
                        rendered.opens_thinking)
+
+
+NO_PROJECTOR = ("This model has no vision projector loaded, so it cannot take images. Load it with its "
+                "mmproj-*.gguf (from the model's repository) to send images.")
+
+
+def render_request(session: Session, request: Any, should_stop: Callable[[], bool] = lambda: False,
+                   max_chars: int = chat_template.MAX_CHARS) -> ImagePrompt:
+    """A ``GenerateRequest`` with images rendered for the session's projector (the generator's prefill
+    tokenizes and decodes it).
+
+    Raises:
+        ImageError: no projector is loaded, or an image is refused.
+        TemplateError, chat_template.RenderCancelled: as the chat template renders.
+    """
+    projector = session.projector
+    if projector is None:
+        raise ImageError(NO_PROJECTOR)
+    return render(session, projector, messages=request.messages, prompt=request.prompt,
+                  images=getattr(request, "images", ()), template=request.template, tools=request.tools,
+                  template_kwargs=request.template_kwargs, continue_final_message=request.continue_final_message,
+                  max_chars=max_chars, should_stop=should_stop)
 
 
 def has_images(request: Any) -> bool:
@@ -327,8 +352,7 @@ def generate_request(session: Session, projector: Projector | None, request: Any
     from engine.speculative.stats import GenerationStats
 
     if projector is None:
-        raise ImageError("This model has no vision projector loaded, so it cannot take images. Load it with "
-                         "its mmproj-*.gguf (from the model's repository) to send images.")
+        raise ImageError(NO_PROJECTOR)
     stats = GenerationStats()
     prompt = render(session, projector, messages=request.messages, prompt=request.prompt,
                     images=getattr(request, "images", ()), template=request.template, tools=request.tools,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from engine.errors import ModelFileError, SpeculativeUnavailable
+from engine.errors import ModelFileError, ProjectorError, SpeculativeUnavailable
 from engine.gguf import facts as gguf_info
 from engine.gguf import sidecar
 from engine.load_options import LoadOptions, check_options
@@ -51,6 +51,7 @@ class LoadPlan:
             ModelFileError: a file that cannot be opened or is not a GGUF model.
             SidecarMismatch: the sidecar named was made for another model (it was
                 asked for explicitly, so this is an error, not a plain load).
+            ProjectorError: the projector named is not one, or does not fit the target.
         """
         check_options(options)
         if options.path is None:
@@ -73,7 +74,29 @@ class LoadPlan:
             except SpeculativeUnavailable as exc:  # the model loads without MTP and says why
                 reason = str(exc)
                 want_mtp = False
+        if options.mmproj:
+            check_projector(options.path, options.mmproj)
         return cls(options, facts, sidecar_facts, mtp_in_target, want_mtp, reason)
+
+
+def check_projector(target: str, mmproj: str) -> None:
+    """Refuse a projector that is not one, or does not fit the target, from both headers (the doctor's
+    findings), before the loaded model is let go of.
+
+    Raises:
+        ProjectorError: naming what does not fit.
+    """
+    from engine.store.projectors import diagnose_projector
+
+    try:
+        diagnosis = diagnose_projector(target, mmproj)
+    except ModelFileError as exc:
+        raise ProjectorError(str(exc)) from None
+    except OSError as exc:
+        raise ProjectorError(f"Cannot open the projector {mmproj}: {exc.strerror or exc}.") from None
+    if not diagnosis.ok:
+        errors = [f.text for f in diagnosis.findings if f.severity == "error"]
+        raise ProjectorError(f"{diagnosis.verdict()} {' '.join(errors)}")
 
 
 def read_facts(path: str | Path) -> gguf_info.GGUFFacts:

@@ -12,6 +12,7 @@ from engine.generation.load_plan import LoadPlan
 from engine.generation.prefix_cache import PrefixCache
 from engine.load_options import LoadOptions, check_options  # LoadOptions: benches and tests import it from here
 from engine.runtime import Context, ContextParams, Model
+from engine.runtime.mtmd import Projector
 from engine.speculative import rollback
 from engine.speculative.adaptive import AdaptiveDepth
 from engine.speculative.compose import ComposeDrafter
@@ -77,12 +78,17 @@ class Session:
         # adaptive depth per (mode, n_max): what it measured (costs, acceptance) carries over to the next reply
         self._depth_policies: dict[tuple[str, int, int, int], AdaptiveDepth] = {}
         self.plain_drafter = PlainDrafter()
-        if want_mtp:
-            try:
+        # the vision projector, when the load names one: the model then takes images (engine/generation/images.py)
+        self.projector: Projector | None = None
+        try:
+            if want_mtp:
                 self._init_mtp(mtp_in_target)
-            except Exception:
-                self.close()
-                raise
+            if options.mmproj:
+                self.projector = Projector(options.mmproj, self.model, n_threads=options.n_threads,
+                                           use_gpu=options.n_gpu_layers != 0)
+        except Exception:
+            self.close()
+            raise
 
     def _target_params(self, drafts: bool) -> ContextParams:
         """Target context settings: drafting adds per-token recurrent snapshots
@@ -219,6 +225,8 @@ class Session:
                 "n_rs_seq": self.target.n_rs_seq,
                 "sidecar": str(Path(self.options.sidecar)) if self.options.sidecar else None,
                 "placement": self.placement.lines if self.placement else [],
+                "mmproj": str(self.projector.path) if self.projector is not None else None,
+                "vision": self.projector is not None and self.projector.vision,
             }
         )
         return facts
@@ -230,6 +238,9 @@ class Session:
         self.close()
 
     def close(self) -> None:
+        if getattr(self, "projector", None) is not None:  # before the model it was loaded against
+            self.projector.close()
+            self.projector = None
         if self.ngram_drafter is not None:
             self.ngram_drafter.close()
             self.ngram_drafter = self._composed = None

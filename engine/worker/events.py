@@ -64,6 +64,8 @@ class ModelInfo:
     placement: list[str] | None = None  # with RPC servers: which device holds which blocks
     # the tool-call syntax its chat template uses (engine/generation/tool_calls.py), None: no tools
     tool_syntax: str | None = None
+    mmproj: str | None = None  # the vision projector loaded with it
+    vision: bool = False  # it takes images (a projector that encodes them is loaded)
 
     @property
     def can_draft(self) -> bool:

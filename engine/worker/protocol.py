@@ -5,7 +5,7 @@ Requests (app -> worker, here) and events (worker -> app,
 ``decode_event`` refuse anything malformed with a :class:`ProtocolError`
 naming the field; nothing is guessed at.
 
-Version 5 (what each version added: at PROTOCOL_VERSION):
+Version 6 (what each version added: at PROTOCOL_VERSION):
   requests  load, generate, tokenize, cancel, unload, shutdown
   events    ready (the handshake), loaded, prefill (prompt progress), token,
             stats, done, tokens (answers tokenize), error, ack (ends a cancel), unloaded, bye
@@ -57,7 +57,11 @@ from engine.worker.fields import build
 #    generate takes continue_final_message (Continue: the last message is the reply to go on from);
 #    load carries its options whole ("options": {path, n_ctx, n_threads, ...})
 #    stats carry the speculative settings that ran ("settings") instead of a "mode" label
-PROTOCOL_VERSION = 5
+# 6: generate takes images (base64, one per IMAGE_MARKER in the prompt or the messages' text); load options
+#    take mmproj (a vision projector) and the loaded model says whether it takes images ("vision")
+PROTOCOL_VERSION = 6
+# where an image goes in a generate request's text: mtmd's default marker (the projector's own)
+IMAGE_MARKER = "<__media__>"
 HANDSHAKE_TIMEOUT_S = 60.0  # the first import of llama_cpp can be slow on a cold disk
 
 
@@ -144,6 +148,9 @@ class GenerateRequestMsg:
     # send the text of the reply's <think> block as token events marked reasoning (the server's APIs
     # carry it apart; the app shows the reply as written)
     split_reasoning: bool = False
+    # encoded images (PNG, JPEG, …) as base64, one per IMAGE_MARKER in the prompt or the messages'
+    # text, in order; the model must have a projector loaded (ModelInfo.vision)
+    images: list[str] = field(default_factory=list)
     type: str = "generate"
 
     def __post_init__(self) -> None:

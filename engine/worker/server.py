@@ -319,7 +319,17 @@ class Worker:
         if self.session is None:
             raise NoModelLoaded("No model is loaded; send a load request first.")
         check_generate(request)
-        if request.speculative.uses_mtp and self.session.mtp_drafter is None:
+        pictures = decode_images(request.images)
+        if pictures and self.session.projector is None:
+            from engine.errors import ImageError
+            from engine.generation.images import NO_PROJECTOR
+
+            raise ImageError(NO_PROJECTOR)
+        if pictures and request.speculative.enabled:
+            from engine.generation.images import MTP_OFF_WITH_IMAGES
+
+            self.out.send(ErrorEvent(request.id, "speculative_unavailable", MTP_OFF_WITH_IMAGES, final=False))
+        elif request.speculative.uses_mtp and self.session.mtp_drafter is None:
             notice = self.session.mtp_unavailable_reason or "This model has no MTP head."
             notice += " Drafting with n-grams only." if request.speculative.uses_ngram else " Decoding plainly."
             self.out.send(ErrorEvent(request.id, "speculative_unavailable", notice, final=False))
@@ -345,6 +355,7 @@ class Worker:
             template_kwargs=request.template_kwargs,
             continue_final_message=request.continue_final_message,
             split_reasoning=request.split_reasoning,
+            images=pictures,
         )
         self.current = request.id
         try:
@@ -373,6 +384,24 @@ def say(text: str) -> None:
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.write(text if text.endswith("\n") else text + "\n")
         sys.stderr.flush()
+
+
+def decode_images(images: list[str]) -> tuple[bytes, ...]:
+    """The encoded images of a generate request, from their base64.
+
+    Raises:
+        ProtocolError: naming the image whose base64 does not decode.
+    """
+    import base64
+    import binascii
+
+    out = []
+    for i, text in enumerate(images):
+        try:
+            out.append(base64.b64decode(text, validate=True))
+        except (binascii.Error, ValueError):
+            raise ProtocolError(f"generate.images[{i}] is not base64; send each image file as base64 text") from None
+    return tuple(out)
 
 
 def check_generate(request: GenerateRequestMsg) -> None:

@@ -24,7 +24,7 @@ def test_sampling_travels_whole_with_llama_cpps_names():
 def test_a_version_4_request_with_flat_sampling_fields_is_refused_by_name():
     with pytest.raises(ProtocolError, match=r"unknown field\(s\) \['seed', 'temperature'\]"):
         P.decode_request('{"type": "generate", "id": "a", "prompt": "x", "temperature": 0.5, "seed": 3}')
-    assert P.PROTOCOL_VERSION == 5
+    assert P.PROTOCOL_VERSION == 6
 
 
 def test_generate_request_round_trips_through_json():
@@ -127,3 +127,12 @@ def test_bytes_that_are_not_utf8_are_a_protocol_error():
 def test_cancel_is_acknowledged_with_a_final_event():
     ack = P.AckEvent("c1", target="g1")
     assert P.decode_event(P.encode(ack)) == ack and P.is_final(ack)
+
+
+def test_images_travel_as_base64_beside_markers_in_the_text():
+    msg = P.GenerateRequestMsg(id="i", prompt=f"{P.IMAGE_MARKER} What is this?", images=["iVBORw0KGgo="])
+    assert P.decode_request(P.encode(msg)) == msg
+    with pytest.raises(ProtocolError, match=r"generate.images\[0\]: expected a string"):
+        P.decode_request('{"type": "generate", "id": "a", "prompt": "x", "images": [3]}')
+    load = P.decode_request('{"type": "load", "id": "l", "options": {"path": "m.gguf", "mmproj": "mmproj-m.gguf"}}')
+    assert load.options.mmproj == "mmproj-m.gguf"
