@@ -13,7 +13,6 @@ space), Quit without saving, or Cancel (the app stays open and keeps retrying).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
 
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
@@ -42,6 +41,7 @@ from app.hardware_probe import HardwareProbe
 from app.model_controller import ModelController
 from app.model_picker import ModelPicker
 from app.models_page import ModelsPage
+from app.reply_values import ReplyValues, stored
 from app.settings import Settings
 from app.settings_dialog import SettingsDialog
 from app.theme import apply_qt_palette, palette_for
@@ -201,15 +201,15 @@ class MainWindow(QMainWindow):
             return
         conv = self.store.get(conv_id)
 
-        def save(values: dict[str, object], system_prompt: str) -> str:
+        def save(values: ReplyValues, system_prompt: str) -> str:
             try:
-                self.store.update(conv.id, settings=values, system_prompt=system_prompt)
+                self.store.update(conv.id, settings=stored(values), system_prompt=system_prompt)
             except NotSaved as exc:
                 return refusal(exc, "these settings were not saved. Free some space and press OK again, "
                                     "or Cancel to leave them as they were.")
             return ""
 
-        dialog = ChatSettingsDialog(asdict(self.chat.chat_values()), conv.system_prompt, self.client.max_draft, self,
+        dialog = ChatSettingsDialog(self.chat.chat_values(), conv.system_prompt, self.client.max_draft, self,
                                     auto=self.chat.profile_speculative, auto_speedup=self.chat.profile_speedup,
                                     save=save)
         dialog.exec()  # OK saves (and stays open while it cannot)

@@ -11,16 +11,19 @@ autotune profile in use, the draft rows show what autotune chose.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QSpinBox, QWidget
 
-from engine.sampling import PRESETS
+from app.reply_values import OLD_RANDOM_SEED, ReplyValues
+from engine.sampling import PRESETS, RANDOM_SEED, SamplingParams
 from engine.speculative.settings import SpeculativeSettings
 
+# the sampling rows a preset fills (the seed is not one of them)
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "presence_penalty",
                  "frequency_penalty")
-KEYS = ("sampling_preset", *SAMPLING_KEYS, "seed", "max_tokens", "speculative", "n_max", "p_min")
 CUSTOM = "custom"
 PRESET_LABELS = {"precise": "Precise", "balanced": "Balanced", "creative": "Creative", CUSTOM: "Custom"}
 PRESET_TIPS = {
@@ -69,7 +72,7 @@ ROWS: dict[str, tuple[str, str]] = {
 }
 
 
-def preset_for(values: dict[str, Any]) -> str:
+def preset_for(values: Mapping[str, float]) -> str:
     """The preset whose sampling values these are, else ``custom``."""
     for name, params in PRESETS.items():
         if all(abs(float(values[k]) - float(getattr(params, k))) < 1e-9 for k in SAMPLING_KEYS):
@@ -84,32 +87,37 @@ def _double(low: float, high: float, step: float, value: float, decimals: int = 
 
 
 class ReplyFields:
-    def __init__(self, form: QFormLayout, values: dict[str, Any], max_draft: int,
+    """The rows in ``form``, showing ``values``; :meth:`values` reads them back."""
+
+    def __init__(self, form: QFormLayout, values: ReplyValues, max_draft: int,
                  auto: SpeculativeSettings | None = None, auto_speedup: float | None = None) -> None:
+        sampling = values.sampling
         self.preset = QComboBox()
         for name, label in PRESET_LABELS.items():
             self.preset.addItem(label, name)
             self.preset.setItemData(self.preset.count() - 1, PRESET_TIPS[name], 3)  # 3: Qt.ToolTipRole
-        self.temperature = _double(0.0, 5.0, 0.1, values["temperature"])
-        self.top_k = QSpinBox(minimum=0, maximum=100000, value=values["top_k"])
-        self.top_p = _double(0.0, 1.0, 0.05, values["top_p"])
-        self.min_p = _double(0.0, 1.0, 0.01, values["min_p"])
-        self.repeat_penalty = _double(0.5, 3.0, 0.05, values["repeat_penalty"])
-        self.repeat_last_n = QSpinBox(minimum=-1, maximum=1 << 20, value=values["repeat_last_n"])
-        self.presence_penalty = _double(-2.0, 2.0, 0.1, values["presence_penalty"])
-        self.frequency_penalty = _double(-2.0, 2.0, 0.1, values["frequency_penalty"])
-        self.seed = QSpinBox(minimum=-1, maximum=MAX_SPIN_SEED, value=min(values["seed"], MAX_SPIN_SEED))
+        self.temperature = _double(0.0, 5.0, 0.1, sampling.temperature)
+        self.top_k = QSpinBox(minimum=0, maximum=100000, value=sampling.top_k)
+        self.top_p = _double(0.0, 1.0, 0.05, sampling.top_p)
+        self.min_p = _double(0.0, 1.0, 0.01, sampling.min_p)
+        self.repeat_penalty = _double(0.5, 3.0, 0.05, sampling.repeat_penalty)
+        self.repeat_last_n = QSpinBox(minimum=-1, maximum=1 << 20, value=sampling.repeat_last_n)
+        self.presence_penalty = _double(-2.0, 2.0, 0.1, sampling.presence_penalty)
+        self.frequency_penalty = _double(-2.0, 2.0, 0.1, sampling.frequency_penalty)
+        # the box's -1 ("random") is the engine's RANDOM_SEED
+        seed = OLD_RANDOM_SEED if sampling.seed == RANDOM_SEED else min(sampling.seed, MAX_SPIN_SEED)
+        self.seed = QSpinBox(minimum=OLD_RANDOM_SEED, maximum=MAX_SPIN_SEED, value=seed)
         self.seed.setSpecialValueText("random")
-        self.max_tokens = QSpinBox(minimum=1, maximum=32768, value=values["max_tokens"])
+        self.max_tokens = QSpinBox(minimum=1, maximum=32768, value=values.max_tokens)
         self.speculative = QComboBox()
         self.speculative.addItems(["auto", "mtp", "ngram", "mtp+ngram", "off"])
-        self.speculative.setCurrentText(values["speculative"])
-        self.n_max = QSpinBox(minimum=1, maximum=max(1, max_draft), value=values["n_max"])
-        self.p_min = _double(0.0, 1.0, 0.05, values["p_min"])
+        self.speculative.setCurrentText(values.speculative)
+        self.n_max = QSpinBox(minimum=1, maximum=max(1, max_draft), value=values.n_max)
+        self.p_min = _double(0.0, 1.0, 0.05, values.p_min)
         self.auto_note = QLabel("")
         self.auto_note.setWordWrap(True)
         self.auto, self.auto_speedup = auto, auto_speedup
-        self._own = {"n_max": values["n_max"], "p_min": values["p_min"]}  # the user's, while auto shows autotune's
+        self._own = {"n_max": values.n_max, "p_min": values.p_min}  # the user's, while auto shows autotune's
         for key, (label, tip) in ROWS.items():
             widget: QWidget = self.preset if key == "sampling_preset" else getattr(self, key)
             widget.setToolTip(tip)
@@ -118,7 +126,7 @@ class ReplyFields:
             form.addRow(row_label, widget)
             if key == "p_min":
                 form.addRow("", self.auto_note)
-        self._select_preset(preset_for(values))  # the values decide: a stored name may be stale
+        self._select_preset(preset_for(asdict(sampling)))  # the values decide, not a stored name
         self.preset.currentIndexChanged.connect(self._on_preset)
         for key in SAMPLING_KEYS:
             getattr(self, key).valueChanged.connect(self._on_value)
@@ -178,8 +186,10 @@ class ReplyFields:
             else f"draft depth {self.auto.n_max}"
         return f"<small>Autotune chose {depth}{gate} for this model{speed}.</small>"
 
-    def values(self) -> dict[str, Any]:
+    def values(self) -> ReplyValues:
         own = self._own if not self.n_max.isEnabled() and self.speculative.currentText() == "auto" \
             else {"n_max": self.n_max.value(), "p_min": self.p_min.value()}
-        return {"sampling_preset": self.preset.currentData(), **self._sampling_values(), "seed": self.seed.value(),
-                "max_tokens": self.max_tokens.value(), "speculative": self.speculative.currentText(), **own}
+        seed = self.seed.value()
+        sampling = SamplingParams(**self._sampling_values(), seed=RANDOM_SEED if seed == OLD_RANDOM_SEED else seed)
+        return ReplyValues(sampling=sampling, max_tokens=self.max_tokens.value(),
+                           speculative=self.speculative.currentText(), **own)

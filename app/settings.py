@@ -8,9 +8,11 @@ kept aside under a name of its own (``settings.unreadable-<time>.json``); a
 field of the wrong type or out of range takes its default alone. Either way
 :meth:`Settings.read` returns a notice for the user.
 
-Files from older versions keep loading: a field they lack takes its default,
-and a file written before sampling presets existed whose sampling values are
-the old defaults (greedy, which made small models loop) moves to the default
+Files from older versions keep loading: a field they lack takes its default;
+sampling written flat (before it was one nested :class:`SamplingParams`,
+seed -1 for random) reads as the same values (:mod:`app.reply_values`); and
+a file written before sampling presets existed whose sampling values are the
+old defaults (greedy, which made small models loop) moves to the default
 preset, since those values were never a choice.
 """
 
@@ -24,16 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.reply_values import REPLY_FIELDS, ReplyValues, read_sampling
 from app.set_aside import set_aside
 from app.settings_check import acceptable, same_type
 from engine import paths
 from engine.hardware import default_threads
-from engine.sampling import DEFAULT_PRESET, PRESETS
+from engine.sampling import DEFAULT_PRESET, PRESETS, SamplingParams
 
-_DEFAULT = PRESETS[DEFAULT_PRESET]
 # The sampling values every settings file had before presets existed: untouched, not chosen.
 _OLD_DEFAULTS = {"temperature": 0.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
-RANDOM = -1  # the app's seed for "a new one each reply"
 
 FILE_NAME = "settings.json"
 
@@ -50,16 +51,9 @@ class Settings:
     rpc_servers: str = ""  # ggml RPC servers, "host:port,…": the trunk is split across them (docs/multi-machine.md)
     theme: str = "system"  # system | light | dark
     max_tokens: int = 512
-    sampling_preset: str = DEFAULT_PRESET  # precise | balanced | creative | custom (engine.sampling.PRESETS)
-    temperature: float = _DEFAULT.temperature
-    top_k: int = _DEFAULT.top_k
-    top_p: float = _DEFAULT.top_p
-    min_p: float = _DEFAULT.min_p
-    repeat_penalty: float = _DEFAULT.repeat_penalty
-    repeat_last_n: int = _DEFAULT.repeat_last_n
-    presence_penalty: float = _DEFAULT.presence_penalty
-    frequency_penalty: float = _DEFAULT.frequency_penalty
-    seed: int = RANDOM  # -1: random; else the same seed and settings give the same reply
+    # a preset's values (engine.sampling.PRESETS) or the user's own; seed RANDOM_SEED: a new one each reply,
+    # else the same seed and settings give the same reply
+    sampling: SamplingParams = PRESETS[DEFAULT_PRESET]
     speculative: str = "auto"  # auto (the autotune profile, else MTP n_max 3) | off | mtp | ngram | mtp+ngram
     n_max: int = 3
     p_min: float = 0.0
@@ -102,8 +96,8 @@ class Settings:
         values: dict[str, Any] = {}
         reset: list[str] = []
         for key, value in data.items():
-            if key not in known:
-                continue  # a field a later version added, or one since removed
+            if key not in known or key == "sampling":
+                continue  # a field a later version added, or one since removed; the sampling below
             default = getattr(defaults, key)
             if not (same_type(value, default) and acceptable(key, value, default)):
                 reset.append(key)
@@ -111,16 +105,21 @@ class Settings:
             if isinstance(default, float):
                 value = float(value)  # JSON written by hand: 1 for 1.0
             values[key] = value
-        if "sampling_preset" not in data and all(values.get(k, v) == v for k, v in _OLD_DEFAULTS.items()):
-            for key in _OLD_DEFAULTS:
-                values.pop(key, None)
-        elif "sampling_preset" not in data:
-            values["sampling_preset"] = "custom"
+        values["sampling"], unusable = read_sampling(_unchosen_defaults_dropped(data), defaults.sampling)
+        reset += unusable
         notices = []
         if reset:
             notices.append(f"Some settings in {path} could not be used and were reset to their defaults: "
                            f"{', '.join(reset)}. Check them in Preferences.")
         return cls(**values), notices
+
+    def reply_values(self) -> ReplyValues:
+        """The preferences' sampling, length and speculation: what a chat's own settings go over."""
+        return ReplyValues(**{name: getattr(self, name) for name in REPLY_FIELDS})
+
+    def set_reply_values(self, values: ReplyValues) -> None:
+        for name in REPLY_FIELDS:
+            setattr(self, name, getattr(values, name))
 
     def save(self) -> None:
         """Write the settings file.
@@ -145,6 +144,16 @@ class Settings:
         except OSError as exc:
             return f"{exc.strerror or exc} ({self.path()})"
         return ""
+
+
+def _unchosen_defaults_dropped(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without the sampling values a file from before presets holds untouched
+    (flat, no preset name, the old defaults), so the default preset replaces them."""
+    if "sampling" in data or "sampling_preset" in data:
+        return data
+    if not all(data.get(k, v) == v for k, v in _OLD_DEFAULTS.items()):
+        return data
+    return {k: v for k, v in data.items() if k not in _OLD_DEFAULTS}
 
 
 def _set_aside(path: Path, why: str) -> str:

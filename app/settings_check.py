@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from app.text_check import is_text
-from engine.sampling import MAX_SEED, PRESETS
+from engine.sampling import MAX_SEED
 from engine.speculative.settings import MAX_DRAFT
 
 # (lowest, highest) for numbers; a set of the choices for words
@@ -26,7 +26,6 @@ RANGES: dict[str, tuple[float, float]] = {
 }
 CHOICES: dict[str, frozenset[str]] = {
     "theme": frozenset({"system", "light", "dark"}),
-    "sampling_preset": frozenset({*PRESETS, "custom"}),
     "speculative": frozenset({"auto", "off", "mtp", "ngram", "mtp+ngram"}),
 }
 

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.reply_fields import KEYS, ReplyFields
+from app.reply_fields import ReplyFields
 from app.settings import Settings
 from app.text_check import first_not_text, not_text_notice
 from app.theme import palette_for
@@ -68,7 +68,7 @@ class SettingsDialog(QDialog):
                                "the MTP head stays here. No authentication: trusted LAN or SSH tunnel only "
                                "(docs/multi-machine.md).</small>"))
         form.addRow("Theme", self.theme)
-        self.reply = ReplyFields(form, {k: getattr(settings, k) for k in KEYS}, max_draft, auto, auto_speedup)
+        self.reply = ReplyFields(form, settings.reply_values(), max_draft, auto, auto_speedup)
         form.addRow("System prompt for new chats", self.system_prompt)
         self.problem = QLabel()  # why OK did not close the dialog
         self.problem.setWordWrap(True)
@@ -96,12 +96,11 @@ class SettingsDialog(QDialog):
             self.threads.value(), self.ctx.value(), self.gpu_layers.value(), self.rpc_servers.text().strip())
         s.rpc_servers = self.rpc_servers.text().strip()
         reply = self.reply.values()
-        reload_needed |= (s.speculative == "off") != (reply["speculative"] == "off")
+        reload_needed |= (s.speculative == "off") != (reply.speculative == "off")
         s.n_threads = self.threads.value()
         s.n_ctx = self.ctx.value()
         s.n_gpu_layers = self.gpu_layers.value()
         s.theme = self.theme.currentText()
-        for key, value in reply.items():
-            setattr(s, key, value)
+        s.set_reply_values(reply)
         s.system_prompt = self.system_prompt.toPlainText()
         return reload_needed

@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -67,8 +68,7 @@ class SmokeTest(QObject):
         self.sent_at = 0.0
         self.first_token_s: float | None = None
         self.replies = 0
-        self.restore = {k: getattr(services.settings, k)
-                        for k in ("max_tokens", "temperature", "repeat_penalty", "sampling_preset")}
+        self.restore = {k: getattr(services.settings, k) for k in ("max_tokens", "sampling")}
         self.exit_code: int | None = None
         self._timeout = QTimer(self)
         self._timeout.setSingleShot(True)
@@ -95,8 +95,8 @@ class SmokeTest(QObject):
 
     def _send(self, text: str) -> None:
         settings = self.services.settings
-        settings.max_tokens, settings.temperature, settings.repeat_penalty = MAX_TOKENS, 0.0, 1.0
-        settings.sampling_preset = "custom"
+        settings.max_tokens = MAX_TOKENS
+        settings.sampling = replace(settings.sampling, temperature=0.0, repeat_penalty=1.0)
         self.step, self.first_token_s = "streaming", None
         self.window.composer.setPlainText(text)
         self.sent_at = time.time()

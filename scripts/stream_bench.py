@@ -16,6 +16,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 tmp = tempfile.mkdtemp(prefix="mtp-studio-stream-")
@@ -41,7 +42,7 @@ def main() -> int:
     services.settings.max_tokens = args.tokens
     services.settings.speculative = "mtp" if args.mtp else "off"
     # greedy and no penalty, as before presets existed: the same reply every run, so runs compare
-    services.settings.temperature, services.settings.repeat_penalty = 0.0, 1.0
+    services.settings.sampling = replace(services.settings.sampling, temperature=0.0, repeat_penalty=1.0)
     win = services.window
     win.resize(1280, 800)
 

@@ -1,6 +1,6 @@
 """Per-conversation settings: sampling, speculative decoding and the system
 prompt, stored with the conversation. Anything not set falls back to the
-app's preferences (and "auto" to the autotune profile).
+app's preferences (and "auto" to the autotune profile): app/reply_values.py.
 
 OK saves before the dialog closes: a system prompt that is not valid text, or
 a disk that refuses the write, keeps the dialog open with what was typed and
@@ -9,55 +9,21 @@ a line that says why."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLabel, QPlainTextEdit, QWidget
 
-from app.reply_fields import KEYS, SAMPLING_KEYS, ReplyFields
-from app.settings import Settings
+from app.reply_fields import ReplyFields
+from app.reply_values import ReplyValues
 from app.text_check import is_text, not_text_notice
 from app.theme import palette_for
-from engine.sampling import RANDOM_SEED, SamplingParams
 from engine.speculative.settings import SpeculativeSettings
 
 
-@dataclass(frozen=True)
-class ReplyValues:
-    """How a reply in one chat is sampled and drafted: its own settings over the preferences."""
-
-    sampling_preset: str  # precise | balanced | creative | custom: a name for the values below
-    temperature: float
-    top_k: int
-    top_p: float
-    min_p: float
-    repeat_penalty: float
-    repeat_last_n: int
-    presence_penalty: float
-    frequency_penalty: float
-    seed: int  # -1: random
-    max_tokens: int
-    speculative: str  # auto | mtp | ngram | mtp+ngram | off
-    n_max: int
-    p_min: float
-
-    def sampling(self) -> SamplingParams:
-        """The generate request's sampling; seed -1 is a new one per reply."""
-        fields = {k: getattr(self, k) for k in SAMPLING_KEYS}
-        return SamplingParams(**fields, seed=RANDOM_SEED if self.seed < 0 else self.seed)
-
-
-def effective(global_settings: Settings, chat: dict[str, Any]) -> ReplyValues:
-    """The values a reply in this chat uses: the chat's own, else the preferences'
-    (a chat saved before a field existed takes that field from the preferences)."""
-    return ReplyValues(**{k: chat.get(k, getattr(global_settings, k)) for k in KEYS})
-
-
 class ChatSettingsDialog(QDialog):
-    def __init__(self, values: dict[str, Any], system_prompt: str, max_draft: int,
+    def __init__(self, values: ReplyValues, system_prompt: str, max_draft: int,
                  parent: QWidget | None = None, auto: SpeculativeSettings | None = None,
                  auto_speedup: float | None = None,
-                 save: Callable[[dict[str, Any], str], str] | None = None) -> None:
+                 save: Callable[[ReplyValues, str], str] | None = None) -> None:
         """``save(values, system_prompt)``: store them; returns why it could not ("" when it did)."""
         super().__init__(parent)
         self._save = save
@@ -77,7 +43,7 @@ class ChatSettingsDialog(QDialog):
         buttons.rejected.connect(self.reject)
         form.addRow(buttons)
 
-    def values(self) -> dict[str, Any]:
+    def values(self) -> ReplyValues:
         return self.reply.values()
 
     def accept(self) -> None:

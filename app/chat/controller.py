@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from app.chat.chat_settings import ReplyValues, effective
 from app.chat.context_fit import Turn
 from app.chat.reply_saver import ReplySaver, refusal
 from app.chat.reply_stream import ReplyStream
@@ -43,6 +42,7 @@ from app.chat.stats_panel import StatsPanel
 from app.chat.store import ConversationStore, Message, NotSaved
 from app.chat.transcript import ShownMessage, TranscriptView
 from app.engine_client import EngineClient
+from app.reply_values import ReplyValues, effective
 from app.settings import Settings
 from app.text_check import is_text
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
@@ -298,7 +298,7 @@ class ChatController(QObject):
     def chat_values(self) -> ReplyValues:
         """This conversation's settings over the app's preferences."""
         chat = self.store.get(self.conversation_id).settings if self.conversation_id is not None else {}
-        return effective(self.settings, chat)
+        return effective(self.settings.reply_values(), chat)
 
     def speculative_settings(self, values: ReplyValues | None = None) -> SpeculativeSettings:
         """What this reply asks of the engine: the choice made into settings (app/chat/speculative_choice.py)."""
@@ -327,7 +327,7 @@ class ChatController(QObject):
         return self.client.generate(
             messages=turn.request_messages(), max_tokens=v.max_tokens, speculative=speculative,
             continue_final_message=turn.continuing,
-            sampling=v.sampling(),
+            sampling=v.sampling,
         )
 
 

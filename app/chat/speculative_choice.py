@@ -8,7 +8,7 @@ to plain steps where drafts do not pay), else off.
 
 from __future__ import annotations
 
-from app.chat.chat_settings import ReplyValues
+from app.reply_values import ReplyValues
 from engine.speculative.settings import ADAPTIVE, MODES, MTP, SPECULATION_OFF, SpeculativeSettings
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
@@ -18,7 +19,7 @@ def services(qtbot, isolated_dirs, tmp_path, monkeypatch) -> Iterator[object]:
     # Replies as the engine's defaults make them (greedy, no penalty): deterministic,
     # and as long as a test asks. The app's own default (Balanced: random, with a
     # repetition penalty) is tested where it is the point (tests/app/test_sampling_ui.py).
-    s.settings.temperature, s.settings.repeat_penalty, s.settings.sampling_preset = 0.0, 1.0, "custom"
+    s.settings.sampling = replace(s.settings.sampling, temperature=0.0, repeat_penalty=1.0)
     qtbot.addWidget(s.window)
     yield s
     s.client.stop()

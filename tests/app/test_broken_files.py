@@ -186,7 +186,7 @@ def test_settings_out_of_range_reset_field_by_field_with_a_notice(qtbot, folders
         s = services.settings
         assert (s.n_max, s.max_tokens, s.system_prompt) == (2, 77, "be brief")  # the good fields stay
         assert (s.n_ctx, s.theme, s.recent_models, s.server_port, s.n_gpu_layers) == (4096, "system", [], 8181, 0)
-        assert s.n_threads >= 1 and s.temperature == s.temperature
+        assert s.n_threads >= 1 and s.sampling.temperature == s.sampling.temperature
         text = notice(services)
         for name in ("n_ctx", "n_threads", "temperature", "theme", "recent_models", "server_port", "n_gpu_layers"):
             assert name in text

@@ -4,10 +4,12 @@ statistics panel stating what MTP gains (only where it was measured)."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, replace
 
 from PySide6.QtWidgets import QFormLayout, QLabel, QWidget
 
-from app.reply_fields import KEYS, ReplyFields
+from app.reply_fields import ReplyFields
+from app.reply_values import ReplyValues, effective
 from app.settings import Settings
 from app.settings_dialog import SettingsDialog
 from engine.sampling import BALANCED, PRECISE, RANDOM_SEED
@@ -16,10 +18,10 @@ from tests.app.conftest import start_and_load
 from tests.engine.conftest import synth
 
 
-def fields(qtbot, values: dict | None = None, **kw) -> ReplyFields:
+def fields(qtbot, values: ReplyValues | None = None, **kw) -> ReplyFields:
     host = QWidget()
     qtbot.addWidget(host)
-    f = ReplyFields(QFormLayout(host), values or {k: getattr(Settings(), k) for k in KEYS}, 8, **kw)
+    f = ReplyFields(QFormLayout(host), values or Settings().reply_values(), 8, **kw)
     f.host = host  # the widgets live as long as the fields
     return f
 
@@ -33,8 +35,10 @@ def test_presets_fill_the_fields_and_an_edit_makes_them_custom(qtbot):
     f.top_p.setValue(0.5)
     assert f.preset.currentData() == "custom"
     values = f.values()
-    assert values["sampling_preset"] == "custom" and values["top_p"] == 0.5 and values["seed"] == -1
-    assert f.seed.text() == "random"
+    assert values.sampling == replace(PRECISE, top_p=0.5) and values.sampling.seed == RANDOM_SEED
+    assert f.seed.text() == "random"  # the engine's RANDOM_SEED
+    f.seed.setValue(7)
+    assert f.values().sampling.seed == 7
 
 
 def test_labels_are_plain_words_and_tooltips_name_llama_cpp(qtbot):
@@ -58,7 +62,7 @@ def test_preferences_show_the_depth_autotune_applied(qtbot):
     r = dialog.reply
     assert (r.n_max.value(), r.p_min.value(), r.n_max.isEnabled()) == (2, 0.3, False)
     assert "Autotune chose draft depth 2" in r.auto_note.text() and "1.4× faster" in r.auto_note.text()
-    assert r.values()["n_max"] == 3  # the user's own choice is kept, not overwritten by autotune's
+    assert r.values().n_max == 3  # the user's own choice is kept, not overwritten by autotune's
     r.speculative.setCurrentText("mtp")
     assert (r.n_max.value(), r.n_max.isEnabled(), r.auto_note.text()) == (3, True, "")
 
@@ -68,19 +72,44 @@ def test_old_settings_files_load_and_their_untouched_greedy_default_becomes_bala
     old = {"temperature": 0.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05, "n_max": 2, "max_tokens": 100}
     (tmp_path / "settings.json").write_text(json.dumps(old))
     s = Settings.load()
-    assert (s.temperature, s.repeat_penalty, s.sampling_preset, s.n_max, s.max_tokens) == (0.6, 1.1, "balanced", 2,
-                                                                                          100)
+    assert (s.sampling, s.n_max, s.max_tokens) == (BALANCED, 2, 100)
     (tmp_path / "settings.json").write_text(json.dumps({**old, "temperature": 1}))  # chosen, and an int
     s = Settings.load()
-    assert (s.temperature, s.sampling_preset) == (1.0, "custom")
+    assert s.sampling.temperature == 1.0 and isinstance(s.sampling.temperature, float)
+
+
+def test_sampling_is_saved_as_one_value_and_flat_files_from_before_read_the_same(tmp_path, monkeypatch):
+    monkeypatch.setenv("MTP_STUDIO_CONFIG_DIR", str(tmp_path))
+    chosen = replace(BALANCED, temperature=0.8, top_k=12, seed=42)
+    Settings(sampling=chosen).save()
+    saved = json.loads((tmp_path / "settings.json").read_text())
+    assert saved["sampling"] == asdict(chosen) and "temperature" not in saved
+    assert Settings.load().sampling == chosen
+    flat = {"sampling_preset": "custom", **asdict(chosen), "seed": -1, "max_tokens": 64}  # as written before
+    (tmp_path / "settings.json").write_text(json.dumps(flat))
+    s = Settings.load()
+    assert (s.sampling, s.max_tokens) == (replace(chosen, seed=RANDOM_SEED), 64)  # -1 was "random"
+
+
+def test_a_chat_stored_flat_or_nested_goes_over_the_preferences_field_by_field():
+    preferences = Settings(sampling=BALANCED, max_tokens=300).reply_values()
+    old_chat = {"sampling_preset": "custom", **asdict(PRECISE), "seed": -1, "max_tokens": 20, "speculative": "off"}
+    values = effective(preferences, old_chat)
+    assert (values.sampling, values.max_tokens, values.speculative) == (PRECISE, 20, "off")
+    older = {"temperature": 0.3, "max_tokens": 20}  # saved before the other fields existed
+    assert effective(preferences, older).sampling == replace(BALANCED, temperature=0.3)
+    nested = {"sampling": asdict(replace(PRECISE, seed=9)), "max_tokens": 20, "speculative": "mtp", "n_max": 2,
+              "p_min": 0.0}
+    assert effective(preferences, nested) == ReplyValues(replace(PRECISE, seed=9), 20, "mtp", 2, 0.0)
+    hand_edited = {"sampling": {"temperature": "hot", "top_k": 3}}
+    assert effective(preferences, hand_edited).sampling == replace(BALANCED, top_k=3)
 
 
 def test_a_reply_asks_for_the_chosen_sampling_and_shows_prompt_progress(qtbot, services):
     services.settings.n_threads = 1
     services.settings.max_tokens = 2
     # the app's default preset (the fixture pins greedy for other tests), with a fixed seed
-    services.settings.temperature, services.settings.repeat_penalty = BALANCED.temperature, BALANCED.repeat_penalty
-    services.settings.seed = 5
+    services.settings.sampling = replace(BALANCED, seed=5)
     start_and_load(qtbot, services)
     window = services.window
     sent: list[dict] = []
@@ -100,8 +129,8 @@ def test_a_reply_asks_for_the_chosen_sampling_and_shows_prompt_progress(qtbot, s
     assert any(h.endswith("%") for h in headlines[1:])
     assert "Processing prompt (" in in_reply[0] and any(t.rstrip().endswith("%") for t in in_reply[1:])
     assert "Processing prompt" not in window.transcript.toPlainText()  # gone once the reply came
-    services.settings.seed = -1
-    assert window.chat.chat_values().sampling().seed == RANDOM_SEED  # -1: a new seed each reply
+    services.settings.sampling = BALANCED
+    assert window.chat.chat_values().sampling.seed == RANDOM_SEED  # a new seed each reply
 
 
 def test_the_panel_states_the_measured_speedup_first_and_clears_on_a_model_change(qtbot, services):
@@ -141,5 +170,5 @@ def test_the_speculation_choice_offers_ngram_and_the_composition(qtbot):
     choices = [f.speculative.itemText(i) for i in range(f.speculative.count())]
     assert {"auto", "mtp", "ngram", "mtp+ngram", "off"} <= set(choices)
     f.speculative.setCurrentText("ngram")
-    assert f.values()["speculative"] == "ngram" and f.n_max.isEnabled()
+    assert f.values().speculative == "ngram" and f.n_max.isEnabled()
 
