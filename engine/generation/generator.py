@@ -99,7 +99,7 @@ class GenerateRequest:
     # Keep each round's draft tokens (tests compare drafts, not only counts).
     record_drafts: bool = False
     # Keep the target's top-2 logit margin at every sampled token: how close
-    # greedy decoding was to choosing another token (engine/speculative/identity.py).
+    # greedy decoding was to choosing another token (engine/generation/identity.py).
     record_margins: bool = False
     # encoded images (PNG, JPEG, …), one per image marker in the prompt or the messages' text, after any
     # image parts of the messages (engine/generation/images.py); they need the session's projector
