@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWizardPage,
 )
 
+import engine.gguf.facts
 from app import background
 from app.autotune_chart import SpeedChart
 from app.hardware_probe import HardwareProbe
@@ -36,7 +37,6 @@ from app.settings import Settings
 from app.theme import Palette
 from engine.autotune import messages
 from engine.errors import ModelFileError, ProtocolError
-from engine.gguf import facts as gguf_info
 from engine.gguf.facts import GGUFFacts
 from engine.hardware.probe import HardwareReport
 from engine.hardware.recommend import recommend
@@ -49,7 +49,7 @@ _IDENTITY_TEXT = {"identical": "yes", "near_tie": "yes (near tie)", "defect": "N
 def _read_pair(path: str, sidecar: str) -> tuple[GGUFFacts, GGUFFacts | None] | str:
     """The target's and sidecar's header facts, or why they cannot be read."""
     try:
-        return gguf_info.read_facts(path), gguf_info.read_facts(sidecar) if sidecar else None
+        return engine.gguf.facts.read_facts(path), engine.gguf.facts.read_facts(sidecar) if sidecar else None
     except ModelFileError as exc:
         return str(exc)
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import engine.gguf.facts
 from engine import default_model
-from engine.gguf import facts as gguf_info
 from engine.hardware.probe import HardwareReport
 from engine.store import fit
 
@@ -44,7 +44,7 @@ class SheetFacts:
 def read_sheet_facts(path: str | None) -> SheetFacts:
     """The header facts the sheet needs (on the background runner: the built-in model may be assembled first)."""
     resolved = Path(path) if path else default_model.default_model_path()
-    facts = gguf_info.read_facts(resolved)
+    facts = engine.gguf.facts.read_facts(resolved)
     return SheetFacts(str(resolved), facts.trunk_layers, facts.context_length, facts.has_mtp)
 
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import engine.gguf.facts
 from engine.errors import ModelFileError, ProjectorError, SpeculativeUnavailable
-from engine.gguf import facts as gguf_info
 from engine.gguf import sidecar
+from engine.gguf.facts import GGUFFacts
 from engine.load_options import LoadOptions, check_options
 
 
@@ -31,8 +32,8 @@ class LoadPlan:
     """
 
     options: LoadOptions
-    facts: gguf_info.GGUFFacts
-    sidecar_facts: gguf_info.GGUFFacts | None
+    facts: GGUFFacts
+    sidecar_facts: GGUFFacts | None
     mtp_in_target: bool
     want_mtp: bool
     mtp_unavailable_reason: str | None
@@ -99,11 +100,11 @@ def check_projector(target: str, mmproj: str) -> None:
         raise ProjectorError(f"{diagnosis.verdict()} {' '.join(errors)}")
 
 
-def read_facts(path: str | Path) -> gguf_info.GGUFFacts:
+def read_facts(path: str | Path) -> GGUFFacts:
     """The file's header facts; a path the system refuses (too long, a directory, no
     permission) is a ``model_file`` error, not a bug."""
     try:
-        return gguf_info.read_facts(path)
+        return engine.gguf.facts.read_facts(path)  # looked up when called: tests count the reads
     except ModelFileError:
         raise
     except OSError as exc:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+import engine.gguf.facts
 from engine.errors import SidecarMismatch
 from engine.generation.load_plan import LoadPlan
 from engine.generation.session import LoadOptions, Session
-from engine.gguf import facts as gguf_info
 from tests.engine.conftest import synth
 
 
@@ -17,8 +17,8 @@ def test_a_session_loaded_from_the_workers_plan_reads_no_header_again(monkeypatc
     model = synth("glm4moe")
     trunk, side = str(model.path("trunk")), str(model.path("sidecar"))
     reads: list[str] = []
-    read = gguf_info.read_facts
-    monkeypatch.setattr(gguf_info, "read_facts", lambda path: reads.append(str(path)) or read(path))
+    read = engine.gguf.facts.read_facts
+    monkeypatch.setattr(engine.gguf.facts, "read_facts", lambda path: reads.append(str(path)) or read(path))
     plan = LoadPlan.read(LoadOptions(path=trunk, sidecar=side, n_ctx=256))
     assert reads == [trunk, side] and plan.want_mtp and not plan.mtp_in_target
     with Session(plan.options, plan) as session:
