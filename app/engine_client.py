@@ -9,6 +9,7 @@ and can start a fresh worker. It never blocks the GUI thread.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 from typing import Any
@@ -19,6 +20,7 @@ from app.process import ChildProcess, ProcessOutcome
 from engine.errors import ProtocolError
 from engine.sampling import GREEDY, SamplingParams
 from engine.speculative.settings import MAX_DRAFT, SpeculativeSettings
+from engine.unicode_text import first_bad_text, printable
 from engine.worker import protocol as P
 
 SERVER_ID_PREFIX = "h"  # the local server's requests on this worker (app/server_link.py)
@@ -147,9 +149,28 @@ class EngineClient(QObject):
         return f"q{next(self._ids)}"
 
     def _write(self, message: Any) -> None:
-        if not self._proc.write((P.encode(message) + "\n").encode("utf-8")):
+        line = P.encode(message) + "\n"
+        try:
+            data = line.encode("utf-8")
+        except UnicodeEncodeError:
+            self._refuse(message, unsendable_text(message))
+            return
+        if not self._proc.write(data):
             self.sig_error.emit(P.ErrorEvent(getattr(message, "id", None), "worker_died",
                                              "The engine is not running. Restart it from the banner."))
+
+    def _refuse(self, message: Any, why: str) -> None:
+        """Answer ``message`` here as the worker answers a request it refuses, once the caller holds its id
+        (the answer comes from the event loop, not from inside the call that made the request): a generate
+        request ends with an error and ``done``, a load with a load error, anything else with an error."""
+        rid = getattr(message, "id", None)
+        if isinstance(message, P.GenerateRequestMsg):
+            answer: list[Any] = [P.ErrorEvent(rid, "protocol", why, final=False), P.DoneEvent(rid, "error")]
+        elif isinstance(message, P.LoadRequest):
+            answer = [P.ErrorEvent(rid, "model_file", why)]
+        else:
+            answer = [P.ErrorEvent(rid, "protocol", why)]
+        QTimer.singleShot(0, self, lambda: [self._deliver(ev) for ev in answer])
 
     def _set_state(self, state: str) -> None:
         if state != self.state:
@@ -167,6 +188,10 @@ class EngineClient(QObject):
         except ProtocolError as exc:
             self.sig_error.emit(P.ErrorEvent(None, exc.kind, str(exc)))
             return
+        self._deliver(ev)
+
+    def _deliver(self, ev: Any) -> None:
+        """Send an event on as its signal, keeping the state as the events say (a reply or a load ended)."""
         signal = self._signals.get(type(ev))
         if signal is not None:  # the hot path: tokens and statistics
             if isinstance(ev, P.LoadedEvent | P.DoneEvent) and not (ev.id or "").startswith(SERVER_ID_PREFIX):
@@ -212,3 +237,24 @@ class EngineClient(QObject):
                 f"The engine did not answer within {P.HANDSHAKE_TIMEOUT_S:.0f} s of starting. "
                 "Restart it; if this repeats, rebuild the engine (packaging/build_engine.py)."
             )
+
+
+def unsendable_text(message: Any) -> str:
+    """What the user is told about a request whose text cannot go down the worker's pipe (UTF-8 JSON):
+    a lone surrogate, from a broken paste or a file name that is not UTF-8 (Python decodes its bytes
+    into surrogates), names the field it is in."""
+    data = dataclasses.asdict(message) if dataclasses.is_dataclass(message) and not isinstance(message, type) \
+        else message
+    bad = first_bad_text(data)
+    where = f"'{bad.path}' holds a character that is not valid text ({bad.char} at offset {bad.offset})" \
+        if bad is not None else "it holds a character that is not valid text"
+    if isinstance(message, P.LoadRequest):
+        o = message.options
+        files = (("model file", o.path), ("MTP sidecar", o.sidecar), ("vision projector", o.mmproj))
+        named = next(((label, name) for label, name in files if name and first_bad_text(name) is not None), None)
+        if named is not None:
+            where = f"the {named[0]}'s name ({printable(named[1])}) is not valid text"
+        return (f"The model was not loaded: {where}, as a file or folder name that is not UTF-8 is. "
+                "Rename it and choose it again.")
+    return (f"The request was not sent to the engine: {where}, as a broken paste can leave. "
+            "Remove the character and try again.")

@@ -196,3 +196,46 @@ def test_the_reference_driver_log_may_hold_bytes_that_are_not_utf8(tmp_path):
     driver.chmod(0o755)
     run = reference.run_driver(driver, Path("m.gguf"), "p", 10, 3, 1)
     assert (run.n_drafted, run.n_accept, run.tokens) == (4, 2, 10)
+
+
+def test_a_request_the_workers_pipe_cannot_carry_ends_with_an_error_and_the_engine_keeps_working(qtbot, services,
+                                                                                               warnings):
+    # the last guard behind the fields' checks: a lone surrogate in a request once raised
+    # UnicodeEncodeError out of EngineClient._write, inside Qt, and left the engine "generating…" (issue 31)
+    from engine.speculative.settings import SPECULATION_OFF
+
+    start_and_load(qtbot, services)
+    client, errors, done = services.client, [], []
+    client.sig_error.connect(errors.append)
+    client.sig_done.connect(done.append)
+    rid = client.generate(messages=[{"role": "user", "content": "Tell me about \ud800 the river."}],
+                          speculative=SPECULATION_OFF, max_tokens=4)
+    qtbot.waitUntil(lambda: any(ev.id == rid for ev in done), timeout=5000)
+    assert [ev.finish_reason for ev in done if ev.id == rid] == ["error"]
+    mine = [ev for ev in errors if ev.id == rid]
+    assert len(mine) == 1 and not mine[0].final
+    assert "messages[0].content" in mine[0].message and "not valid text" in mine[0].message
+    assert client.state == "ready" and warnings == []
+    assert reply(qtbot, services.window, "The capital of France is") == "complete"  # the worker never saw it
+
+
+def test_a_model_whose_file_name_is_not_utf8_is_refused_with_a_message_and_the_model_loaded_stays(
+        qtbot, services, warnings, default_model, tmp_path):
+    # Python reads a file name that is not UTF-8 with its bytes as lone surrogates (os.fsdecode): the
+    # load request holding it could not be written to the worker's pipe and raised inside Qt
+    start_and_load(qtbot, services)
+    window = services.window
+    model_text = window.engine_status.model_label.text()
+    folder = tmp_path / "models"
+    folder.mkdir()
+    raw = os.fsencode(folder) + b"/river-\xff.gguf"
+    os.symlink(os.fsencode(default_model), raw)
+    path = str(folder / os.fsdecode(b"river-\xff.gguf"))
+    assert os.path.exists(path) and "\udcff" in path
+    window.models.use(path, None)
+    qtbot.waitUntil(lambda: bool(warnings), timeout=5000)
+    title, text = warnings[0]
+    assert title == "Could not load the model" and "river-\\udcff.gguf" in text and "Rename" in text, text
+    assert services.client.state == "ready"
+    assert window.engine_status.model_label.text() == model_text  # the model loaded before is still there
+    assert reply(qtbot, window, "The capital of France is") == "complete"

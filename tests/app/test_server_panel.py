@@ -146,6 +146,7 @@ def test_a_request_the_engine_cannot_take_is_a_400_and_the_next_is_served_at_onc
     assert "h-bad" not in link._sinks and not events
     link._sinks["h-gui"] = events.append  # as submit leaves it; then the GUI thread's write fails
     link._send(P.GenerateRequestMsg(id="h-gui", prompt="a\ud800"))
+    qtbot.waitUntil(lambda: len(events) == 2, timeout=5000)  # the client answers it from the event loop
     assert [e.type for e in events] == ["error", "done"] and "h-gui" not in link._sinks
     panel.stop()
 
