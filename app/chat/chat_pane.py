@@ -146,6 +146,7 @@ class ChatPane(QWidget):
         chat.sig_reply_started.connect(lambda: self._set_replying(True))
         chat.sig_reply_finished.connect(lambda _status: self._set_replying(False))
         chat.sig_conversation_opened.connect(self._update_buttons)
+        chat.sig_version_shown.connect(self._update_buttons)  # Continue comes and goes with the version shown
         self._update_buttons()
 
     def send(self) -> None:

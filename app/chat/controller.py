@@ -58,6 +58,7 @@ class ChatController(QObject):
         sig_context_notice(str): what the open chat's last reply left out to fit the context ("" for nothing).
         sig_conversation_opened(): another conversation (or none) is shown; what can be edited changed.
         sig_save_notice(str): why a reply is not saved yet ("" once it is).
+        sig_version_shown(): a reply's other version replaced the one shown; whether it can be continued changed.
     """
 
     sig_reply_started = Signal()
@@ -66,6 +67,7 @@ class ChatController(QObject):
     sig_context_notice = Signal(str)
     sig_conversation_opened = Signal()
     sig_save_notice = Signal(str)
+    sig_version_shown = Signal()
 
     def __init__(self, store: ConversationStore, client: EngineClient, transcript: TranscriptView,
                  stats_panel: StatsPanel, settings: Settings) -> None:
@@ -291,6 +293,7 @@ class ChatController(QObject):
             self.open(self.conversation_id)  # another branch below it
         else:
             self.transcript.replace(index, self._shown(m, len(self.transcript.messages) - 1 == index))
+            self.sig_version_shown.emit()
 
     def stop(self) -> None:
         self.stream.stop()

@@ -92,3 +92,24 @@ def test_the_context_bar_counts_the_conversation_against_the_loaded_context(qtbo
     with qtbot.waitSignal(services.client.sig_tokens, timeout=30000):
         window.chat.open(conv)  # counted by the worker's tokenizer
     assert bar.estimated and abs(bar.used - used) <= 3 and "about" in bar.label.text()  # no template here
+
+
+def test_continue_follows_the_reply_version_shown(qtbot, services):
+    start_and_load(qtbot, services)
+    window = services.window
+    continue_button = window.chat_pane.continue_button
+    services.settings.max_tokens = 400
+    window.composer.setPlainText("Once upon a time")
+    with qtbot.waitSignal(services.client.sig_token, timeout=60000):
+        window.send()
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=30000):
+        window.chat.stop()  # version 1: stopped, so it can be continued
+    services.settings.max_tokens = 8
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
+        window.chat_pane.regen_button.click()  # version 2: 8 tokens
+    services.settings.max_tokens = 400  # now 8 tokens is a reply that ended by itself: nothing to continue
+    window.transcript._on_anchor(QUrl("version:1:-1"))
+    assert "1/2" in window.transcript.toPlainText() and continue_button.isVisibleTo(window)
+    window.transcript._on_anchor(QUrl("version:1:1"))
+    assert "2/2" in window.transcript.toPlainText()
+    assert not continue_button.isVisibleTo(window), "Continue stayed from the version shown before"
