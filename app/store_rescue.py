@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from app.chat.rows import decoded
 from app.chat.store import ConversationStore, writing
 from app.set_aside import set_aside
 from engine.store.sqlite_salvage import padded_copy, recover_with_cli
@@ -86,6 +87,9 @@ def salvage(damaged: Path, store: ConversationStore) -> tuple[int, int]:
                 db = sqlite3.connect(f"file:{source}?mode=ro&immutable=1", uri=True)
             except sqlite3.Error:
                 continue
+            # as the store reads: text that is not UTF-8 comes back with U+FFFD (the default decoding
+            # raises, and the row, taken for an unreadable page, was lost)
+            db.text_factory = decoded
             try:
                 for i, table in enumerate(TABLES):
                     counts[i] += _copy_table(db, store, table)

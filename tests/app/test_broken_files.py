@@ -60,6 +60,10 @@ def random_bytes(path: Path) -> None:
 
 def truncated(path: Path) -> None:
     fill(path)
+    truncated_in_place(path)
+
+
+def truncated_in_place(path: Path) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2 + 100])  # half a database, cut mid-page
 
@@ -114,6 +118,36 @@ def test_without_the_sqlite3_command_the_rows_are_copied_one_by_one(qtbot, folde
     services = start(qtbot)
     try:
         assert "chat 0" in {c.title for c in services.store.list()}
+    finally:
+        services.shutdown()
+
+
+@pytest.mark.parametrize("cli", [True, False], ids=["sqlite3-command", "row-by-row"])
+def test_a_damaged_database_gives_back_rows_whose_text_is_not_utf8_with_replacement_characters(
+        qtbot, folders, monkeypatch, cli):
+    # the salvage read rows with Python's default text decoding: a row holding bytes that are not
+    # UTF-8 raised, was jumped over as unreadable and lost with the rows after it on its page (issue 31)
+    data, _ = folders
+    db = data / "conversations.sqlite3"
+    fill(db)
+    raw = sqlite3.connect(str(db))
+    raw.execute("UPDATE conversations SET title=CAST(X'5269766572ff' AS TEXT) WHERE title='chat 0'")
+    first = raw.execute("SELECT MIN(id) FROM messages").fetchone()[0]
+    raw.execute("UPDATE messages SET content=CAST(X'68c3' AS TEXT) WHERE id=?", (first,))
+    raw.commit()
+    raw.close()
+    truncated_in_place(db)
+    if not cli:
+        monkeypatch.setattr("engine.store.sqlite_salvage.shutil.which", lambda name: None)
+    services = start(qtbot)
+    try:
+        assert [p for p in data.iterdir() if ASIDE.search(p.name)]  # it was damaged, and set aside
+        river = [c for c in services.store.list() if c.title == "River\ufffd"]
+        assert len(river) == 1 and "chat 1" in {c.title for c in services.store.list()}
+        contents = [m.content for m in services.store.messages(river[0].id)]
+        assert contents[0] == "h\ufffd" and [c[:11] for c in contents[1:]] == ["message 0.1", "message 0.2"]
+        services.window.chat.open(river[0].id)
+        assert services.window.chat.transcript.messages[0].content == "h\ufffd"
     finally:
         services.shutdown()
 
