@@ -10,7 +10,8 @@ sidebar, splitter and settings).
   (Linux, Windows). View → Chat / Models / Hardware are Ctrl+1/2/3, and
   Ctrl+Tab / Ctrl+Shift+Tab step through the pages from any widget (the tab
   bar's own Ctrl+Tab only works where no child takes the key first; the
-  message box keeps Ctrl+Tab for a tab character).
+  message box keeps Ctrl+Tab for a tab character). Help → Keyboard shortcuts
+  (F1, Ctrl+/) lists them all.
 - The window's geometry and the splitter between sidebar, chat and
   statistics are saved in the settings when the window closes and restored
   when it opens (Qt's own ``saveGeometry``/``saveState``, base64 in JSON).
@@ -48,13 +49,28 @@ def install_window_extras(window: Any) -> None:
 
 
 def _add_help_menu(window: Any) -> None:
-    """Help → About MTP Studio (app/about.py): versions of the app, Qt and the engine build."""
+    """Help → Keyboard shortcuts (app/shortcuts_sheet.py), About MTP Studio (app/about.py): versions of the
+    app, Qt and the engine build."""
     from app.about import AboutDialog
 
+    menu = window.menuBar().addMenu("&Help")
+    _shortcut(window, menu, "Keyboard shortcuts", lambda: show_shortcuts(window),
+              [*QKeySequence.keyBindings(QKeySequence.StandardKey.HelpContents), QKeySequence("Ctrl+/")])
     action = QAction("About MTP Studio", window)
     action.setMenuRole(QAction.MenuRole.AboutRole)  # macOS moves it into the application menu
     action.triggered.connect(lambda: AboutDialog(window).exec())
-    window.menuBar().addMenu("&Help").addAction(action)
+    menu.addAction(action)
+
+
+def show_shortcuts(window: Any) -> Any:
+    """Open the shortcuts sheet (not blocking: it can stay beside the window while the keys are tried)."""
+    from app.shortcuts_sheet import ShortcutsSheet
+
+    sheet = ShortcutsSheet(window)
+    sheet.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    window.shortcuts_sheet = sheet
+    sheet.show()
+    return sheet
 
 
 def _add_view_menu(window: Any) -> None:

@@ -5,6 +5,7 @@ Ctrl+N shows the new chat from any page and reuses one never written in."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication
 
 from tests.app.conftest import start_and_load
@@ -80,3 +81,35 @@ def test_ctrl_n_shows_the_new_chat_and_reuses_one_never_written_in(qtbot, servic
     assert window.tabs.currentIndex() == 0
     assert window.chat.conversation_id != first and len(store.list()) == 2
     assert window.transcript.messages == []
+
+
+def test_shift_enter_starts_a_new_line_and_enter_sends(qtbot, services):
+    window = active(qtbot, services.window)
+    submitted: list = []
+    window.composer.sig_submit.connect(lambda: submitted.append(True))
+    window.composer.setFocus()
+    qtbot.keyClicks(window.composer, "first")
+    qtbot.keyClick(window.composer, Qt.Key.Key_Return, SHIFT)
+    qtbot.keyClicks(window.composer, "second")
+    assert window.composer.toPlainText() == "first\nsecond" and not submitted
+    qtbot.keyClick(window.composer, Qt.Key.Key_Return)
+    assert submitted == [True]
+
+
+def test_help_lists_every_menu_shortcut_and_the_message_box_keys(qtbot, services):
+    from app.shortcuts_sheet import MESSAGE_BOX_KEYS
+
+    window = active(qtbot, services.window)
+    qtbot.keyClick(window.composer, Qt.Key.Key_F1)
+    sheet = window.shortcuts_sheet
+    qtbot.waitUntil(sheet.isVisible)
+    rows = sheet.rows()
+    by_command = {command: keys for _where, command, keys in rows}
+    for command, key in (("Chat", "Ctrl+1"), ("Models", "Ctrl+2"), ("Hardware", "Ctrl+3"), ("New chat", "Ctrl+N"),
+                         ("Next page", "Ctrl+Tab"), ("Stop reply", "Esc"), ("Regenerate", "Ctrl+R"),
+                         ("Keyboard shortcuts", "F1")):
+        assert key in by_command[command].split(" or "), (command, by_command.get(command))
+    shortcuts = [a for a in window.findChildren(QAction) if any(not k.isEmpty() for k in a.shortcuts())]
+    listed = {command for _where, command, _keys in rows}
+    assert {a.text().rstrip("…") for a in shortcuts} <= listed  # nothing with a key is left out
+    assert all(row in rows for row in MESSAGE_BOX_KEYS)
