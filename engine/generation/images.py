@@ -20,8 +20,6 @@ from an empty context and leaves it marked unknown.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +29,7 @@ from typing import Any
 from engine.errors import ContextError, ImageError
 from engine.generation import chat_template
 from engine.generation.detokenizer import Detokenizer
+from engine.generation.image_sources import IMAGE_PART_TYPES, MAX_IMAGE_BYTES, image_source, read_image  # noqa: F401
 from engine.generation.session import Session
 from engine.generation.stops import StopMatcher
 from engine.runtime import Batch, Context, Sampler, SamplingParams
@@ -38,54 +37,6 @@ from engine.runtime.mtmd import IMAGE, Projector, PromptChunks
 
 MTP_OFF_WITH_IMAGES = ("MTP is off for replies to images for now: this engine decodes them plainly "
                        "(drafting after an image needs the image rows in the MTP context; issue 28).")
-# OpenAI's content part types that carry an image (chat completions; the Responses API)
-IMAGE_PART_TYPES = frozenset({"image_url", "input_image", "image"})
-MAX_IMAGE_BYTES = 32 * 2**20  # one encoded image; a larger one is refused before it is decoded
-
-
-def image_source(part: dict[str, Any]) -> str:
-    """The URL (or path) an image content part names: ``image_url.url`` (chat completions), ``image_url``
-    as a string (the Responses API), or ``url`` / ``path``."""
-    ref = part.get("image_url", part.get("url", part.get("path")))
-    if isinstance(ref, dict):
-        ref = ref.get("url")
-    if not isinstance(ref, str) or not ref:
-        raise ImageError(f"an image part of type {part.get('type')!r} names no image (expected image_url.url)")
-    return ref
-
-
-def read_image(source: str, *, allow_files: bool = False, max_bytes: int = MAX_IMAGE_BYTES) -> bytes:
-    """The encoded image a source names: a ``data:`` URL (base64), or, with ``allow_files``, a local path or
-    ``file://`` URL. Remote URLs are never fetched here: the engine has no business on the network.
-
-    Raises:
-        ImageError: what is wrong with the source, in words the sender can act on.
-    """
-    if source.startswith("data:"):
-        header, sep, payload = source.partition(",")
-        if not sep or not header.endswith(";base64"):
-            raise ImageError("an image data URL must be base64: data:image/png;base64,…")
-        if len(payload) * 3 // 4 > max_bytes:
-            raise ImageError(f"an image of about {len(payload) * 3 // 4:,} bytes; at most {max_bytes:,} are taken")
-        try:
-            return base64.b64decode(payload, validate=True)
-        except (binascii.Error, ValueError):
-            raise ImageError("an image data URL whose base64 does not decode") from None
-    if source.startswith(("http://", "https://")):
-        raise ImageError(f"remote images are not fetched ({source[:80]}); send the image itself as a "
-                         "data:image/…;base64 URL")
-    if not allow_files:
-        raise ImageError("images are taken as data:image/…;base64 URLs here; local files are not read")
-    path = Path(source.removeprefix("file://")).expanduser()
-    try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise ImageError(f"{path.name} has {size:,} bytes; at most {max_bytes:,} are taken")
-        return path.read_bytes()
-    except OSError as exc:
-        raise ImageError(f"the image {path} cannot be read: {exc.strerror or exc}") from None
-
-
 def load_projector(session: Session, path: str | Path) -> Projector:
     """The projector at ``path``, loaded against the session's model (its threads; on the GPU when the
     model's layers are there).
@@ -335,42 +286,3 @@ def has_images(request: Any) -> bool:
     return any(isinstance(m.get("content"), list) and any(isinstance(p, dict) and p.get("type") in IMAGE_PART_TYPES
                                                            for p in m["content"])
                for m in (request.messages or ()))
-
-
-def generate_request(session: Session, projector: Projector | None, request: Any, *,
-                     on_text: Callable[[str, bool], None] | None = None,
-                     on_stats: Callable[[Any], None] | None = None,
-                     should_stop: Callable[[], bool] = lambda: False, allow_files: bool = False) -> Any:
-    """A ``GenerateRequest`` with images, decoded plainly (the hook ``generate`` calls for one):
-    rendered by :func:`render`, decoded by :func:`generate_plain`, answered as a ``GenerateResult``
-    whose statistics count the image rows among the prompt's tokens and say the mode was "off".
-
-    Raises:
-        ImageError: no projector is loaded, or an image is refused.
-    """
-    from engine.generation.generator import GenerateResult
-    from engine.speculative.stats import GenerationStats
-
-    if projector is None:
-        raise ImageError(NO_PROJECTOR)
-    stats = GenerationStats()
-    prompt = render(session, projector, messages=request.messages, prompt=request.prompt,
-                    images=getattr(request, "images", ()), template=request.template, tools=request.tools,
-                    template_kwargs=request.template_kwargs, allow_files=allow_files)
-
-    def shown(text: str) -> None:
-        if stats.t_first_token is None:
-            stats.t_first_token = time.perf_counter()
-        if on_text is not None:
-            on_text(text, False)
-
-    result = generate_plain(session, projector, prompt.text, prompt.images, max_tokens=request.max_tokens,
-                            sampling=request.sampling, stop=request.stop, add_special=prompt.add_special,
-                            on_text=shown, should_stop=should_stop)
-    stats.prompt_tokens = result.prompt.n_cells
-    stats.generated_tokens = stats.plain_steps = len(result.tokens)
-    stats.t_end = time.perf_counter()
-    if on_stats is not None:
-        on_stats(stats)
-    return GenerateResult(text=result.text, tokens=result.tokens, finish_reason=result.finish_reason, stats=stats,
-                          prompt_mode=prompt.mode)

@@ -25,6 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chat-template", metavar="generic|FILE",
                    help="render chat requests with this template instead of the model's: 'generic' (ChatML, "
                         "with Hermes-style tools; for a model without a template) or a Jinja file")
+    p.add_argument("--allow-local-images", action="store_true",
+                   help="let an image_url part name a file on this machine (a path or file://); data URLs are "
+                        "always taken, remote URLs never fetched")
     p.add_argument("--strict-model", action="store_true",
                    help="refuse requests naming another model (default: any name is served by the loaded model)")
     p.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
@@ -41,6 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="GGUF file (default: the embedded Gemma 3 270M)")
     p.add_argument("--sidecar", help="MTP-only GGUF to draft with, next to the target")
+    p.add_argument("--mmproj", help="the model's vision projector (mmproj-*.gguf): requests may then send images")
     p.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
     p.add_argument("--threads", type=int, default=default_threads(), help="CPU threads")
     p.add_argument("--gpu-layers", type=int, default=0)
@@ -59,7 +63,7 @@ def start_link(args: argparse.Namespace) -> tuple[object, str]:
     from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 
     load = load_request_for(args.model, sidecar=args.sidecar, n_ctx=args.ctx, n_threads=args.threads,
-                            n_gpu_layers=args.gpu_layers)
+                            n_gpu_layers=args.gpu_layers, mmproj=getattr(args, "mmproj", None))
     link = WorkerLink(load, verbose=args.verbose)
     model = link.model()
     assert model is not None
@@ -89,7 +93,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = C.ServerConfig(host=args.host, port=args.port, api_key=key, model_id=args.alias,
                             cors_origins=tuple(args.cors_origin), max_queue=args.queue,
                             queue_timeout_s=args.queue_timeout, request_timeout_s=args.timeout,
-                            max_body_bytes=args.max_body, strict_model=args.strict_model)
+                            max_body_bytes=args.max_body, strict_model=args.strict_model,
+                            local_images=args.allow_local_images)
     if args.chat_template:
         from engine.generation import chat_template
 

@@ -47,6 +47,9 @@ class ServerConfig:
             by the loaded model, as llama-server does, since clients send what their user typed or a default.
         chat_template: a chat template (Jinja text) for every chat request in place of the model's
             (``serve --chat-template``); None: the model's own.
+        local_images: an ``image_url`` part may name a file on this machine (a path or ``file://``),
+            which the server reads; off by default, since whoever can call the API could read any
+            image the server's user can (``serve --allow-local-images``).
     """
 
     host: str = DEFAULT_HOST
@@ -64,6 +67,7 @@ class ServerConfig:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     strict_model: bool = False
     chat_template: str | None = None
+    local_images: bool = False
 
     @property
     def base_url(self) -> str:

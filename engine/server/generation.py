@@ -266,7 +266,7 @@ class Generation:
 
 # worker error kinds that are the request's fault (400); others are the server's (500)
 CLIENT_ERRORS = {"context": "context_length_exceeded", "protocol": "invalid_request", "template": "template_error",
-                 "grammar": "invalid_grammar"}
+                 "grammar": "invalid_grammar", "image": "invalid_image"}
 
 
 def engine_error(event: P.ErrorEvent | None) -> ApiError:

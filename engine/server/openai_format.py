@@ -16,6 +16,9 @@ Rules that matter to a client:
   ``service_tier``, ``parallel_tool_calls``, and llama-server's ``cache_prompt``,
   ``id_slot``, ``timings_per_token`` and the others in ``LLAMA_SERVER_INERT``
   (some only at the value that means "off").
+- ``image_url`` content parts: data URLs; local files only on a server started
+  with ``--allow-local-images``; remote URLs are refused (400), never fetched;
+  a model without a vision projector refuses images (400, ``plan.make``).
 - Any ``model``, or none, is served by the loaded model (the response names it),
   as llama-server does; ``strict_model`` refuses other names.
 - Defaults follow OpenAI: ``temperature`` 1, ``top_p`` 1, no other sampler, no
@@ -38,12 +41,14 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from engine.errors import ImageError
+from engine.generation.image_sources import IMAGE_PART_TYPES, image_source
 from engine.sampling import GREEDY, MAX_SEED, SamplingParams
 from engine.server.reply import Reply, TokenLogprob, ToolCall
 from engine.speculative.settings import MODES, SpeculativeSettings
 from engine.speculative.stats import StatsSnapshot
 from engine.unicode_text import first_bad_text, printable
-from engine.worker.protocol import MAX_TOP_LOGPROBS  # as OpenAI's
+from engine.worker.protocol import IMAGE_MARKER, MAX_TOP_LOGPROBS  # as OpenAI's
 
 MAX_STOPS = 16
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -121,6 +126,8 @@ class ParsedRequest:
     n: int = 1
     template_kwargs: dict[str, Any] | None = None  # chat_template_kwargs (enable_thinking, …)
     split_reasoning: bool = True  # a <think> block's text apart from the answer (reasoning_format "none": not)
+    # where the messages' images come from (data URLs, local paths), one per image marker in their text
+    images: list[str] = field(default_factory=list)
 
 
 # -- checking -------------------------------------------------------------------
@@ -259,20 +266,38 @@ def model_name(body: dict[str, Any], served: tuple[str, ...], strict: bool = Fal
     return served[0]
 
 
-def _message_text(content: Any, where: str) -> str:
+def _message_text(content: Any, where: str, images: list[str]) -> str:
+    """A message's content as text; each image part becomes the worker's image marker, and its
+    source (a data URL or a local path) is appended to ``images``."""
     if isinstance(content, str):
         return content
     if content is None:
         return ""
     if isinstance(content, list):
         parts = []
-        for part in content:
+        for k, part in enumerate(content):
+            if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES:
+                images.append(_image_source(part, f"{where}.content[{k}]"))
+                parts.append(IMAGE_MARKER)
+                continue
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise bad("messages", f"{where}.content: only text parts are supported (no images or audio)",
+                raise bad("messages", f"{where}.content: only text and image_url parts are supported (no audio)",
                           "unsupported_parameter")
             parts.append(part["text"])
         return "".join(parts)
-    raise bad("messages", f"{where}.content must be a string or a list of text parts", "invalid_type")
+    raise bad("messages", f"{where}.content must be a string or a list of text and image_url parts", "invalid_type")
+
+
+def _image_source(part: dict[str, Any], where: str) -> str:
+    """The source an image part names; a remote URL is refused here (it is never fetched)."""
+    try:
+        source = image_source(part)
+    except ImageError as exc:
+        raise bad("messages", f"{where}: {exc}", "invalid_type") from None
+    if source.startswith(("http://", "https://")):
+        raise bad("messages", f"{where}: remote image URLs are not fetched ({source[:80]}); send the image itself "
+                  "as a data:image/…;base64 URL", "unsupported_parameter")
+    return source
 
 
 def _arguments_text(value: Any, where: str) -> str:
@@ -302,7 +327,8 @@ def _tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
     return out
 
 
-def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+def _messages(body: dict[str, Any], images: list[str]) -> list[dict[str, Any]]:
+    """The chat's messages, checked; the sources of their images are appended to ``images``, in order."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad("messages", "'messages' must be a non-empty list of {role, content} objects", "invalid_type")
@@ -316,7 +342,7 @@ def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
             raise bad("messages", f"{where}.role {role!r} is not supported; use system, user, assistant or tool",
                       "unsupported_parameter")
         entry: dict[str, Any] = {"role": CHAT_ROLES.get(role, "tool"),
-                                 "content": _message_text(message.get("content"), where)}
+                                 "content": _message_text(message.get("content"), where, images)}
         calls = message.get("tool_calls")
         if message.get("function_call"):  # the legacy single call
             calls = [{"id": "call_0", "type": "function", "function": message["function_call"]}]
@@ -492,7 +518,9 @@ def parse_chat(body: Any, served: tuple[str, ...], n_ctx: int, strict_model: boo
     stream, include_usage = _stream(body)
     tools, tool_choice = _tools(body)
     schema, grammar = _json_schema(body)
-    return ParsedRequest(model=model, messages=_messages(body), sampling=_sampling(body),
+    images: list[str] = []
+    messages = _messages(body, images)
+    return ParsedRequest(model=model, messages=messages, images=images, sampling=_sampling(body),
                          max_tokens=_max_tokens(body, n_ctx, "max_completion_tokens", "max_tokens"),
                          stop=_stop(body), speculative=speculative_from(body.get("speculative")),
                          stream=stream, include_usage=include_usage, tools=tools, tool_choice=tool_choice,

@@ -17,6 +17,8 @@ the rest once for all of them:
 - **Structured output.** A JSON schema (``{}``: any object) or a GBNF grammar
   goes to the worker, which samples under it; speculation keeps the output
   identical (engine/runtime/sampler.py says why).
+- **Images.** ``image_url`` parts reach the worker as base64 beside markers in
+  the text; a model loaded without a vision projector refuses them (400).
 - **Streaming with tools.** Text streams until the family's call marker
   appears; a tail that could begin the marker is held back, and the calls go
   out at the end, parsed from the whole reply.
@@ -24,11 +26,14 @@ the rest once for all of them:
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
-from engine.errors import GrammarError
+from engine.errors import GrammarError, ImageError
 from engine.generation import chat_template, grammars, tool_calls
+from engine.generation.image_sources import read_image
 from engine.sampling import MAX_SEED, RANDOM_SEED
 from engine.server.openai_format import ParsedRequest, bad
 from engine.server.reply import Reply, TokenLogprob
@@ -50,9 +55,10 @@ class Plan:
 
 
 def make(parsed: ParsedRequest, model: P.ModelInfo, default: SpeculativeSettings, *, choice: int = 0,
-         template: str | None = None) -> Plan:
+         template: str | None = None, image_files: bool = False) -> Plan:
     """The worker fields for ``parsed`` on ``model``; ``choice`` > 0 is the n-th of ``n`` (its seed moves on).
-    ``template``: the server's chat template in place of the model's (``serve --chat-template``)."""
+    ``template``: the server's chat template in place of the model's (``serve --chat-template``).
+    ``image_files``: images may name local files (``serve --allow-local-images``)."""
     speculative = parsed.speculative or default
     # what this model can run: chained heads draft at most their count; without a head MTP is off
     # and MTP + n-gram is n-gram (the report then says what ran, not what was asked)
@@ -67,6 +73,8 @@ def make(parsed: ParsedRequest, model: P.ModelInfo, default: SpeculativeSettings
                                   grammar=parsed.grammar,
                                   # a raw GBNF grammar holds the whole reply, as llama-server applies one
                                   grammar_after_thinking=parsed.grammar is None)
+    if parsed.images:
+        fields["images"] = _images(parsed.images, model, image_files)
     if parsed.json_schema is not None:
         try:
             fields["grammar"] = grammars.from_json_schema(parsed.json_schema)
@@ -94,6 +102,24 @@ def make(parsed: ParsedRequest, model: P.ModelInfo, default: SpeculativeSettings
         elif fields["grammar"] is None and (lazy := tool_calls.auto_call_grammar(family, parsed.tools)):
             fields["grammar"], fields["grammar_triggers"] = lazy  # a call the model begins is well formed
     return Plan(fields=fields, family=family, speculative=speculative, notes=notes, tools=tuple(parsed.tools or ()))
+
+
+def _images(sources: list[str], model: P.ModelInfo, image_files: bool) -> list[str]:
+    """The request's images as the worker takes them (base64), each read from its source."""
+    if not model.vision:
+        raise bad("messages", f"The loaded model ({Path(model.path).name}) takes no images: it was loaded without a "
+                  "vision projector. Load it with its mmproj-*.gguf (`mtp-studio serve --mmproj FILE`) to send "
+                  "images.", "model_not_vision")
+    out = []
+    for i, source in enumerate(sources):
+        try:
+            data = read_image(source, allow_files=image_files)
+        except ImageError as exc:
+            hint = "" if image_files or source.startswith("data:") else \
+                " (a server started with --allow-local-images reads local files)"
+            raise bad("messages", f"image {i + 1}: {exc}{hint}") from None
+        out.append(base64.b64encode(data).decode("ascii"))
+    return out
 
 
 def logprobs_of(done: list[P.TokenLogprobs] | None) -> tuple[TokenLogprob, ...] | None:

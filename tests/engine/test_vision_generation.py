@@ -23,10 +23,9 @@ STRIPES = field_png([[BLACK, WHITE, BLACK, WHITE]], width=48, height=32)
 @pytest.fixture(scope="module", params=["qwen35", "qwen35moe"])
 def loaded(request: pytest.FixtureRequest) -> object:
     spec = SynthSpec(arch=request.param, weights="random", seed=1)
-    session = Session(LoadOptions(path=str(SynthModel(spec).path("combined")), n_ctx=512, mtp=False))
-    projector = vision.load_projector(session, projector_path(ProjectorSpec(target=spec)))
-    yield session, projector
-    projector.close()
+    session = Session(LoadOptions(path=str(SynthModel(spec).path("combined")), n_ctx=512, mtp=False,
+                                  mmproj=str(projector_path(ProjectorSpec(target=spec)))))
+    yield session, session.projector
     session.close()
 
 
@@ -145,7 +144,7 @@ def test_an_openai_image_part_reaches_the_model_through_the_chat_template(loaded
 
 
 def test_a_generate_request_with_an_image_part_is_answered_plainly(loaded: object) -> None:
-    from engine.generation.generator import GenerateRequest
+    from engine.generation.generator import GenerateRequest, generate
 
     session, projector = loaded
     messages = ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": _data_url(QUADRANTS)}},
@@ -153,9 +152,10 @@ def test_a_generate_request_with_an_image_part_is_answered_plainly(loaded: objec
     request = GenerateRequest(messages=messages, template=TEMPLATE, max_tokens=6)
     assert vision.has_images(request) and not vision.has_images(GenerateRequest(prompt="no image"))
     pieces: list[str] = []
-    result = vision.generate_request(session, projector, request, on_text=lambda text, _draft: pieces.append(text))
+    result = generate(session, request, on_text=lambda text, _draft: pieces.append(text))
     assert (len(result.tokens), result.finish_reason, result.stats.generated_tokens) == (6, "length", 6)
     assert "".join(pieces) == result.text and result.stats.drafted == 0
     assert result.stats.prompt_tokens > 16  # the image's 16 rows count among the prompt's cells
-    with pytest.raises(ImageError, match="no vision projector loaded"):
-        vision.generate_request(session, None, request)
+    flat = vision.render(session, projector, messages=messages, template=TEMPLATE)
+    assert result.tokens == vision.generate_plain(session, projector, flat.text, flat.images, max_tokens=6,
+                                                  add_special=flat.add_special).tokens
