@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from engine.errors import ContextError
 
 MAX_THREADS = 512  # GGML_MAX_N_THREADS, ggml's own ceiling (its per-thread arrays are that long)
+MAX_PARALLEL = 64  # sequences decoded together; each has its own KV cells and sampler
 MAX_N_CTX = 2**24  # 16M tokens; llama.cpp's n_ctx is 32-bit and far smaller sizes already exhaust memory
 
 
@@ -36,6 +37,9 @@ class LoadOptions:
     main_device: int | None = None  # the whole model on that device instead of a split
     # a vision projector (mmproj-*.gguf) loaded with the model: it then takes images (docs/vision.md)
     mmproj: str | None = None
+    # sequences decoded together (engine/generation/parallel.py): each holds n_ctx tokens, and the
+    # contexts are sized for all of them; 1: one reply at a time
+    parallel: int = 1
 
 
 def check_options(options: LoadOptions) -> None:
@@ -61,6 +65,8 @@ def check_options(options: LoadOptions) -> None:
         from engine.rpc import parse_endpoints
 
         parse_endpoints(options.rpc)  # a malformed host:port is refused before anything is let go of
+    if isinstance(options.parallel, bool) or not 1 <= options.parallel <= MAX_PARALLEL:
+        raise ContextError(f"parallel must be between 1 and {MAX_PARALLEL} sequences, got {options.parallel}")
     if not 0 <= options.n_ctx <= MAX_N_CTX:
         raise ContextError(
             f"n_ctx must be between 0 (the model's training context) and {MAX_N_CTX:,} tokens, got "

@@ -164,11 +164,11 @@ def render_prompt(session: Session, request: GenerateRequest,
         TemplateError: the chat template failed or passed its limits.
         chat_template.RenderCancelled: ``should_stop`` said so while rendering.
     """
-    tokens, mode, _ = _render(session, request, should_stop)
+    tokens, mode, _ = render_request(session, request, should_stop)
     return tokens, mode
 
 
-def _render(session: Session, request: GenerateRequest,
+def render_request(session: Session, request: GenerateRequest,
             should_stop: Callable[[], bool]) -> tuple[list[int], str, bool]:
     """As :func:`render_prompt`, and whether the prompt ends inside a thinking block it opened."""
     model = session.model
@@ -232,7 +232,7 @@ def token_logprobs(logits_ptr: object, n_vocab: int, token: int, top: int,
     return {**chosen, "top": [entry(t) for t in best]}
 
 
-def _ended_early(stats: GenerationStats, finish_reason: str, prompt_mode: str,
+def ended_early(stats: GenerationStats, finish_reason: str, prompt_mode: str,
                  on_stats: StatsCallback | None) -> GenerateResult:
     """The result of a generation that ended before its first decode (cancelled, or max_tokens 0)."""
     stats.t_end = time.perf_counter()
@@ -308,7 +308,7 @@ def _keep(session: Session, drafter: Drafter, kept: list[int]) -> None:
         session.prefix.keep_mtp(drafter.ctx, kept[:drafter.exact_end])
 
 
-def _sampler(session: Session, request: GenerateRequest, prompt: list[int], opens_thinking: bool) -> Sampler:
+def request_sampler(session: Session, request: GenerateRequest, prompt: list[int], opens_thinking: bool) -> Sampler:
     """The request's sampler, its grammar moved behind a thinking block the prompt opened."""
     grammar, triggers, root = request.grammar, request.grammar_triggers, "root"
     if grammar is not None and not triggers and opens_thinking and request.grammar_after_thinking:
@@ -339,7 +339,7 @@ class Round:
     row0: int = 0  # its first row in the verify batch (several sequences may share one)
 
 
-class _Decoder:
+class Decoder:
     """One generation's decode state: where the target stands, what it holds, what was recorded."""
 
     def __init__(self, session: Session, request: GenerateRequest, spec: SpeculativeSettings, drafter: Drafter,
@@ -386,7 +386,7 @@ class _Decoder:
         else:
             row = self.batch.n - 1
             self.id_last = self.sampler.sample(self.target.handle, row)
-            self.out.push(self.id_last, False, self._margin(row), self._logprob(row, self.id_last))
+            self.out.push(self.id_last, False, self.margin(row), self.logprob(row, self.id_last))
 
     def _prefill_pictures(self, pictures: vision.ImagePrompt, on_prefill: PrefillCallback | None,
                           should_stop: Callable[[], bool]) -> bool:
@@ -453,8 +453,8 @@ class _Decoder:
                 row = rnd.row0 + k
                 tok = self.sampler.sample(self.target.handle, row)
                 rnd.tokens.append(tok)
-                rnd.margins.append(self._margin(row))
-                rnd.logprobs.append(self._logprob(row, tok))
+                rnd.margins.append(self.margin(row))
+                rnd.logprobs.append(self.logprob(row, tok))
                 if not accepts_draft(k, tok, rnd.drafts, self.model.is_eog):
                     break
                 rnd.accepted += 1
@@ -504,9 +504,10 @@ class _Decoder:
             self._book_drafter()
             on_stats(self.stats)
 
-    def finish(self, prompt_mode: str, on_stats: StatsCallback | None) -> GenerateResult:
-        """Keep what the contexts hold for the next prompt; close the text and the statistics."""
-        if self.pictured:
+    def finish(self, prompt_mode: str, on_stats: StatsCallback | None, keep_prefix: bool = True) -> GenerateResult:
+        """Keep what the contexts hold for the next prompt; close the text and the statistics.
+        ``keep_prefix`` False: the prefix cache does not describe this sequence (a multi-sequence run)."""
+        if self.pictured or not keep_prefix:
             self.session.prefix.forget()
         else:
             _keep(self.session, self.drafter, self.kept)
@@ -527,10 +528,10 @@ class _Decoder:
         self.stats.phase_seconds["draft"] = self.drafter.seconds["draft"]
         self.stats.phase_seconds["catch_up"] = self.drafter.seconds["catch_up"]
 
-    def _margin(self, row: int) -> float | None:
+    def margin(self, row: int) -> float | None:
         return top2_margin(self.target.logits(row), self.model.n_vocab) if self.request.record_margins else None
 
-    def _logprob(self, row: int, token: int) -> dict[str, Any] | None:
+    def logprob(self, row: int, token: int) -> dict[str, Any] | None:
         if self.request.logprobs < 0 or self.model.is_eog(token):
             return None
         return token_logprobs(self.target.logits(row), self.model.n_vocab, token, self.request.logprobs,
@@ -571,10 +572,10 @@ def generate(
             tokens, prompt_mode, opens_thinking = [], pictures.mode, pictures.opens_thinking
         else:
             pictures = None
-            tokens, prompt_mode, opens_thinking = _render(session, request, should_stop)
+            tokens, prompt_mode, opens_thinking = render_request(session, request, should_stop)
     except chat_template.RenderCancelled:
         templated = request.messages is not None and bool(request.template or session.facts.chat_template)
-        return _ended_early(stats, "cancelled", chat_template.TEMPLATE if templated else chat_template.COMPLETION,
+        return ended_early(stats, "cancelled", chat_template.TEMPLATE if templated else chat_template.COMPLETION,
                             on_stats)
     tokens = tokens or ([] if pictured else [session.model.bos])
     if len(tokens) + 1 >= session.target.n_ctx:
@@ -582,14 +583,14 @@ def generate(
                            "Shorten the conversation or raise the context size.")
     stats.prompt_tokens = len(tokens)
     if request.max_tokens <= 0:  # nothing to generate: not even the first sampled token
-        return _ended_early(stats, "length", prompt_mode, on_stats)
+        return ended_early(stats, "length", prompt_mode, on_stats)
     out = Output(session.model, request.stop, request.max_tokens, request.split_reasoning, on_text,
                  on_reasoning, opens_thinking, on_text_logprobs)
-    sampler = _sampler(session, request, tokens, opens_thinking)
+    sampler = request_sampler(session, request, tokens, opens_thinking)
     if request.guided_drafts:  # under a grammar: the drafter drafts what it allows
         drafter.guide = sampler.draft_guide()
     drafter.draft_margins = [] if request.record_drafts else None
-    decoder = _Decoder(session, request, spec, drafter, policy, sampler, out, stats)
+    decoder = Decoder(session, request, spec, drafter, policy, sampler, out, stats)
     try:
         decoder.prefill(tokens, on_prefill, should_stop, pictures)
         while out.finish is None:

@@ -30,6 +30,12 @@ from engine.speculative.settings import (
     deepest_draft,
 )
 
+# Architectures whose attention reads past a sequence's own cells in a shared pool (deepseek4's
+# compressed KV: its drafts changed with other sequences beside it; tests/engine/test_parallel.py):
+# in a multi-sequence session each sequence gets a pool of its own, at the cost of one graph per
+# sequence in a mixed batch.
+SEPARATE_CELLS = frozenset({"deepseek4"})
+
 if TYPE_CHECKING:
     from engine.generation.placement import Placement
 
@@ -78,6 +84,7 @@ class Session:
         # adaptive depth per (mode, n_max): what it measured (costs, acceptance) carries over to the next reply
         self._depth_policies: dict[tuple[str, int, int, int], AdaptiveDepth] = {}
         self.plain_drafter = PlainDrafter()
+        self._mtp_lanes: dict[int, MTPDrafter] = {}  # per sequence of a multi-sequence session (mtp_lane)
         # the vision projector, when the load names one: the model then takes images (engine/generation/images.py)
         self.projector: Projector | None = None
         try:
@@ -94,14 +101,14 @@ class Session:
         """Target context settings: drafting adds per-token recurrent snapshots
         (``n_rs_seq``, hybrid targets only) that plain decoding does not pay for."""
         n_rs_seq = MAX_DRAFT if (drafts and self._hybrid) else 0
+        n_seq = self.options.parallel
         return ContextParams(
-            n_ctx=self.options.n_ctx, n_batch=self.options.n_batch,
+            n_ctx=self.options.n_ctx * n_seq, n_batch=max(self.options.n_batch, n_seq * (MAX_DRAFT + 1)),
             n_ubatch=min(self.options.n_batch, max(512, 1 + n_rs_seq)),
-            n_threads=self.options.n_threads, n_rs_seq=n_rs_seq,
-            # Only a verify batch needs logits on several rows; sizing the
-            # output buffer for it (not n_batch rows) saves ~0.5 GB on a
-            # 262k vocabulary.
-            n_outputs_max=MAX_DRAFT + 1,
+            n_threads=self.options.n_threads, n_rs_seq=n_rs_seq, n_seq_max=n_seq, kv_unified=self.kv_unified,
+            # Only a verify batch needs logits on several rows (one per sequence's round); sizing the
+            # output buffer for it (not n_batch rows) saves ~0.5 GB on a 262k vocabulary.
+            n_outputs_max=n_seq * (MAX_DRAFT + 1),
         )
 
     def prepare(self, mtp: bool, drafts: bool | None = None) -> None:
@@ -191,9 +198,31 @@ class Session:
             self._own_mtp_model = True
         self.target.set_embeddings_nextn(True, False)
         self.mtp_drafter = MTPDrafter(self.target, self.mtp_model, fold=self.options.fold,
-                                  n_threads=self.options.n_threads_draft or self.options.n_threads)
+                                      n_threads=self.options.n_threads_draft or self.options.n_threads,
+                                      n_seq=self.options.parallel, kv_unified=self.kv_unified)
         self.rollback_strategy = rollback.choose(self.target, self._hybrid, MAX_DRAFT)
         self.mtp_status = "chained" if self.mtp_drafter.chained else "single"
+
+    @property
+    def kv_unified(self) -> bool:
+        """Several sequences share one pool of cells, so a batch of all their rows is one graph
+        (:data:`SEPARATE_CELLS` keep a pool per sequence)."""
+        return self.options.parallel > 1 and self.facts.architecture not in SEPARATE_CELLS
+
+    @property
+    def n_seq(self) -> int:
+        """Sequences the contexts hold (``LoadOptions.parallel``): replies decoded together."""
+        return self.options.parallel
+
+    def mtp_lane(self, seq: int) -> MTPDrafter | None:
+        """The MTP drafter of sequence ``seq`` (sequence 0's is :attr:`mtp_drafter`); None without a head."""
+        if self.mtp_drafter is None or seq == 0:
+            return self.mtp_drafter
+        lane = self._mtp_lanes.get(seq)
+        if lane is None:
+            lane = self._mtp_lanes[seq] = self.mtp_drafter.lane(seq)
+        lane.target = self.target  # a hybrid's target context is recreated when drafting starts or stops
+        return lane
 
     @property
     def is_hybrid(self) -> bool:

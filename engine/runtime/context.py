@@ -17,7 +17,10 @@ class ContextParams:
     n_batch: int = 512
     n_ubatch: int = 512
     n_threads: int = 1
-    n_seq_max: int = 1
+    n_seq_max: int = 1  # sequences the context holds; each gets n_ctx / n_seq_max cells
+    # one pool of cells for every sequence: a batch of several sequences' rows is then one ubatch
+    # (llama.cpp splits a batch per sequence otherwise); the engine keeps each within n_ctx / n_seq_max
+    kv_unified: bool = False
     n_rs_seq: int = 0  # recurrent snapshots kept for partial rollback (hybrid targets)
     n_outputs_max: int = 0  # 0: llama.cpp's default
     mtp: bool = False  # an MTP (draft head) context rather than a target context
@@ -26,8 +29,10 @@ class ContextParams:
 class Batch:
     """A ``llama_batch`` whose arrays are owned by Python (no llama_batch_free).
 
-    One sequence (id 0). Rows may carry a hidden-state row (``embd``) next to
-    the token: that is how the MTP head receives h_target(p-1).
+    Each row belongs to one sequence (``seq``, 0 unless given): a multi-sequence
+    context decodes several replies' rows in one batch. Rows may carry a
+    hidden-state row (``embd``) next to the token: that is how the MTP head
+    receives h_target(p-1).
     """
 
     def __init__(self, capacity: int, n_embd: int = 0) -> None:
@@ -37,9 +42,9 @@ class Batch:
         self.tokens = (ctypes.c_int32 * capacity)()
         self.pos = (ctypes.c_int32 * capacity)()
         self.n_seq_id = (ctypes.c_int32 * capacity)(*([1] * capacity))
-        self._seq_zero = ctypes.c_int32(0)  # every row belongs to sequence 0
-        zero = ctypes.pointer(self._seq_zero)
-        self.seq_id = (ctypes.POINTER(ctypes.c_int32) * capacity)(*([zero] * capacity))
+        self._seq = (ctypes.c_int32 * capacity)()  # row i's sequence; seq_id[i] points at it
+        base, pointer = ctypes.addressof(self._seq), ctypes.POINTER(ctypes.c_int32)
+        self.seq_id = (pointer * capacity)(*(ctypes.cast(base + 4 * i, pointer) for i in range(capacity)))
         self.logits = (ctypes.c_int8 * capacity)()
         self.embd = (ctypes.c_float * (capacity * n_embd))() if n_embd else None
         self.n_outputs = 0
@@ -58,12 +63,13 @@ class Batch:
         self.n = 0
         self.n_outputs = 0
 
-    def add(self, token: int, pos: int, output: bool) -> int:
+    def add(self, token: int, pos: int, output: bool, seq: int = 0) -> int:
         i = self.n
         if i >= self.capacity:
             raise ContextError(f"batch overflow: capacity {self.capacity}")
         self.tokens[i] = token
         self.pos[i] = pos
+        self._seq[i] = seq
         self.logits[i] = 1 if output else 0
         self.n_outputs += 1 if output else 0
         self.n = i + 1
@@ -86,6 +92,7 @@ class Context:
         cp.n_batch = params.n_batch
         cp.n_ubatch = params.n_ubatch
         cp.n_seq_max = params.n_seq_max
+        cp.kv_unified = params.kv_unified
         cp.n_threads = params.n_threads
         cp.n_threads_batch = params.n_threads
         cp.n_rs_seq = params.n_rs_seq
@@ -100,7 +107,11 @@ class Context:
             raise ContextError(f"llama.cpp could not create a context (n_ctx={params.n_ctx}): {detail}")
         self.handle = handle
         self.memory = lib.llama_get_memory(handle)
-        self.n_ctx = int(lib.llama_n_ctx(handle))
+        self.n_seq = int(lib.llama_n_seq_max(handle))
+        # what one sequence may hold: llama.cpp's share per sequence (padded to 256), or in a
+        # unified pool the engine's own share of it
+        self.n_ctx = (int(lib.llama_n_ctx(handle)) // self.n_seq if params.kv_unified
+                      else int(lib.llama_n_ctx_seq(handle)))
         self.n_batch = int(lib.llama_n_batch(handle))
         self.n_rs_seq = int(lib.llama_n_rs_seq(handle))
         self.n_vocab = model.n_vocab
@@ -160,6 +171,13 @@ class Context:
     def seq_rm(self, p0: int, p1: int = -1, seq: int = 0) -> bool:
         self.edits += 1
         return bool(self._lib.llama_memory_seq_rm(self.memory, seq, p0, p1))
+
+    def seq_clear(self, seq: int) -> None:
+        """Empty one sequence (the whole context when it holds one)."""
+        if self.n_seq == 1:
+            self.clear()
+        elif not self.seq_rm(0, -1, seq):
+            raise ContextError(f"could not clear sequence {seq}")
 
     def clear(self) -> None:
         self.edits += 1

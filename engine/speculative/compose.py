@@ -74,12 +74,12 @@ class ComposeDrafter:
         self.yields = {"mtp": Yield(start), "ngram": Yield(start)}
         self._sent = []
 
-    def process(self, tokens: list[int], pos_start: int) -> None:
-        self.mtp.process(tokens, pos_start)
+    def process(self, tokens: list[int], pos_start: int, row0: int = 0) -> None:
+        self.mtp.process(tokens, pos_start, row0)
         self.ngram.process(tokens, pos_start)
 
-    def verified(self, tokens: list[int], pos_start: int) -> None:
-        self.mtp.verified(tokens, pos_start)
+    def verified(self, tokens: list[int], pos_start: int, row0: int = 0) -> None:
+        self.mtp.verified(tokens, pos_start, row0)
         self.ngram.verified(tokens, pos_start)
 
     def accept(self, n_accepted: int, pos0: int) -> None:

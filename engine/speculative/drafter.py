@@ -25,7 +25,8 @@ class Drafter(Protocol):
     generation's settings (already limited to what this model can draft);
     ``process`` after each prompt chunk the target decoded; ``draft`` before
     each verify; ``verified`` right after each verify decode (before anything
-    else decodes on the target); ``accept`` after each verify with how many
+    else decodes on the target; ``row0``: the first of its rows in the target's
+    batch, which a multi-sequence batch shares with other sequences); ``accept`` after each verify with how many
     drafted tokens the target agreed with.
 
     ``seconds`` holds the generation's ``draft`` and ``catch_up`` time, reset
@@ -48,9 +49,9 @@ class Drafter(Protocol):
 
     def begin(self, settings: SpeculativeSettings) -> None: ...
 
-    def process(self, tokens: list[int], pos_start: int) -> None: ...
+    def process(self, tokens: list[int], pos_start: int, row0: int = 0) -> None: ...
 
-    def verified(self, tokens: list[int], pos_start: int) -> None: ...
+    def verified(self, tokens: list[int], pos_start: int, row0: int = 0) -> None: ...
 
     def draft(self, id_last: int, pos0: int, room: int) -> list[int]: ...
 
@@ -73,10 +74,10 @@ class PlainDrafter:
     def begin(self, settings: SpeculativeSettings) -> None:
         pass
 
-    def process(self, tokens: list[int], pos_start: int) -> None:
+    def process(self, tokens: list[int], pos_start: int, row0: int = 0) -> None:
         pass
 
-    def verified(self, tokens: list[int], pos_start: int) -> None:
+    def verified(self, tokens: list[int], pos_start: int, row0: int = 0) -> None:
         pass
 
     def draft(self, id_last: int, pos0: int, room: int) -> list[int]:

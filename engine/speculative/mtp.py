@@ -28,6 +28,7 @@ target's hidden state at ``pos0 - 1``, where ``pos0`` is the position of
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import math
 import time
@@ -94,6 +95,9 @@ class MTPDrafter:
         n_threads: threads of the draft context (default: the target's). A
             draft step decodes one row through one block, so it has little to
             split between threads; on a busy machine fewer can be faster.
+        n_seq: sequences the draft context holds, one per sequence of a
+            multi-sequence target; :meth:`lane` gives each its own drafter.
+        kv_unified: the sequences share one pool of cells, as the target's do.
 
     ``seconds`` holds this generation's ``draft`` and ``catch_up`` time (reset
     by :meth:`begin`); the generator books it into its statistics. The
@@ -106,8 +110,11 @@ class MTPDrafter:
     # position pos0 with the right inputs, and the plain step's catch-up writes it again.
     shadow_probes = True
 
-    def __init__(self, target_ctx: Context, mtp_model: Model, fold: bool = True, n_threads: int | None = None) -> None:
+    def __init__(self, target_ctx: Context, mtp_model: Model, fold: bool = True, n_threads: int | None = None,
+                 n_seq: int = 1, kv_unified: bool = False) -> None:
         self.target = target_ctx
+        self.seq = 0  # the sequence this drafter drafts for (its rows in both contexts)
+        self._owns_ctx = True
         self.model = mtp_model
         self.n_embd = mtp_model.n_embd_out
         self.n_heads = mtp_model.n_layer_nextn
@@ -116,22 +123,37 @@ class MTPDrafter:
         self.ctx = Context(
             mtp_model,
             ContextParams(
-                n_ctx=target_ctx.n_ctx, n_batch=tp.n_batch, n_ubatch=tp.n_ubatch,
-                n_threads=n_threads or tp.n_threads, mtp=True,
+                n_ctx=target_ctx.n_ctx * n_seq, n_batch=tp.n_batch, n_ubatch=tp.n_ubatch,
+                n_threads=n_threads or tp.n_threads, mtp=True, n_seq_max=n_seq, kv_unified=kv_unified,
                 # One output row per draft step (every row of a chained prefix
                 # at most): llama.cpp's default reserves logits for n_batch
-                # rows, ~0.5 GB with a 262k vocabulary.
-                n_outputs_max=max(1, self.n_heads),
+                # rows, ~0.5 GB with a 262k vocabulary. llama.cpp reserves one per sequence at least.
+                n_outputs_max=max(1, self.n_heads, n_seq),
             ),
         )
         self.ctx.set_embeddings_nextn(True, True)
         self.batch = Batch(tp.n_batch, self.n_embd)
+        self._row_bytes = 4 * self.n_embd
+        self._n_vocab = mtp_model.n_vocab
+        self.crops_rows = graph_crops_rows(self.ctx, self.batch, self.n_embd, mtp_model.n_vocab)
+        self.fold = fold and not self.chained and self.crops_rows
+        self._fresh_state()
+
+    def lane(self, seq: int) -> MTPDrafter:
+        """A drafter for sequence ``seq`` of a multi-sequence target, over this one's draft context
+        (the context holds every sequence's rows apart); its own batch and state."""
+        lane = copy.copy(self)
+        lane.seq, lane._owns_ctx = seq, False
+        lane.batch = Batch(self.batch.capacity, self.n_embd)
+        lane._fresh_state()
+        return lane
+
+    def _fresh_state(self) -> None:
+        """The per-sequence state: what a lane does not share."""
         self.pending_h = np.zeros(self.n_embd, dtype=np.float32)
         self.verify_h = np.zeros((1, self.n_embd), dtype=np.float32)
         self.seconds = {"draft": 0.0, "catch_up": 0.0}
         self.settings = SPECULATION_OFF
-        self.crops_rows = graph_crops_rows(self.ctx, self.batch, self.n_embd, mtp_model.n_vocab)
-        self.fold = fold and not self.chained and self.crops_rows
         self._verified: list[int] = []
         self._verified_pos = 0
         # accepted rows whose catch-up is deferred into the next draft's first decode
@@ -141,8 +163,6 @@ class MTPDrafter:
         self._fold_pos = 0
         self._fold_buf = np.zeros((self.batch.capacity, self.n_embd), dtype=np.float32)
         self._verify_buf = np.zeros((MAX_DRAFT + 1, self.n_embd), dtype=np.float32)
-        self._row_bytes = 4 * self.n_embd
-        self._n_vocab = mtp_model.n_vocab
         # positions [0, exact_end) of the MTP context hold rows a catch-up wrote, (x_p, h_target(p-1))
         # for the target's kept tokens: the next generation may keep them (engine/generation/prefix_cache.py)
         self.exact_end = 0
@@ -158,9 +178,9 @@ class MTPDrafter:
         whose catch-up resumes with :meth:`resume` on the first prefill chunk."""
         self.settings = settings
         if keep:
-            self.ctx.seq_rm(keep, -1)
+            self.ctx.seq_rm(keep, -1, self.seq)
         else:
-            self.ctx.clear()
+            self.ctx.seq_clear(self.seq)
         self.exact_end = keep
         self.pending_h[:] = 0.0
         self._fold_tokens = []
@@ -169,15 +189,16 @@ class MTPDrafter:
         # drafter after begin: rounds another source drafted then cost no MTP decode).
         self.defer = False
 
-    def process(self, tokens: list[int], pos_start: int) -> None:
-        """Catch the MTP context up on a target decode of ``tokens`` at ``pos_start``.
+    def process(self, tokens: list[int], pos_start: int, row0: int = 0) -> None:
+        """Catch the MTP context up on a target decode of ``tokens`` at ``pos_start``
+        (rows ``row0..`` of the target's batch).
 
         Row k gets (token k, h_target(pos_start+k-1)): ``pending_h`` for the
         first row, then the target's own rows shifted right by one.
         """
         t0 = time.perf_counter()
         n = len(tokens)
-        view = np.ctypeslib.as_array(self.target.embeddings_nextn(), shape=(n, self.n_embd))
+        view = np.ctypeslib.as_array(self.target.embeddings_nextn_ith(row0), shape=(n, self.n_embd))
         self.verify_h = view.copy()  # the target overwrites its buffer on the next decode
         self._catch_up(tokens, pos_start, self.pending_h, self.verify_h[: n - 1])
         self.pending_h[:] = self.verify_h[n - 1]
@@ -205,14 +226,14 @@ class MTPDrafter:
         batch = self.batch
         batch.clear()
         for k, tok in enumerate(tokens):
-            batch.add(tok, pos_start + k, False)
+            batch.add(tok, pos_start + k, False, self.seq)
         base = batch.embd_row_address(0)
         ctypes.memmove(base, np.ascontiguousarray(first_h).ctypes.data, self._row_bytes)
         if n > 1:
             ctypes.memmove(base + self._row_bytes, np.ascontiguousarray(rest_h).ctypes.data,
                            self._row_bytes * (n - 1))
         for head in range(self.n_heads if self.chained else 1):
-            self.ctx.seq_rm(pos_start, -1)
+            self.ctx.seq_rm(pos_start, -1, self.seq)
             if self.chained:
                 self.ctx.set_nextn_layer_offset(head)
             self.ctx.decode(batch)
@@ -224,8 +245,8 @@ class MTPDrafter:
         """Rows [start, end) were just written by a catch-up (and everything after them dropped)."""
         self.exact_end = end if start <= self.exact_end else min(self.exact_end, start)
 
-    def verified(self, tokens: list[int], pos_start: int) -> None:
-        """The target just decoded ``tokens`` (a verify batch): keep its hidden
+    def verified(self, tokens: list[int], pos_start: int, row0: int = 0) -> None:
+        """The target just decoded ``tokens`` (a verify batch, from its row ``row0``): keep its hidden
         states before anything else decodes on the target, and catch up now
         unless folding defers it. A plain step (nothing drafted, as adaptive
         depth chooses when drafts do not pay) is deferred even without
@@ -235,13 +256,13 @@ class MTPDrafter:
         if not self.fold and not self._deferred_step:
             if self._fold_tokens:  # deferred plain steps come first (another source drafted this round)
                 self.settle()
-            self.process(tokens, pos_start)
+            self.process(tokens, pos_start, row0)
             return
         n = len(tokens)
         if self._verify_buf.shape[0] < n:
             self._verify_buf = np.zeros((n, self.n_embd), dtype=np.float32)
         # one copy into a kept buffer (no array view built per step: it cost more than the copy)
-        ctypes.memmove(self._verify_buf.ctypes.data, self.target.embeddings_nextn(), n * self._row_bytes)
+        ctypes.memmove(self._verify_buf.ctypes.data, self.target.embeddings_nextn_ith(row0), n * self._row_bytes)
         self.verify_h = self._verify_buf
         self._verified = tokens
         self._verified_pos = pos_start
@@ -287,7 +308,7 @@ class MTPDrafter:
             if len(self._fold_tokens) + MAX_DRAFT + 1 >= self.batch.capacity:
                 self.settle()  # many steps without a draft (adaptive depth): the batch must still hold them
         else:
-            self.ctx.seq_rm(pos0 + n_accepted + 1, -1)
+            self.ctx.seq_rm(pos0 + n_accepted + 1, -1, self.seq)
             self.exact_end = min(self.exact_end, pos0 + n_accepted + 1)
         self.pending_h[:] = self.verify_h[n_accepted]
 
@@ -303,11 +324,11 @@ class MTPDrafter:
         batch = self.batch
         batch.clear()
         for j, tok in enumerate(self._fold_tokens):
-            batch.add(tok, self._fold_pos + j, False)
+            batch.add(tok, self._fold_pos + j, False, self.seq)
         ctypes.memmove(batch.embd_row_address(0), np.ascontiguousarray(self._fold_embd).ctypes.data,
                        self._row_bytes * len(self._fold_tokens))
         for head in range(self.n_heads if self.chained else 1):  # chained heads: each its own KV layer
-            self.ctx.seq_rm(self._fold_pos, -1)
+            self.ctx.seq_rm(self._fold_pos, -1, self.seq)
             if self.chained:
                 self.ctx.set_nextn_layer_offset(head)
             self.ctx.decode(batch)
@@ -328,7 +349,8 @@ class MTPDrafter:
         return len(self._fold_tokens)
 
     def close(self) -> None:
-        self.ctx.close()
+        if self._owns_ctx:  # a lane's context is its parent's
+            self.ctx.close()
 
     # -- drafting -------------------------------------------------------------
     def _pick(self, row: int, p_min: float) -> int | None:
@@ -361,17 +383,17 @@ class MTPDrafter:
         batch.clear()
         first = 0
         if self._fold_tokens:  # the deferred catch-up rides along with id_last
-            self.ctx.seq_rm(self._fold_pos, -1)
+            self.ctx.seq_rm(self._fold_pos, -1, self.seq)
             for j, tok in enumerate(self._fold_tokens):
-                batch.add(tok, self._fold_pos + j, False)
+                batch.add(tok, self._fold_pos + j, False, self.seq)
             first = len(self._fold_tokens)
             ctypes.memmove(batch.embd_row_address(0), np.ascontiguousarray(self._fold_embd).ctypes.data,
                            self._row_bytes * first)
             self._exact_to(self._fold_pos, self._fold_pos + first)  # written by the decode below
             self._fold_tokens = []
         else:
-            self.ctx.seq_rm(pos0, -1)
-        batch.add(id_last, pos0, True)
+            self.ctx.seq_rm(pos0, -1, self.seq)
+        batch.add(id_last, pos0, True, self.seq)
         ctypes.memmove(batch.embd_row_address(first), self.pending_h.ctypes.data, self._row_bytes)
         row = first
         while True:
@@ -391,7 +413,7 @@ class MTPDrafter:
                 break
             h_row = self.ctx.embeddings_nextn_ith(batch.n - 1)
             batch.clear()
-            batch.add(token, pos0 + len(drafts), True)
+            batch.add(token, pos0 + len(drafts), True, self.seq)
             ctypes.memmove(batch.embd_row_address(0), h_row, self._row_bytes)
         return drafts
 
@@ -405,16 +427,16 @@ class MTPDrafter:
         batch = self.batch
         head_h: list[np.ndarray] = []
         for head in range(n_max):
-            self.ctx.seq_rm(pos0, -1)
+            self.ctx.seq_rm(pos0, -1, self.seq)
             self.ctx.set_nextn_layer_offset(head)
             batch.clear()
             # A graph that does not crop returns row 0's state for a lone
             # output row; with every row an output, the last row is right.
             every_row = not self.crops_rows
-            batch.add(id_last, pos0, head == 0 or every_row)
+            batch.add(id_last, pos0, head == 0 or every_row, self.seq)
             ctypes.memmove(batch.embd_row_address(0), self.pending_h.ctypes.data, self._row_bytes)
             for j, drafted in enumerate(drafts):
-                batch.add(drafted, pos0 + 1 + j, every_row or j == len(drafts) - 1)
+                batch.add(drafted, pos0 + 1 + j, every_row or j == len(drafts) - 1, self.seq)
                 ctypes.memmove(batch.embd_row_address(j + 1), head_h[j].ctypes.data, self._row_bytes)
             self.ctx.decode(batch)
             token = self._pick(batch.n - 1, p_min)

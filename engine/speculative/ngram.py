@@ -258,10 +258,10 @@ class NgramDrafter:
         self._sent = False
         self.seconds = {"draft": 0.0, "catch_up": 0.0}
 
-    def process(self, tokens: list[int], pos_start: int) -> None:
+    def process(self, tokens: list[int], pos_start: int, row0: int = 0) -> None:
         self._put(pos_start, tokens)
 
-    def verified(self, tokens: list[int], pos_start: int) -> None:
+    def verified(self, tokens: list[int], pos_start: int, row0: int = 0) -> None:
         self._verified = list(tokens)
 
     def accept(self, n_accepted: int, pos0: int) -> None:

@@ -39,9 +39,10 @@ def choose(target: Context, hybrid: bool, n_max: int) -> str:
 class TargetRollback:
     """Applies one strategy around each verify decode."""
 
-    def __init__(self, target: Context, strategy: str) -> None:
+    def __init__(self, target: Context, strategy: str, seq: int = 0) -> None:
         self.target = target
         self.strategy = strategy
+        self.seq = seq  # the sequence whose rows it rolls back (a multi-sequence context holds several)
         self._checkpoint: Any = None
         self._replay = Batch(target.params.n_batch) if strategy == "checkpoint" else None
         self.flags = PARTIAL_ONLY | ON_DEVICE  # dropped to host copies if the device path fails
@@ -50,12 +51,12 @@ class TargetRollback:
         if self.strategy != "checkpoint" or not n_drafted:
             return
         try:
-            self._checkpoint = self.target.state_save(flags=self.flags, into=self._checkpoint)
+            self._checkpoint = self.target.state_save(self.seq, flags=self.flags, into=self._checkpoint)
         except ContextError:
             if self.flags == PARTIAL_ONLY:
                 raise
             self.flags = PARTIAL_ONLY
-            self._checkpoint = self.target.state_save(flags=self.flags)
+            self._checkpoint = self.target.state_save(self.seq, flags=self.flags)
 
     def after_verify(self, verified: list[int], pos0: int, n_accepted: int) -> None:
         """Drop positions after ``pos0 + n_accepted`` (the last kept row).
@@ -66,17 +67,17 @@ class TargetRollback:
             return  # everything verified was kept
         keep_until = pos0 + n_accepted + 1
         if self.strategy == "checkpoint":
-            self.target.state_restore(self._checkpoint, flags=self.flags)
-            if not self.target.seq_rm(pos0, -1):
+            self.target.state_restore(self._checkpoint, self.seq, flags=self.flags)
+            if not self.target.seq_rm(pos0, -1, self.seq):
                 raise ContextError("could not trim the target after restoring a checkpoint")
             replay = self._replay
             assert replay is not None
             replay.clear()
             for k in range(n_accepted + 1):
-                replay.add(verified[k], pos0 + k, False)
+                replay.add(verified[k], pos0 + k, False, self.seq)
             self.target.decode(replay)
             return
-        if not self.target.seq_rm(keep_until, -1):
+        if not self.target.seq_rm(keep_until, -1, self.seq):
             raise ContextError(
                 f"rollback ({self.strategy}) of the target to position {keep_until} failed; "
                 f"the draft was longer than the context's n_rs_seq ({self.target.n_rs_seq})"

@@ -147,9 +147,9 @@ def test_deferred_catch_up_of_plain_steps_drafts_what_an_immediate_one_does(arch
         deferred = run(session, spec, n=64, record_drafts=True)
         assert deferred.stats.plain_steps > 0 and deferred.stats.rounds > 0  # both kinds of step happened
 
-        def at_once(self, tokens, pos_start):
+        def at_once(self, tokens, pos_start, row0=0):
             self._deferred_step = False
-            self.process(tokens, pos_start)
+            self.process(tokens, pos_start, row0)
 
         monkeypatch.setattr(MTPDrafter, "verified", at_once)
         immediate = run(session, spec, n=64, record_drafts=True)

@@ -1,0 +1,329 @@
+"""Several generations at once: one target decode verifies every running sequence's round.
+
+A session loaded with ``LoadOptions.parallel = N`` holds N sequences in its
+target and MTP contexts. Each running generation has a sequence id and its own
+:class:`~engine.generation.generator.Decoder` — sampler and penalty history,
+output, statistics, depth policy, rollback, and drafter (an MTP *lane* over the
+shared draft context, an n-gram drafter, or the plain one). One :meth:`step`:
+
+1. a cancelled generation ends;
+2. one prompt chunk of a generation still reading its prompt is decoded, so a
+   long prompt costs running replies one chunk per step, not its whole prefill;
+3. every decoding generation proposes its round (depth, then drafts: MTP drafts
+   are decoded sequence by sequence on the draft context);
+4. **one** target decode verifies all their rows (``[id_last, drafts...]`` of
+   each, with its sequence id);
+5. each samples its own rows; then each rolls back what it rejected, and shows
+   what it accepted.
+
+Each sequence's greedy output is what it would be alone: its rows attend only
+to its own cells (llama.cpp masks by sequence), and everything that decides
+its tokens is its own. The target is prepared once for the strongest request
+(drafting, MTP) so that no request recreates a context others use.
+
+Not yet (docs/parallel.md): prefix reuse across turns per sequence (each
+generation starts its sequence empty), a depth policy that learns the cost of
+the *whole* batch (each sequence's adaptive policy times the shared decode as
+its own), images.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.errors import ContextError
+from engine.generation import chat_template
+from engine.generation.generator import (
+    Decoder,
+    GenerateRequest,
+    GenerateResult,
+    PrefillCallback,
+    ReasoningCallback,
+    StatsCallback,
+    TextCallback,
+    TextLogprobsCallback,
+    ended_early,
+    render_request,
+    request_sampler,
+)
+from engine.generation.output import Output
+from engine.generation.session import Session
+from engine.runtime import Batch
+from engine.speculative.adaptive import AdaptiveDepth
+from engine.speculative.compose import ComposeDrafter
+from engine.speculative.depth import PLAIN, DepthPolicy, FixedDepth
+from engine.speculative.drafter import Drafter, PlainDrafter
+from engine.speculative.ngram import NgramDrafter
+from engine.speculative.settings import MAX_DRAFT, MTP, MTP_NGRAM, SPECULATION_OFF, SpeculativeSettings
+from engine.speculative.stats import GenerationStats
+
+
+@dataclass
+class Job:
+    """One generation for :class:`ParallelGenerator`, with the callbacks ``generate`` takes."""
+
+    request: GenerateRequest
+    on_text: TextCallback | None = None
+    on_stats: StatsCallback | None = None
+    should_stop: Callable[[], bool] = lambda: False
+    on_prefill: PrefillCallback | None = None
+    on_reasoning: ReasoningCallback | None = None
+    on_text_logprobs: TextLogprobsCallback | None = None
+    # set by the generator
+    seq: int = -1
+    result: GenerateResult | None = None
+    error: BaseException | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None or self.error is not None
+
+
+@dataclass
+class _Running:
+    job: Job
+    decoder: Decoder
+    prompt: list[int]
+    prompt_mode: str
+    cursor: int = 0  # prompt tokens decoded so far
+    catch_up_s: float = 0.0  # the drafter's catch-up during prefill (its own phase)
+
+    @property
+    def prefilled(self) -> bool:
+        return self.cursor >= len(self.prompt)
+
+
+@dataclass
+class _Lane:
+    """What one sequence keeps between its generations: its drafters and adaptive policies."""
+
+    plain: PlainDrafter = field(default_factory=PlainDrafter)
+    ngram: NgramDrafter | None = None
+    composed: ComposeDrafter | None = None
+    policies: dict[tuple[str, int], AdaptiveDepth] = field(default_factory=dict)
+
+
+class ParallelGenerator:
+    """Runs up to ``session.n_seq`` generations together (see the module docstring)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.target = session.target
+        # prepared once for the strongest request: a hybrid's target context is recreated when
+        # drafting starts or stops, which would drop every other sequence's cells
+        session.prepare(mtp=session.mtp_drafter is not None, drafts=True)
+        self.target = session.target
+        session.prefix.forget()  # the single-sequence prefix cache does not describe these sequences
+        self.free = list(range(session.n_seq - 1, -1, -1))  # pop() gives the lowest id
+        self.running: list[_Running] = []
+        self.lanes = [_Lane() for _ in range(session.n_seq)]
+        self.batch = Batch(max(self.target.n_batch, session.n_seq * (MAX_DRAFT + 1)))
+        self.prefill_chunk = session.options.n_batch
+
+    @property
+    def idle(self) -> bool:
+        return not self.running
+
+    @property
+    def has_room(self) -> bool:
+        return bool(self.free)
+
+    # -- admitting ----------------------------------------------------------
+    def add(self, job: Job) -> None:
+        """Start ``job`` on a free sequence. A request that cannot start (its prompt does not fit,
+        its template fails, it was cancelled while waiting) ends at once: ``job.done``.
+
+        Raises:
+            RuntimeError: no sequence is free (check :attr:`has_room`).
+        """
+        if not self.free:
+            raise RuntimeError("every sequence is busy")
+        seq = self.free.pop()
+        job.seq = seq
+        try:
+            running = self._start(job, seq)
+        except Exception as exc:
+            job.error = exc
+            running = None
+        if running is None:
+            self.free.append(seq)
+            self.free.sort(reverse=True)
+        else:
+            self.running.append(running)
+
+    def _start(self, job: Job, seq: int) -> _Running | None:
+        request, session = job.request, self.session
+        if request.hold_last_prompt_token:
+            raise ContextError("hold_last_prompt_token is a single-sequence benchmark option")
+        spec, drafter, policy = self._speculation(request.speculative, seq)
+        policy.new_reply(drafter.shadow_probes)
+        stats = GenerationStats(settings=spec, rollback=session.rollback_strategy if spec.enabled else "none")
+        try:
+            if job.should_stop():
+                raise chat_template.RenderCancelled()
+            tokens, prompt_mode, opens_thinking = render_request(session, request, job.should_stop)
+        except chat_template.RenderCancelled:
+            job.result = ended_early(stats, "cancelled", chat_template.COMPLETION, job.on_stats)
+            return None
+        tokens = tokens or [session.model.bos]
+        if len(tokens) + 1 >= self.target.n_ctx:
+            raise ContextError(f"The prompt has {len(tokens)} tokens; a sequence holds {self.target.n_ctx}. "
+                               "Shorten the conversation or raise the context size.")
+        stats.prompt_tokens = len(tokens)
+        if request.max_tokens <= 0:
+            job.result = ended_early(stats, "length", prompt_mode, job.on_stats)
+            return None
+        out = Output(session.model, request.stop, request.max_tokens, request.split_reasoning, job.on_text,
+                     job.on_reasoning, opens_thinking, job.on_text_logprobs)
+        sampler = request_sampler(session, request, tokens, opens_thinking)
+        drafter.guide = sampler.draft_guide() if request.guided_drafts else None
+        drafter.draft_margins = [] if request.record_drafts else None
+        decoder = Decoder(session, request, spec, drafter, policy, sampler, out, stats, seq=seq)
+        self.target.seq_clear(seq)
+        drafter.begin(spec)
+        if job.on_prefill is not None:
+            job.on_prefill(0, len(tokens))
+        return _Running(job, decoder, tokens, prompt_mode)
+
+    def _speculation(self, settings: SpeculativeSettings, seq: int) -> tuple[SpeculativeSettings, Drafter,
+                                                                             DepthPolicy]:
+        """As :meth:`Session.speculation`, with this sequence's drafters and policies."""
+        session, lane = self.session, self.lanes[seq]
+        spec = settings.limited_to(session.max_draft)
+        mtp = session.mtp_lane(seq)
+        drafter: Drafter | None = None
+        if spec.mode == MTP:
+            drafter = mtp
+        elif spec.uses_ngram:
+            lane.ngram = lane.ngram or NgramDrafter()
+            drafter = lane.ngram
+            if spec.mode == MTP_NGRAM and mtp is not None:
+                lane.composed = lane.composed or ComposeDrafter(mtp, lane.ngram, session.max_draft)
+                drafter = lane.composed
+        if drafter is None:
+            return SPECULATION_OFF, lane.plain, PLAIN
+        if not spec.adaptive:
+            return spec, drafter, FixedDepth(MAX_DRAFT)
+        key = (spec.mode, spec.n_max)
+        lane.policies.setdefault(key, AdaptiveDepth(spec.n_max))
+        return spec, drafter, lane.policies[key]
+
+    # -- running --------------------------------------------------------------
+    def step(self) -> list[Job]:
+        """One step for every running generation (see the module docstring); the jobs that ended.
+
+        A failed target decode fails every running job (what the context holds is unknown)."""
+        for r in self.running:
+            if r.decoder.out.finish is None and r.job.should_stop():
+                r.decoder.out.finish = "cancelled"
+        try:
+            reading = next((r for r in self.running if not r.prefilled and r.decoder.out.finish is None), None)
+            if reading is not None:
+                self._prefill_chunk(reading)
+            self._verify_step()
+        except Exception as exc:
+            for r in self.running:
+                r.job.error = exc
+        return self._reap()
+
+    def _prefill_chunk(self, r: _Running) -> None:
+        d, start = r.decoder, r.cursor
+        end = min(start + self.prefill_chunk, len(r.prompt))
+        chunk = r.prompt[start:end]
+        batch = self.batch
+        batch.clear()
+        for k, tok in enumerate(chunk):
+            batch.add(tok, start + k, start + k == len(r.prompt) - 1, d.seq)
+        t0, catch_up0 = time.perf_counter(), d.drafter.seconds["catch_up"]
+        self.target.decode(batch)
+        d.kept.extend(chunk)
+        d.drafter.process(chunk, start)
+        caught_up = d.drafter.seconds["catch_up"] - catch_up0
+        d.stats.phase_seconds["prefill"] += time.perf_counter() - t0 - caught_up
+        r.cursor = end
+        if r.job.on_prefill is not None:
+            r.job.on_prefill(end, len(r.prompt))
+        if r.prefilled:
+            d.pos0 = len(r.prompt)
+            d.stats.t_first_token = time.perf_counter()
+            row = batch.n - 1
+            d.id_last = d.sampler.sample(self.target.handle, row)
+            d.out.push(d.id_last, False, d.margin(row), d.logprob(row, d.id_last))
+
+    def _verify_step(self) -> None:
+        rounds = []
+        self.batch.clear()
+        for r in self.running:
+            d = r.decoder
+            if not r.prefilled or d.out.finish is not None:
+                continue
+            room = d.room()
+            if room < 0:
+                d.out.finish = "length"
+                continue
+            rnd = d.propose(room)
+            d.add_rows(rnd, self.batch)
+            rounds.append((r, rnd))
+        if not rounds:
+            return
+        t0 = time.perf_counter()
+        self.target.decode(self.batch)
+        verify_s = time.perf_counter() - t0
+        for r, rnd in rounds:  # every sequence reads the decode's rows before anything decodes again
+            r.decoder.sample(rnd, verify_s)
+        for r, rnd in rounds:
+            d = r.decoder
+            d.close_round(rnd)
+            d.learn(rnd)
+            d.emit(rnd)
+            d.tick(r.job.on_stats)
+
+    def _reap(self) -> list[Job]:
+        ended = [r for r in self.running if r.job.error is not None or r.decoder.out.finish is not None]
+        for r in ended:
+            d = r.decoder
+            try:
+                if r.job.error is None:
+                    r.job.result = d.finish(r.prompt_mode, r.job.on_stats, keep_prefix=False)
+            except Exception as exc:  # a callback failed while finishing
+                r.job.error = exc
+            finally:
+                d.drafter.guide = d.drafter.draft_margins = None
+                d.sampler.close()
+                self.running.remove(r)
+                self.free.append(r.job.seq)
+        self.free.sort(reverse=True)
+        return [r.job for r in ended]
+
+    def cancel_all(self, error: BaseException) -> list[Job]:
+        """End every running job with ``error`` (the worker is going away)."""
+        for r in self.running:
+            r.job.error = error
+        return self._reap()
+
+
+def generate_together(session: Session, requests: list[GenerateRequest], *, starts: list[int] | None = None,
+                      should_stop: list[Callable[[], bool]] | None = None) -> list[GenerateResult]:
+    """Run ``requests`` on one multi-sequence session, request ``i`` joining at step ``starts[i]``
+    (default: all at once); the results in order. For tests and benchmarks.
+
+    Raises:
+        the first request's error, if one failed.
+    """
+    starts = starts or [0] * len(requests)
+    stops = should_stop or [lambda: False] * len(requests)
+    jobs = [Job(r, should_stop=stop) for r, stop in zip(requests, stops, strict=True)]
+    engine = ParallelGenerator(session)
+    waiting = sorted(range(len(jobs)), key=lambda i: starts[i])
+    step = 0
+    while waiting or not engine.idle:
+        while waiting and starts[waiting[0]] <= step and engine.has_room:
+            engine.add(jobs[waiting.pop(0)])
+        engine.step()
+        step += 1
+    for job in jobs:
+        if job.error is not None:
+            raise job.error
+    return [job.result for job in jobs if job.result is not None]

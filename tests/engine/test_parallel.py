@@ -1,0 +1,131 @@
+"""Several generations at once on one multi-sequence session (engine/generation/parallel.py).
+
+Each sequence's output — its tokens, and with MTP its drafts round by round — must be
+exactly what the same request gives alone on a one-sequence session, on every
+architecture, whatever the other sequences do: start later, end sooner, get cancelled.
+The heads read the hidden state, so a sequence drafting from another's state would show.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.generation.generator import GenerateRequest, GenerateResult, generate
+from engine.generation.parallel import Job, ParallelGenerator, generate_together
+from engine.generation.session import SEPARATE_CELLS, LoadOptions, Session
+from engine.gguf.facts import read_facts
+from engine.runtime import SamplingParams
+from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp
+from tests.engine.conftest import ALL_MTP_ARCHS, synth
+
+PROMPTS = [" the river model", " a quiet light", " numbers and words", " the old bridge"]
+
+
+def requests(spec: SpeculativeSettings, n: int = 4, **kw) -> list[GenerateRequest]:
+    """Different prompts and lengths, so the sequences end at different steps."""
+    return [GenerateRequest(prompt=PROMPTS[i % 4] + " x" * (i // 4), max_tokens=24 + 8 * i, speculative=spec,
+                            record_drafts=True, **kw) for i in range(n)]
+
+
+def alone(path: str, reqs: list[GenerateRequest], n_seq: int) -> list[GenerateResult]:
+    """Each request alone, on a one-sequence session with the cells one sequence of the
+    multi-sequence session sees: the shared pool, or its own (engine.generation.session.SEPARATE_CELLS;
+    deepseek4's compressed attention depends on the size of the pool, not only on what it holds)."""
+    shared = read_facts(path).architecture not in SEPARATE_CELLS
+    with Session(LoadOptions(path=path, n_ctx=512 * n_seq if shared else 512)) as session:
+        return [generate(session, r) for r in reqs]
+
+
+def same_as_alone(solo: GenerateResult, together: GenerateResult) -> None:
+    assert together.tokens == solo.tokens
+    assert together.drafts_per_round == solo.drafts_per_round  # drafts, not only counts
+    assert (together.stats.rounds, together.stats.accepted) == (solo.stats.rounds, solo.stats.accepted)
+    assert together.finish_reason == solo.finish_reason
+
+
+@pytest.mark.parametrize("arch", ALL_MTP_ARCHS)
+@pytest.mark.parametrize("spec", [mtp(3), SPECULATION_OFF], ids=["mtp", "off"])
+def test_each_of_four_sequences_is_what_it_would_be_alone(arch, spec):
+    path = str(synth(arch, "mixed", agree=0.7, reads="hidden").path())
+    reqs = requests(spec)
+    solo = alone(path, reqs, 4)
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=4)) as session:
+        assert session.mtp_drafter is not None or spec == SPECULATION_OFF, session.mtp_unavailable_reason
+        together = generate_together(session, reqs, starts=[0, 0, 3, 7])  # two join while others run
+    for s, t in zip(solo, together, strict=True):
+        same_as_alone(s, t)
+    if spec.enabled:
+        assert sum(t.stats.rounds for t in together) > 0
+
+
+@pytest.mark.parametrize("n_seq", [1, 2])
+def test_one_or_two_sequences_and_more_requests_than_sequences(n_seq):
+    # five requests through fewer sequences: each waits for a free one, and a sequence that
+    # served one request serves the next from an empty start
+    path = str(synth("glm4moe", "mixed", agree=0.7, reads="hidden").path())
+    reqs = requests(mtp(3), n=5)
+    solo = alone(path, reqs, n_seq)
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=n_seq)) as session:
+        together = generate_together(session, reqs)
+    for s, t in zip(solo, together, strict=True):
+        same_as_alone(s, t)
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "qwen35"])
+def test_a_cancelled_sequence_stops_and_leaves_the_others_as_they_were(arch):
+    path = str(synth(arch, "mixed", agree=0.7, reads="hidden").path())
+    reqs = requests(mtp(2), n=3)
+    solo = alone(path, reqs, 3)
+    pieces: list[str] = []
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=3)) as session:
+        engine = ParallelGenerator(session)
+        jobs = [Job(reqs[0]), Job(reqs[1], on_text=lambda text, _draft: pieces.append(text),
+                                  should_stop=lambda: len(pieces) >= 6), Job(reqs[2])]
+        for job in jobs:
+            engine.add(job)
+        while not engine.idle:
+            engine.step()
+    cancelled = jobs[1].result
+    assert cancelled is not None and cancelled.finish_reason == "cancelled"
+    assert 6 <= len(cancelled.tokens) < len(solo[1].tokens)
+    assert cancelled.tokens == solo[1].tokens[:len(cancelled.tokens)]
+    for i in (0, 2):
+        same_as_alone(solo[i], jobs[i].result)
+
+
+@pytest.mark.parametrize("spec", [mtp(3, depth="adaptive"), SpeculativeSettings("mtp+ngram", 4),
+                                  SpeculativeSettings("ngram", 4)], ids=["adaptive", "mtp+ngram", "ngram"])
+def test_adaptive_depth_and_ngram_drafting_keep_each_sequence_greedy_output(spec):
+    # which rounds draft depends on timings (adaptive) and on each sequence's own n-gram map:
+    # the tokens must still be each request's own
+    path = str(synth("glm4moe", "mixed", agree=0.7, reads="hidden").path())
+    reqs = requests(spec, n=3)
+    solo = alone(path, reqs, 3)
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=3)) as session:
+        together = generate_together(session, reqs, starts=[0, 2, 4])
+    assert [t.tokens for t in together] == [s.tokens for s in solo]
+    assert all(t.stats.settings == spec for t in together)
+
+
+def test_seeded_sampling_per_sequence_is_its_own():
+    path = str(synth("glm4moe", "mixed", agree=0.7, reads="hidden").path())
+    sampling = [SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.0, seed=seed) for seed in (1, 2, 3)]
+    reqs = [GenerateRequest(prompt=PROMPTS[0], max_tokens=32, speculative=mtp(3), sampling=s) for s in sampling]
+    solo = alone(path, reqs, 3)
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=3)) as session:
+        together = generate_together(session, reqs)
+    assert [t.tokens for t in together] == [s.tokens for s in solo]
+    assert len({tuple(s.tokens) for s in solo}) > 1  # the seeds differ, so do the replies
+
+
+def test_a_prompt_too_long_for_its_sequence_fails_alone():
+    path = str(synth("glm4moe", "mixed", agree=0.7).path())
+    with Session(LoadOptions(path=path, n_ctx=256, parallel=2)) as session:
+        engine = ParallelGenerator(session)
+        ok, too_long = Job(requests(mtp(2), n=1)[0]), Job(GenerateRequest(prompt=" word" * 400, max_tokens=8))
+        engine.add(too_long)
+        engine.add(ok)
+        assert too_long.done and "holds" in str(too_long.error) and engine.has_room  # its sequence is free again
+        while not engine.idle:
+            engine.step()
+    assert ok.result is not None and ok.result.tokens
