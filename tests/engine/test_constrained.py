@@ -15,17 +15,18 @@ from __future__ import annotations
 import json
 import math
 import re
+from functools import partial
 
 import pytest
 
 from engine.errors import GrammarError
 from engine.generation import grammars
-from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
-from engine.speculative.settings import SpeculativeSettings
+from tests.engine import conftest
 from tests.engine.conftest import synth
 
 PROMPT = " the river model"
+run = partial(conftest.run, prompt=PROMPT, max_tokens=120, record_drafts=True)  # MTP to a depth, or plain
 # a finite language: the output must end, whatever the weights prefer
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["ids", "ok", "kind"],
           "properties": {"ids": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 999},
@@ -41,13 +42,6 @@ def session(request):
     opened = Session(LoadOptions(path=str(model.path("combined")), n_ctx=1024))
     yield opened
     opened.close()
-
-
-def run(session: Session, n_max: int | None, **kw) -> object:
-    spec = SpeculativeSettings("mtp", n_max) if n_max else SpeculativeSettings()
-    kw.setdefault("prompt", PROMPT)
-    kw.setdefault("max_tokens", 120)
-    return generate(session, GenerateRequest(speculative=spec, record_drafts=True, **kw))
 
 
 def test_greedy_output_under_a_json_schema_is_the_same_with_and_without_mtp(session):

@@ -12,24 +12,20 @@
 from __future__ import annotations
 
 import ctypes
+from functools import partial
 
 import numpy as np
 import pytest
 
 from engine.errors import ContextError
-from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
 from engine.runtime import Batch, Context, ContextParams, Model
 from engine.speculative.rollback import ON_DEVICE, PARTIAL_ONLY, TargetRollback
-from engine.speculative.settings import SpeculativeSettings
+from tests.engine import conftest
 from tests.engine.conftest import synth
 
 PROMPT = " the river model"
-
-
-def run(session: Session, n_max: int | None, tokens: int = 32) -> object:
-    spec = SpeculativeSettings("mtp", n_max) if n_max else SpeculativeSettings()
-    return generate(session, GenerateRequest(prompt=PROMPT, max_tokens=tokens, speculative=spec))
+run = partial(conftest.run, prompt=PROMPT, max_tokens=32)  # MTP to a depth, or plain with None
 
 
 def test_a_device_checkpoint_over_its_budget_fails_the_save_and_rollback_falls_back_to_the_host(monkeypatch):
@@ -40,7 +36,7 @@ def test_a_device_checkpoint_over_its_budget_fails_the_save_and_rollback_falls_b
     try:
         assert session.rollback_strategy == "checkpoint"
         plain = run(session, None)
-        run(session, 3, tokens=4)  # something in the recurrent state
+        run(session, 3, max_tokens=4)  # something in the recurrent state
         monkeypatch.setenv("LLAMA_STATE_SEQ_DEVICE_MAX_MIB", "0")
         with pytest.raises(ContextError):  # the save itself fails (returned 0), the process lives on
             session.target.state_save(flags=PARTIAL_ONLY | ON_DEVICE)

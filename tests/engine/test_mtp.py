@@ -7,32 +7,22 @@ simulator predicts; mismatched sidecars are refused before llama.cpp sees them.
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 from engine.errors import ContextError, SidecarMismatch
-from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
 from engine.runtime import SamplingParams
 from engine.speculative import rollback
-from engine.speculative.settings import SpeculativeSettings, mtp
+from engine.speculative.settings import mtp
 from engine.synth import simulate
-from tests.engine.conftest import ARCHS, heads_for, synth
+from tests.engine import conftest
+from tests.engine.conftest import ARCHS, heads_for, open_session, synth
 
 PROMPT = " the river model"
 N_TOKENS = 48
-
-
-def open_session(model, layout: str = "combined") -> Session:
-    if layout == "sidecar":
-        return Session(LoadOptions(path=str(model.path("trunk")), sidecar=str(model.path("sidecar")), n_ctx=512))
-    return Session(LoadOptions(path=str(model.path(layout)), n_ctx=512))
-
-
-def run(session: Session, n_max: int | None, **kw) -> object:
-    spec = (SpeculativeSettings("mtp", n_max, kw.pop("n_min", 0), kw.pop("p_min", 0.0)) if n_max
-            else SpeculativeSettings())
-    return generate(session, GenerateRequest(prompt=kw.pop("prompt", PROMPT), max_tokens=N_TOKENS,
-                                             speculative=spec, **kw))
+run = partial(conftest.run, prompt=PROMPT, max_tokens=N_TOKENS)  # MTP to a depth, or plain with None
 
 
 @pytest.mark.parametrize("arch", ARCHS)

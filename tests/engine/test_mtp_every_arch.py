@@ -18,30 +18,20 @@ For each, loaded as one file and as trunk + sidecar, with random weights
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 from engine.generation import identity
-from engine.generation.generator import GenerateRequest, generate
-from engine.generation.session import LoadOptions, Session
 from engine.gguf.sidecar import MTP_ARCHITECTURES
 from engine.speculative import mtp
-from engine.speculative.settings import SpeculativeSettings
-from tests.engine.conftest import ALL_MTP_ARCHS, heads_for, synth
+from tests.engine import conftest
+from tests.engine.conftest import ALL_MTP_ARCHS, heads_for, open_session, synth
 
 PROMPT = " the river model"
 N_TOKENS = 48
+run = partial(conftest.run, prompt=PROMPT, max_tokens=N_TOKENS)  # MTP to a depth, or plain with None
 AGREE = 0.7  # mixed heads' maps agree with the target's on 70% of tokens
-
-
-def open_session(model, layout: str, **kw) -> Session:
-    if layout == "sidecar":
-        return Session(LoadOptions(path=str(model.path("trunk")), sidecar=str(model.path("sidecar")), n_ctx=512, **kw))
-    return Session(LoadOptions(path=str(model.path(layout)), n_ctx=512, **kw))
-
-
-def run(session: Session, n_max: int | None, **kw) -> object:
-    spec = SpeculativeSettings("mtp", n_max) if n_max else SpeculativeSettings()
-    return generate(session, GenerateRequest(prompt=PROMPT, max_tokens=N_TOKENS, speculative=spec, **kw))
 
 
 def test_every_claimed_architecture_has_a_synthetic_model():

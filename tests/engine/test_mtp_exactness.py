@@ -8,26 +8,23 @@ statistics, and the numbers behind an identity verdict.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 
 from engine.generation import identity
-from engine.generation.generator import GenerateRequest, accepts_draft, generate
+from engine.generation.generator import accepts_draft
 from engine.generation.session import LoadOptions, Session
 from engine.runtime import native
 from engine.speculative.drafter import MAX_DRAFT
 from engine.speculative.mtp import top_probability
 from engine.speculative.rollback import ON_DEVICE, PARTIAL_ONLY, TargetRollback
-from engine.speculative.settings import SpeculativeSettings
+from tests.engine import conftest
 from tests.engine.conftest import synth
 
 PROMPT = " the river model"
-
-
-def run(session: Session, n_max: int | None, tokens: int = 48, **kw) -> object:
-    spec = SpeculativeSettings("mtp", n_max) if n_max else SpeculativeSettings()
-    return generate(session, GenerateRequest(prompt=kw.pop("prompt", PROMPT), max_tokens=tokens,
-                                             speculative=spec, record_drafts=True, **kw))
+run = partial(conftest.run, prompt=PROMPT, max_tokens=48, record_drafts=True)  # MTP to a depth, or plain
 
 
 def sessions(model, **kw) -> tuple[Session, Session]:
@@ -90,7 +87,7 @@ def test_checkpoint_rollback_stays_on_the_device_reuses_its_buffer_and_is_booked
     session = Session(LoadOptions(path=str(synth("qwen3next", "mixed", seed=2).path()), n_ctx=512))
     try:
         assert session.rollback_strategy == "checkpoint"
-        run(session, 3, tokens=4)  # something in the recurrent state
+        run(session, 3, max_tokens=4)  # something in the recurrent state
         rollback = TargetRollback(session.target, "checkpoint")
         rollback.before_verify(3)
         first = rollback._checkpoint
@@ -145,10 +142,10 @@ def test_a_flip_at_a_near_tie_is_a_near_tie_and_a_flip_elsewhere_is_a_defect():
     session = Session(LoadOptions(path=str(synth("step35", "mixed", seed=3).path()), n_ctx=512))
     try:
         noise = identity.measure_noise(session)
-        plain = run(session, None, tokens=80, prompt="hello world", record_margins=True)
+        plain = run(session, None, max_tokens=80, prompt="hello world", record_margins=True)
         assert len(plain.margins) >= len(plain.tokens)
         verdicts = [identity.classify(plain.tokens, plain.margins,
-                                      run(session, n, tokens=80, prompt="hello world").tokens, noise)
+                                      run(session, n, max_tokens=80, prompt="hello world").tokens, noise)
                     for n in (1, 2, 3)]
         assert all(v.acceptable for v in verdicts), [v.describe() for v in verdicts]
         # Whether MTP parts from plain here depends on the CPU's kernels: with AVX-512 the
@@ -199,9 +196,9 @@ def test_folded_catch_up_is_booked_as_catch_up_not_as_draft(monkeypatch):
     session = Session(LoadOptions(path=str(synth("qwen3next", "mixed", seed=2).path()), n_ctx=512))
     try:
         assert session.mtp_drafter.fold
-        run(session, 3, tokens=1)  # the prompt's catch-up only: no round
+        run(session, 3, max_tokens=1)  # the prompt's catch-up only: no round
         prompt_only = session.mtp_drafter.seconds["catch_up"]
-        result = run(session, 3, tokens=24)
+        result = run(session, 3, max_tokens=24)
         assert result.stats.rounds > 1
         assert session.mtp_drafter.seconds["catch_up"] > prompt_only
         assert result.stats.phase_seconds["catch_up"] == session.mtp_drafter.seconds["catch_up"]

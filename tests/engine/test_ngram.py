@@ -13,29 +13,28 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 from engine.generation import identity
-from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
 from engine.sampling import SamplingParams
-from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, ngram
+from engine.speculative.settings import SpeculativeSettings, ngram
 from engine.speculative.stats import StatsSnapshot
+from tests.engine import conftest
 from tests.engine.conftest import ALL_MTP_ARCHS, ARCHS, synth
 from tests.engine.seeded import assert_same_sampling, record_sampled_rows
 
 PROMPT = " the river model"
 N_TOKENS = 32
+run = partial(conftest.run, prompt=PROMPT, max_tokens=N_TOKENS)  # plain unless a drafter is asked
 QUOTE = ("The committee approved the new budget for the city library on Tuesday. "
          "The committee approved the new budget for the city library on Tuesday. "
          "The committee approved the new budget for the city library on Tuesday. The committee")
 
 
 SAMPLED = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=3)
-
-
-def run(session: Session, spec=SPECULATION_OFF, prompt: str = PROMPT, tokens: int = N_TOKENS, **kw):
-    return generate(session, GenerateRequest(prompt=prompt, max_tokens=tokens, speculative=spec, **kw))
 
 
 def assert_sources_add_up(s: StatsSnapshot) -> None:
@@ -98,9 +97,9 @@ def gemma(default_model):
 def test_the_default_model_drafts_with_ngrams_on_a_prompt_that_quotes_itself(gemma):
     assert gemma.mtp_drafter is None  # no MTP head: n-gram drafting is its speculation
     noise = identity.measure_noise(gemma)
-    plain = run(gemma, prompt=QUOTE, tokens=40, record_margins=True)
+    plain = run(gemma, prompt=QUOTE, max_tokens=40, record_margins=True)
     for spec in (ngram(8), ngram(8, mtp_too=True)):
-        result = run(gemma, spec, prompt=QUOTE, tokens=40)
+        result = run(gemma, spec, prompt=QUOTE, max_tokens=40)
         verdict = identity.classify(plain.tokens, plain.margins, result.tokens, noise)
         assert verdict.acceptable, f"{spec.label}: {verdict.describe()}"
         s = result.stats.snapshot()
@@ -120,14 +119,14 @@ def test_seeded_sampling_with_ngram_drafts_is_seeded_plain_sampling(arch, monkey
     rows = record_sampled_rows(session, monkeypatch)
     try:
         session.prefix.forget()
-        plain = run(session, sampling=PENALISED, tokens=48)
+        plain = run(session, sampling=PENALISED, max_tokens=48)
         plain_rows = list(rows)
-        run(session, ngram(8), tokens=48)  # the greedy reply in the map: the sampled one partly follows it
+        run(session, ngram(8), max_tokens=48)  # the greedy reply in the map: the sampled one partly follows it
         rejected = False
         for spec in (ngram(4), ngram(4, mtp_too=True)):
             session.prefix.forget()  # both runs prefill the same way: only verify rows differ from plain's
             rows.clear()
-            result = run(session, spec, sampling=PENALISED, tokens=48)
+            result = run(session, spec, sampling=PENALISED, max_tokens=48)
             assert_same_sampling(plain.tokens, plain_rows, result.tokens, rows, spec.label)
             assert result.stats.rounds > 0
             rejected |= result.stats.accepted < result.stats.drafted
@@ -153,8 +152,8 @@ def test_deferring_and_settling_the_mtp_catch_up_leaves_mtp_drafts_unchanged(arc
         def drafts() -> tuple[list[tuple[int, ...]], list[int]]:
             session._composed = None  # rebuilt with the patched constants
             session.ngram_drafter.forget()
-            run(session, ngram(8), sampling=SAMPLED, tokens=64)
-            result = run(session, ngram(3, mtp_too=True), record_drafts=True, tokens=64)
+            run(session, ngram(8), sampling=SAMPLED, max_tokens=64)
+            result = run(session, ngram(3, mtp_too=True), record_drafts=True, max_tokens=64)
             return result.drafts_per_round, result.tokens
 
         run(session, ngram(8))  # make the n-gram drafter

@@ -10,28 +10,27 @@ shape), and the statistics say how many prompt tokens were reused.
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 from engine.generation import identity
-from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp, ngram
+from tests.engine import conftest
 from tests.engine.conftest import synth
 
 TOKENS = 24
 FIRST = " the river model light and the"
 EDITED = " the river model LIGHT and the"
 OTHER = " far away from here a"
-
-
-def run(session: Session, prompt: str, spec: SpeculativeSettings = SPECULATION_OFF, **kw) -> object:
-    return generate(session, GenerateRequest(prompt=prompt, max_tokens=TOKENS, speculative=spec, **kw))
+run = partial(conftest.run, max_tokens=TOKENS)  # a reply to a prompt, plain unless asked
 
 
 def fresh(session: Session, prompt: str, spec: SpeculativeSettings = SPECULATION_OFF) -> object:
     """The same generation from empty contexts: what reuse must equal."""
     session.prefix.forget()
-    result = run(session, prompt, spec, record_margins=True, record_drafts=True)
+    result = run(session, spec, prompt=prompt, record_margins=True, record_drafts=True)
     assert result.stats.prompt_reused == 0
     return result
 
@@ -54,17 +53,17 @@ def conversation(session: Session, spec: SpeculativeSettings = SPECULATION_OFF) 
     Returns the prompt tokens each step reused, and under ``"<step> of"`` its prompt's length.
     """
     reused = {}
-    first = run(session, FIRST, spec)
+    first = run(session, spec, prompt=FIRST)
     follow = FIRST + first.text + " and then"
     steps = [("continue", follow), ("regenerate", follow), ("edit", EDITED), ("switch", OTHER), ("back", follow)]
     for name, prompt in steps:
-        got = run(session, prompt, spec, record_drafts=True)
+        got = run(session, spec, prompt=prompt, record_drafts=True)
         reused[name], reused[f"{name} of"] = got.stats.prompt_reused, got.stats.prompt_tokens
         assert got.stats.prompt_tokens > reused[name], name  # the last prompt token is always decoded again
         held = list(session.prefix.tokens)
         same(session, got, fresh(session, prompt, spec), drafts=spec.uses_mtp)
         session.prefix.forget()
-        run(session, prompt, spec)  # leave the context as the reusing run left it
+        run(session, spec, prompt=prompt)  # leave the context as the reusing run left it
         assert session.prefix.tokens == held, name  # and so are the tokens it holds
     return reused
 
@@ -126,8 +125,8 @@ def test_mtp_reuses_both_contexts_with_the_same_drafts(arch, layout, fold):
         if not session.is_hybrid:
             assert reused["regenerate"] == reused["regenerate of"] - 1
         # plain decoding in between leaves the MTP context behind: the next MTP reply keeps only what it follows
-        run(session, FIRST + " more text", SPECULATION_OFF)
-        after = run(session, FIRST + " more text", mtp(3), record_drafts=True)
+        run(session, prompt=FIRST + " more text")
+        after = run(session, mtp(3), prompt=FIRST + " more text", record_drafts=True)
         same(session, after, fresh(session, FIRST + " more text", mtp(3)))
     finally:
         session.close()
@@ -136,8 +135,8 @@ def test_mtp_reuses_both_contexts_with_the_same_drafts(arch, layout, fold):
 def test_plain_decoding_reuses_what_an_mtp_generation_left():
     session = Session(LoadOptions(path=str(synth("glm4moe", "mixed", seed=2).path()), n_ctx=512))
     try:
-        run(session, FIRST, mtp(3))
-        after = run(session, FIRST)  # an MTP generation leaves the target holding exactly what it kept
+        run(session, mtp(3), prompt=FIRST)
+        after = run(session, prompt=FIRST)  # an MTP generation leaves the target holding exactly what it kept
         assert after.stats.prompt_reused == after.stats.prompt_tokens - 1
         same(session, after, fresh(session, FIRST))
     finally:
@@ -150,8 +149,8 @@ def test_the_built_in_model_prefills_only_what_is_new(default_model):
         reused = conversation(session)
         assert reused["continue"] > 0 and reused["regenerate"] > 0 and reused["edit"] > 0
         prompt = FIRST * 8
-        cold = run(session, prompt)
-        warm = run(session, prompt)
+        cold = run(session, prompt=prompt)
+        warm = run(session, prompt=prompt)
         assert warm.stats.prompt_reused == warm.stats.prompt_tokens - 1
         assert warm.tokens == cold.tokens
     finally:
@@ -161,8 +160,8 @@ def test_the_built_in_model_prefills_only_what_is_new(default_model):
 def test_another_use_of_the_context_is_never_mistaken_for_the_last_generation():
     session = Session(LoadOptions(path=str(synth("glm4moe", "random", seed=4).path()), n_ctx=512))
     try:
-        run(session, FIRST)
+        run(session, prompt=FIRST)
         identity.measure_noise(session)  # decodes on the target and clears it
-        assert run(session, FIRST).stats.prompt_reused == 0
+        assert run(session, prompt=FIRST).stats.prompt_reused == 0
     finally:
         session.close()

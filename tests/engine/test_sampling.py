@@ -11,47 +11,41 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from functools import partial
 
 import pytest
 
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
 from engine.sampling import BALANCED, DEFAULT_PRESET, PRECISE, PRESETS, SamplingParams
-from engine.speculative.settings import SPECULATION_OFF, mtp
+from engine.speculative.settings import mtp
 from engine.worker import protocol as P
-from tests.engine.conftest import synth
+from tests.engine import conftest
+from tests.engine.conftest import open_session, synth
 from tests.engine.seeded import assert_same_sampling, record_sampled_rows
 
 PROMPT = " the river model"
+run = partial(conftest.run, prompt=PROMPT, max_tokens=48)  # plain unless asked, sampled as asked
 PENALISED = SamplingParams(temperature=0.8, top_k=0, top_p=1.0, min_p=0.0, seed=7, repeat_penalty=1.3,
                            repeat_last_n=32, presence_penalty=0.4, frequency_penalty=0.3)
-
-
-def open_session(model) -> Session:
-    return Session(LoadOptions(path=str(model.path()), n_ctx=512, n_threads=1))
-
-
-def run(session: Session, sampling: SamplingParams, spec=SPECULATION_OFF, tokens: int = 48, **kw):
-    return generate(session, GenerateRequest(prompt=kw.pop("prompt", PROMPT), max_tokens=tokens, sampling=sampling,
-                                             speculative=spec, **kw))
 
 
 @pytest.mark.parametrize("arch, weights, seed", [("glm4moe", "mixed", 1), ("qwen35", "mixed", 1),
                                                  ("step35", "mixed", 1)])
 def test_seeded_sampling_with_penalties_and_mtp_equals_seeded_plain_sampling(arch, weights, seed, monkeypatch):
     # equal up to a parting, and a parting only where the sampled rows' logits differ (tests/engine/seeded.py)
-    session = open_session(synth(arch, weights, seed=seed))
+    session = open_session(synth(arch, weights, seed=seed), n_threads=1)
     rows = record_sampled_rows(session, monkeypatch)
     try:
         session.prefix.forget()
-        plain = run(session, PENALISED)
+        plain = run(session, sampling=PENALISED)
         plain_rows = list(rows)
-        unpenalised = run(session, SamplingParams(temperature=0.8, top_k=0, top_p=1.0, min_p=0.0, seed=7))
+        unpenalised = run(session, sampling=SamplingParams(temperature=0.8, top_k=0, top_p=1.0, min_p=0.0, seed=7))
         assert unpenalised.tokens != plain.tokens  # the penalties do change this reply: the test is not vacuous
         for n_max in (1, 3):
             session.prefix.forget()  # both runs prefill the same way: only verify rows differ from plain's
             rows.clear()
-            spec = run(session, PENALISED, mtp(n_max))
+            spec = run(session, mtp(n_max), sampling=PENALISED)
             assert_same_sampling(plain.tokens, plain_rows, spec.tokens, rows, f"n_max={n_max}")
             # rejections happened, so rows past a rejected draft were verified but never sampled
             assert spec.stats.rounds > 0 and 0 < spec.stats.accepted < spec.stats.drafted, n_max
@@ -60,11 +54,11 @@ def test_seeded_sampling_with_penalties_and_mtp_equals_seeded_plain_sampling(arc
 
 
 def test_greedy_with_a_repeat_penalty_and_mtp_is_plain_greedy_with_it():
-    session = open_session(synth("glm4moe", "mixed", seed=1))
+    session = open_session(synth("glm4moe", "mixed", seed=1), n_threads=1)
     try:
-        plain = run(session, PRECISE)
-        assert plain.tokens != run(session, SamplingParams()).tokens
-        assert run(session, PRECISE, mtp(3)).tokens == plain.tokens
+        plain = run(session, sampling=PRECISE)
+        assert plain.tokens != run(session, sampling=SamplingParams()).tokens
+        assert run(session, mtp(3), sampling=PRECISE).tokens == plain.tokens
     finally:
         session.close()
 
@@ -103,13 +97,13 @@ def test_the_prompt_is_in_the_penalties_history(built_in):
     # prompt's words, from its first token on.
     prompt = "The cat sat on the mat. The cat sat on the mat. The cat sat on the"
     prompt_tokens = set(built_in.model.tokenize(prompt, add_special=True, parse_special=True))
-    free = run(built_in, SamplingParams(), tokens=1, prompt=prompt)
+    free = run(built_in, sampling=SamplingParams(), max_tokens=1, prompt=prompt)
     assert free.tokens[0] in prompt_tokens  # " mat"
     strong = SamplingParams(presence_penalty=2.0, repeat_penalty=10.0)
-    assert run(built_in, strong, tokens=1, prompt=prompt).tokens[0] not in prompt_tokens
+    assert run(built_in, sampling=strong, max_tokens=1, prompt=prompt).tokens[0] not in prompt_tokens
     # without a history (repeat_last_n 0) the penalties are off
     off = SamplingParams(presence_penalty=2.0, repeat_penalty=10.0, repeat_last_n=0)
-    assert run(built_in, off, tokens=1, prompt=prompt).tokens == free.tokens
+    assert run(built_in, sampling=off, max_tokens=1, prompt=prompt).tokens == free.tokens
 
 
 def test_prefill_progress_events_arrive_for_a_long_prompt(worker):

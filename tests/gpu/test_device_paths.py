@@ -11,34 +11,23 @@ device's work (``llama_decode`` only submits it; engine/runtime/context.py).
 from __future__ import annotations
 
 import re
+from functools import partial
 
 import numpy as np
 import pytest
 
 from engine.generation import identity
-from engine.generation.generator import GenerateRequest, generate
-from engine.generation.session import LoadOptions, Session
+from engine.generation.session import Session
 from engine.runtime import Batch, native
 from engine.speculative.rollback import ON_DEVICE, PARTIAL_ONLY, TargetRollback
-from engine.speculative.settings import SpeculativeSettings
+from tests.engine import conftest
 from tests.engine.conftest import synth
 from tests.gpu.conftest import ALL_LAYERS
 
 PROMPT = " the river model"
 TOKENS = 24
-
-
-def open_session(model, layout: str = "combined", gpu: bool = True) -> Session:
-    layers = ALL_LAYERS if gpu else 0
-    if layout == "sidecar":
-        return Session(LoadOptions(path=str(model.path("trunk")), sidecar=str(model.path("sidecar")), n_ctx=256,
-                                   n_gpu_layers=layers))
-    return Session(LoadOptions(path=str(model.path(layout)), n_ctx=256, n_gpu_layers=layers))
-
-
-def run(session: Session, n_max: int | None, **kw) -> object:
-    spec = SpeculativeSettings("mtp", n_max) if n_max else SpeculativeSettings()
-    return generate(session, GenerateRequest(prompt=PROMPT, max_tokens=TOKENS, speculative=spec, **kw))
+run = partial(conftest.run, prompt=PROMPT, max_tokens=TOKENS)  # MTP to a depth, or plain with None
+device_session = partial(conftest.open_session, n_ctx=256, n_gpu_layers=ALL_LAYERS)  # every layer offloaded
 
 
 def offloaded_layers() -> tuple[int, int] | None:
@@ -74,7 +63,7 @@ CASES = [
 
 @pytest.mark.parametrize("arch, layout, weights, seed", CASES)
 def test_mtp_is_plain_greedy_decoding_on_the_device(arch, layout, weights, seed):
-    session = open_session(synth(arch, weights, seed=seed), layout)
+    session = device_session(synth(arch, weights, seed=seed), layout)
     try:
         assert session.mtp_drafter is not None
         plain = run(session, None, record_margins=True)
@@ -104,7 +93,7 @@ def _row_logits(session: Session, tokens: list[int]) -> list[np.ndarray]:
 
 def test_the_device_decodes_like_the_cpu_within_the_cross_backend_noise():
     model = synth("qwen35", "random", seed=3)
-    device, cpu = open_session(model), open_session(model, gpu=False)
+    device, cpu = device_session(model), conftest.open_session(model, n_ctx=256)
     try:
         probe = [(7 + 37 * i) % device.model.n_vocab for i in range(8)]  # within the target's n_outputs_max
         cross = max(float(np.abs(a - b).max()) for a, b in zip(_row_logits(device, probe), _row_logits(cpu, probe),
@@ -124,7 +113,7 @@ def test_checkpoints_stay_on_the_device_and_fall_back_to_the_host_over_budget(mo
     import engine.generation.session as session_module
 
     monkeypatch.setattr(session_module.rollback, "choose", lambda *a, **k: "checkpoint")
-    session = open_session(synth("qwen3next", "mixed", seed=2))
+    session = device_session(synth("qwen3next", "mixed", seed=2))
     try:
         assert session.rollback_strategy == "checkpoint"
         plain = run(session, None)
@@ -147,7 +136,7 @@ def test_checkpoints_stay_on_the_device_and_fall_back_to_the_host_over_budget(mo
 def test_phase_timings_include_the_device_work():
     # Before Context.decode synchronised, the verify phase read 1.2 ms on lavapipe and
     # the wait for the device landed in "sampling" (the first logits read): 329 ms.
-    session = open_session(synth("qwen35", "mixed", seed=1))
+    session = device_session(synth("qwen35", "mixed", seed=1))
     try:
         run(session, 3)  # the first decode of each shape compiles pipelines: keep it out of the figures
         result = run(session, 3)
