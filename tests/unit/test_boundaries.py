@@ -27,6 +27,7 @@ APP_MAY_IMPORT = {
     "engine.autotune.profiles": "the profile store (lookup off the GUI thread)",
     "engine.autotune.messages": "what autotune --jsonl prints",
     "engine.errors": "error kinds",
+    "engine.unicode_text": "which field of a request holds text that is not Unicode (the client names it)",
     "engine.paths": "data and config folders",
     "engine.default_model": "its description",
     "engine.gguf.facts": "header facts, read without llama.cpp",
