@@ -14,17 +14,20 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 from engine.generation import identity
-from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
 from engine.runtime import SamplingParams
 from engine.speculative import adaptive
 from engine.speculative.settings import SPECULATION_OFF, mtp
+from tests.engine import conftest
 from tests.engine.conftest import ALL_MTP_ARCHS, synth
 
 PROMPT = " the river model"
+run = partial(conftest.run, prompt=PROMPT, max_tokens=48)  # a reply as the settings (and policy) ask
 ADAPTIVE = mtp(4, depth="adaptive")
 
 
@@ -34,10 +37,6 @@ def fixed_costs(n_max: int) -> adaptive.AdaptiveDepth:
     alone, never on how busy this machine was (timings decide the depth; tests must not)."""
     costs = adaptive.Costs.given({k: 1.0 + 0.15 * (k - 1) for k in range(1, n_max + 2)}, draft_step_s=0.05)
     return adaptive.AdaptiveDepth(n_max, costs=costs)
-
-
-def run(session: Session, spec, n: int = 48, policy=None, **kw):
-    return generate(session, GenerateRequest(prompt=PROMPT, max_tokens=n, speculative=spec, **kw), policy=policy)
 
 
 @pytest.mark.parametrize("arch", ALL_MTP_ARCHS)
@@ -62,9 +61,9 @@ def test_a_head_that_always_agrees_keeps_drafting_deep(arch):
     session = Session(LoadOptions(path=str(synth(arch, "oracle", agree=1.0).path()), n_ctx=512))
     try:
         deepest = session.max_draft
-        result = run(session, mtp(min(4, deepest), depth="adaptive"), n=96, record_drafts=True,
+        result = run(session, mtp(min(4, deepest), depth="adaptive"), max_tokens=96, record_drafts=True,
                      policy=fixed_costs(min(4, deepest)))
-        plain = run(session, SPECULATION_OFF, n=96)
+        plain = run(session, SPECULATION_OFF, max_tokens=96)
         assert result.tokens == plain.tokens
         assert result.stats.accepted == result.stats.drafted > 0  # every draft is accepted
         # past the first rounds it drafts more than one token a round: depth pays when all is accepted
@@ -82,8 +81,8 @@ def test_a_head_that_never_agrees_settles_on_plain_steps(arch):
     try:
         policy = fixed_costs(min(4, session.max_draft))
         n = 160
-        result = run(session, mtp(min(4, session.max_draft), depth="adaptive"), n=n, policy=policy)
-        assert result.tokens == run(session, SPECULATION_OFF, n=n).tokens
+        result = run(session, mtp(min(4, session.max_draft), depth="adaptive"), max_tokens=n, policy=policy)
+        assert result.tokens == run(session, SPECULATION_OFF, max_tokens=n).tokens
         assert result.stats.accepted == 0
         # it tried, learned, and now drafts only probes: one token, ever rarer
         assert result.stats.rounds >= 1
@@ -103,10 +102,10 @@ def test_text_in_easy_and_hard_stretches_is_followed(arch):
     try:
         policy = fixed_costs(4)
         n = 320
-        plain = run(session, SPECULATION_OFF, n=n)
-        fixed = run(session, mtp(4), n=n)
-        run(session, mtp(4, depth="adaptive"), n=n, policy=policy)  # the policy learns both kinds of stretch
-        result = run(session, mtp(4, depth="adaptive"), n=n, policy=policy)
+        plain = run(session, SPECULATION_OFF, max_tokens=n)
+        fixed = run(session, mtp(4), max_tokens=n)
+        run(session, mtp(4, depth="adaptive"), max_tokens=n, policy=policy)  # the policy learns both kinds of stretch
+        result = run(session, mtp(4, depth="adaptive"), max_tokens=n, policy=policy)
         assert result.tokens == plain.tokens == fixed.tokens
         wasted = result.stats.drafted - result.stats.accepted
         fixed_wasted = fixed.stats.drafted - fixed.stats.accepted
@@ -126,8 +125,8 @@ def test_seeded_sampling_is_the_same_reply_with_adaptive_depth():
     session = Session(LoadOptions(path=str(synth("glm4moe", "mixed", agree=0.7).path()), n_ctx=512))
     try:
         sampling = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.0, seed=1234)
-        plain = run(session, SPECULATION_OFF, n=64, sampling=sampling)
-        result = run(session, ADAPTIVE, n=64, sampling=sampling)
+        plain = run(session, SPECULATION_OFF, max_tokens=64, sampling=sampling)
+        result = run(session, ADAPTIVE, max_tokens=64, sampling=sampling)
         assert result.stats.rounds > 0
         assert result.tokens == plain.tokens
     finally:
@@ -144,7 +143,7 @@ def test_deferred_catch_up_of_plain_steps_drafts_what_an_immediate_one_does(arch
     session = Session(LoadOptions(path=str(model.path()), n_ctx=512, fold=False))
     try:
         spec = mtp(3, p_min=0.9, n_min=2)  # a draft cut short by the gate is dropped: a plain step
-        deferred = run(session, spec, n=64, record_drafts=True)
+        deferred = run(session, spec, max_tokens=64, record_drafts=True)
         assert deferred.stats.plain_steps > 0 and deferred.stats.rounds > 0  # both kinds of step happened
 
         def at_once(self, tokens, pos_start, row0=0):
@@ -152,7 +151,7 @@ def test_deferred_catch_up_of_plain_steps_drafts_what_an_immediate_one_does(arch
             self.process(tokens, pos_start, row0)
 
         monkeypatch.setattr(MTPDrafter, "verified", at_once)
-        immediate = run(session, spec, n=64, record_drafts=True)
+        immediate = run(session, spec, max_tokens=64, record_drafts=True)
         assert deferred.drafts_per_round == immediate.drafts_per_round
         assert deferred.tokens == immediate.tokens
     finally:
@@ -166,8 +165,8 @@ def test_adaptive_depth_with_ngram_drafting_keeps_greedy_output(arch, mode):
 
     session = Session(LoadOptions(path=str(synth(arch, "mixed", agree=0.7).path()), n_ctx=512))
     try:
-        plain = run(session, SPECULATION_OFF, n=96)
-        result = run(session, SpeculativeSettings(mode, 6, depth="adaptive"), n=96)
+        plain = run(session, SPECULATION_OFF, max_tokens=96)
+        result = run(session, SpeculativeSettings(mode, 6, depth="adaptive"), max_tokens=96)
         assert result.tokens == plain.tokens
         assert result.stats.settings == SpeculativeSettings(mode, 6, depth="adaptive").limited_to(session.max_draft)
     finally:
