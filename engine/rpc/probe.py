@@ -245,6 +245,26 @@ def _set_bounds(sock: socket.socket, reply_timeout_s: float) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
 
 
+def sever_client_connections(endpoint: Endpoint) -> int:
+    """Shut this process's TCP connections to ``endpoint`` down, both ways, under whoever holds them.
+
+    A thread blocked reading or writing one (ggml's client, waiting on a server that stopped
+    answering) wakes with end-of-file or ``EPIPE``: the one way to end a wait inside C from Python.
+    ggml then aborts the process, as for any failed read (``engine/worker/rpc_stop.py``).
+
+    Returns:
+        How many connections were shut down.
+    """
+    done = 0
+    for sock in _client_sockets(endpoint):
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+            done += 1
+        except OSError:
+            continue
+    return done
+
+
 def client_connection_alive(endpoint: Endpoint) -> bool:
     """Is this process's connection to ``endpoint`` (ggml's, kept open) still open at the other end?
 

@@ -46,6 +46,7 @@ from engine.worker.protocol import (
     TokenizeRequest,
     UnloadRequest,
 )
+from engine.worker.rpc_stop import RpcStop
 
 MAX_LINE_BYTES = 256 * 2**20  # a request line longer than this is refused unread
 EXIT_GRACE_S = 5.0  # after stdin closes, how long the work in hand may take before the process ends anyway
@@ -86,7 +87,7 @@ class Worker:
 
     Cancellation is by request id: the reader marks a waiting or running
     generate request cancelled, and the generation (decode loop, template
-    rendering) asks :meth:`_stopping` between steps. When stdin closes (the
+    rendering) asks :meth:`stopping` between steps. When stdin closes (the
     app is gone) everything in hand is cancelled and the process ends, at the
     latest :data:`EXIT_GRACE_S` later."""
 
@@ -98,8 +99,13 @@ class Worker:
         self._lock = threading.Lock()
         self.pending: list[str] = []  # generate requests queued or running, in order
         self.cancelled: set[str] = set()
-        self.current: str | None = None  # id of the running generate request
+        self.current: str | None = None  # id of the running generate request (the first, when several run)
+        # requests read while several generations ran that wait for them to end (load, unload, images)
+        self.deferred: list[Any] = []
         self.session: Any = None
+        # Stop's deadline for a reply waiting on a remote server that stopped answering
+        self.rpc_stop = RpcStop(lambda: self.current, self._end_stopped_reply, say)
+        self._stop_ended: str | None = None  # the reply ended by that deadline (its answer goes out once)
 
     # -- reader thread ------------------------------------------------------
     def read_loop(self) -> None:
@@ -128,7 +134,11 @@ class Worker:
             self.out.send(ErrorEvent(protocol.request_id(line), exc.kind, str(exc), final=True))
             return
         if isinstance(request, CancelRequest):
-            self.out.send(AckEvent(request.id, target=self._cancel(request.target)))
+            target = self._cancel(request.target)
+            self.out.send(AckEvent(request.id, target=target))
+            session = self.session
+            if target is not None and target == self.current and session is not None:
+                self.rpc_stop.arm(target, tuple(session.options.rpc))
             return
         if isinstance(request, GenerateRequestMsg):
             with self._lock:
@@ -181,7 +191,7 @@ class Worker:
             if gone():
                 self.close("the process that started the worker is gone")
 
-    def _stopping(self, request_id: str) -> bool:
+    def stopping(self, request_id: str) -> bool:
         return request_id in self.cancelled or self.closing.is_set()
 
     # -- main loop ------------------------------------------------------------
@@ -194,14 +204,14 @@ class Worker:
         threading.Thread(target=self.read_loop, name="protocol-reader", daemon=True).start()
         threading.Thread(target=self.watch_parent, name="parent-watch", daemon=True).start()
         while True:
-            request = self.requests.get()
+            request = self.deferred.pop(0) if self.deferred else self.requests.get()
             if request is None or self.closing.is_set() or isinstance(request, ShutdownRequest):
                 self._unload()
                 self.out.send(ByeEvent(request.id if isinstance(request, ShutdownRequest) else None))
                 return
-            self._serve_one(request)
+            self.serve_one(request)
 
-    def _serve_one(self, request: Any) -> None:
+    def serve_one(self, request: Any) -> None:
         generating = isinstance(request, GenerateRequestMsg)
         try:
             if isinstance(request, LoadRequest):
@@ -214,19 +224,23 @@ class Worker:
             elif isinstance(request, TokenizeRequest):
                 self._tokenize(request)
         except Exception as exc:
-            kind = exc.kind if isinstance(exc, EngineError) else "internal"
-            if not isinstance(exc, EngineError):  # a bug: report it, keep serving
-                say(traceback.format_exc())
-            message = str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
-            # A generate request always ends with "done"; others end with this error.
-            self.out.send(ErrorEvent(request.id, kind, message, final=not generating))
-            if generating:
-                self.out.send(DoneEvent(request.id, finish_reason="error"))
+            self.fail(request, exc)
         finally:
             if generating:
-                self._finished(request.id)
+                self.finished(request.id)
 
-    def _finished(self, request_id: str) -> None:
+    def fail(self, request: Any, exc: BaseException) -> None:
+        """Answer a request that failed: a generate request always ends with "done"; others with the error."""
+        generating = isinstance(request, GenerateRequestMsg)
+        kind = exc.kind if isinstance(exc, EngineError) else "internal"
+        if not isinstance(exc, EngineError):  # a bug: report it, keep serving
+            say("".join(traceback.format_exception(exc)))
+        message = str(exc) if isinstance(exc, EngineError) else f"{type(exc).__name__}: {exc}"
+        self.out.send(ErrorEvent(request.id, kind, message, final=not generating))
+        if generating:
+            self.out.send(DoneEvent(request.id, finish_reason="error"))
+
+    def finished(self, request_id: str) -> None:
         with self._lock:
             if request_id in self.pending:
                 self.pending.remove(request_id)
@@ -264,6 +278,9 @@ class Worker:
         answering). Say so on the protocol first: the reply in hand ends with an
         ``rpc`` error and ``done``; the app then sees the worker exit and restarts it."""
         say(f"worker: ggml aborts: {message}")
+        if self.current is not None and self.current == self.rpc_stop.severed:  # Stop cut the wait short
+            self._end_stopped_reply(self.current, self.rpc_stop.message)
+            return
         servers = ", ".join(self.session.options.rpc) if self.session is not None else ""
         message = re.sub(r"^\S+:\d+: ", "", message)  # ggml's source file:line prefix
         remote = "RPC" in message or "connect" in message
@@ -275,6 +292,15 @@ class Worker:
         self.out.send(ErrorEvent(rid, "rpc" if remote else "internal", text, final=rid is None))
         if rid is not None:
             self.out.send(DoneEvent(rid, finish_reason="error"))
+
+    def _end_stopped_reply(self, rid: str, text: str) -> None:
+        """End a stopped reply whose wait on a remote server Stop's deadline cut short (``rpc_stop``)."""
+        with self._lock:
+            if self._stop_ended == rid:
+                return
+            self._stop_ended = rid
+        self.out.send(ErrorEvent(rid, "rpc", text, final=False))
+        self.out.send(DoneEvent(rid, finish_reason="cancelled"))
 
     def _reload(self, previous: Any, failure: EngineError) -> None:
         """Load the previous model again after llama.cpp refused the new one late (past
@@ -313,8 +339,30 @@ class Worker:
                                   b"".join(pieces).decode("utf-8", errors="replace")))
 
     def _generate(self, request: GenerateRequestMsg) -> None:
+        from engine.generation.generator import generate
+
+        gen = self.generate_request(request)
+        if self.session.n_seq > 1 and not gen.images:  # a multi-sequence session: others may join it
+            from engine.worker.together import serve_together
+
+            serve_together(self, request, gen)
+            return
+        self.current = request.id
+        try:
+            result = generate(self.session, gen, should_stop=lambda: self.stopping(request.id),
+                              **self.callbacks(request))
+        finally:
+            self.current = None
+        self.done(request, result)
+
+    def generate_request(self, request: GenerateRequestMsg) -> Any:
+        """The engine's request for a protocol one, checked against the loaded model (notices sent).
+
+        Raises:
+            EngineError: no model, or a value this model cannot take.
+        """
         from engine.errors import NoModelLoaded
-        from engine.generation.generator import GenerateRequest, generate
+        from engine.generation.generator import GenerateRequest
 
         if self.session is None:
             raise NoModelLoaded("No model is loaded; send a load request first.")
@@ -325,7 +373,7 @@ class Worker:
             from engine.generation.images import NO_PROJECTOR
 
             raise ImageError(NO_PROJECTOR)
-        if pictures and request.speculative.enabled:
+        if pictures and request.speculative.enabled and request.speculative.mode != "mtp":
             from engine.generation.images import MTP_OFF_WITH_IMAGES
 
             self.out.send(ErrorEvent(request.id, "speculative_unavailable", MTP_OFF_WITH_IMAGES, final=False))
@@ -337,7 +385,7 @@ class Worker:
         for token in request.logit_bias:
             if int(token) >= n_vocab:
                 raise ProtocolError(f"logit_bias names token {token}; this model's tokens are 0 to {n_vocab - 1}")
-        gen = GenerateRequest(
+        return GenerateRequest(
             prompt=request.prompt,
             messages=tuple(request.messages) if request.messages is not None else None,
             sampling=request.sampling,
@@ -357,21 +405,21 @@ class Worker:
             split_reasoning=request.split_reasoning,
             images=pictures,
         )
-        self.current = request.id
-        try:
-            result = generate(
-                self.session, gen,
-                on_text=lambda text, draft: self.out.send(TokenEvent(request.id, text, draft)),
-                on_text_logprobs=None if request.logprobs < 0 else lambda text, draft, entries: self.out.send(
-                    TokenEvent(request.id, text, draft,
-                               logprobs=[build(TokenLogprobs, e, "logprobs") for e in entries])),
-                on_stats=lambda stats: self.out.send(StatsEvent(request.id, stats.snapshot())),
-                should_stop=lambda: self._stopping(request.id),
-                on_prefill=lambda done, total: self.out.send(PrefillEvent(request.id, done, total)),
-                on_reasoning=lambda text: self.out.send(TokenEvent(request.id, text, reasoning=True)),
-            )
-        finally:
-            self.current = None
+
+    def callbacks(self, request: GenerateRequestMsg) -> dict[str, Any]:
+        """What a generation calls as it goes: each sends the request's events."""
+        rid = request.id
+        return {
+            "on_text": lambda text, draft: self.out.send(TokenEvent(rid, text, draft)),
+            "on_text_logprobs": None if request.logprobs < 0 else lambda text, draft, entries: self.out.send(
+                TokenEvent(rid, text, draft, logprobs=[build(TokenLogprobs, e, "logprobs") for e in entries])),
+            "on_stats": lambda stats: self.out.send(StatsEvent(rid, stats.snapshot())),
+            "on_prefill": lambda done, total: self.out.send(PrefillEvent(rid, done, total)),
+            "on_reasoning": lambda text: self.out.send(TokenEvent(rid, text, reasoning=True)),
+        }
+
+    def done(self, request: GenerateRequestMsg, result: Any) -> None:
+        """The request's last event: how it ended, with its statistics."""
         logprobs = [build(TokenLogprobs, entry, "logprobs") for entry in result.logprobs] \
             if request.logprobs >= 0 else None
         self.out.send(DoneEvent(request.id, result.finish_reason, result.stats.snapshot(), result.prompt_mode,

@@ -175,3 +175,48 @@ def test_a_stopped_server_ends_the_reply_with_an_rpc_error_in_bounded_time(monke
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGCONT)
         pool.close()
+
+
+def test_stop_during_a_wait_on_a_stopped_server_ends_the_reply_at_its_deadline(monkeypatch):
+    """Stop is a flag the decode loop reads between steps; a decode inside ggml's RPC client waiting on a
+    SIGSTOPped server never got there, so Stop waited for the 300 s reply timeout. Now the worker shuts
+    the connection down at Stop's deadline: the reply ends, cancelled, with an rpc error saying why."""
+    from tests.engine.conftest import synth
+    from tests.engine.test_rpc import MTP, PROMPT, Servers, server_binary
+
+    monkeypatch.setenv("MTP_STUDIO_RPC_STOP_DEADLINE_S", "2")  # the worker inherits it; the reply timeout stays 300 s
+    model = synth("glm4moe", weights="mixed", agree=0.7, reads="hidden")
+    pool = Servers(server_binary(), 1)
+    proc = pool.procs[0]
+    assert proc is not None
+    try:
+        with WorkerClient() as worker:
+            options = P.LoadOptions(path=str(model.path("combined")), n_ctx=2048, rpc=tuple(pool.endpoints))
+            assert isinstance(worker.call(P.LoadRequest(id=worker.new_id(), options=options))[-1], P.LoadedEvent)
+            worker.send(P.GenerateRequestMsg(id="g", prompt=PROMPT, max_tokens=1500, speculative=MTP))
+            while not isinstance(worker.next_event(timeout=60), P.TokenEvent):
+                pass
+            os.kill(proc.pid, signal.SIGSTOP)
+            quiet_since = time.monotonic()
+            while time.monotonic() - quiet_since < 1.0:  # what was already on its way; then it waits
+                try:
+                    ev = worker.next_event(timeout=1.0)
+                except TimeoutError:
+                    break
+                assert not isinstance(ev, P.DoneEvent), ev
+                quiet_since = time.monotonic()
+            worker.send(P.CancelRequest(id="stop", target="g"))
+            start = time.monotonic()
+            seen = list(worker.events_until_done("g", timeout=30))  # before: nothing for 300 s
+            took = time.monotonic() - start
+            errors = [e for e in seen if isinstance(e, P.ErrorEvent)]
+            assert errors and errors[0].kind == "rpc" and "Stop could not end the reply" in errors[0].message, seen
+            assert isinstance(seen[-1], P.DoneEvent) and seen[-1].finish_reason == "cancelled", seen
+            assert 1.5 < took < 10, took
+            with pytest.raises(WorkerDied):  # ggml aborts on the shut connection; the app restarts the worker
+                while True:
+                    worker.next_event(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+        pool.close()
