@@ -51,8 +51,9 @@ from engine.runtime import Batch, Sampler, SamplingParams
 from engine.speculative.depth import DepthPolicy
 from engine.speculative.drafter import Drafter
 from engine.speculative.mtp import MTPDrafter
+from engine.speculative.mtp_images import HIDDEN, ImageCatchUp
 from engine.speculative.rollback import TargetRollback
-from engine.speculative.settings import MAX_DRAFT, SPECULATION_OFF, SpeculativeSettings
+from engine.speculative.settings import MAX_DRAFT, MTP, SPECULATION_OFF, SpeculativeSettings
 from engine.speculative.stats import GenerationStats
 
 STATS_INTERVAL_S = 0.25
@@ -104,6 +105,8 @@ class GenerateRequest:
     # encoded images (PNG, JPEG, …), one per image marker in the prompt or the messages' text, after any
     # image parts of the messages (engine/generation/images.py); they need the session's projector
     images: tuple[bytes, ...] = ()
+    # how the MTP context gets an image's rows (engine/speculative/mtp_images.py; benches compare them)
+    image_rows: str = HIDDEN
 
 
 @dataclass
@@ -395,9 +398,10 @@ class Decoder:
         self.pictured = True
         self.session.prefix.forget()  # it cannot describe image rows
         self.drafter.begin(self.spec)
+        mtp = ImageCatchUp(self.drafter, self.request.image_rows) if isinstance(self.drafter, MTPDrafter) else None
         with self.session.projector.tokenize(pictures.text, pictures.images,
                                              add_special=pictures.add_special) as chunks:
-            done = vision.prefill(self.target, chunks, self.batch, on_prefill, should_stop)
+            done = vision.prefill(self.target, chunks, self.batch, on_prefill, should_stop, mtp)
         self.sampler.accept_prompt(done.text_tokens)
         self.stats.prompt_tokens = done.n_cells
         self.pos0, self.cells_past_pos = done.n_pos, done.n_cells - done.n_pos
@@ -558,9 +562,10 @@ def generate(
         ContextError: the prompt does not fit the context, or a decode failed.
     """
     # the one place a request's settings meet the model's limits; plain decoding is a drafter too.
-    # After an image MTP does not run yet (docs/vision.md): a request with images decodes plainly
+    # After an image only the MTP head drafts (it catches up on the image's rows; docs/vision.md)
     pictured = vision.has_images(request)
-    spec, drafter, session_policy = session.speculation(SPECULATION_OFF if pictured else request.speculative)
+    plain = pictured and request.speculative.mode != MTP
+    spec, drafter, session_policy = session.speculation(SPECULATION_OFF if plain else request.speculative)
     policy = policy or session_policy
     policy.new_reply(drafter.shadow_probes)
     stats = GenerationStats(settings=spec, rollback=session.rollback_strategy if spec.enabled else "none")

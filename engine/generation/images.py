@@ -9,10 +9,11 @@ by only max(rows, columns) of its grid, so the first generated token sits at
 the context is counted in cells. Every text token is still one cell and one
 position.
 
-MTP is not run after an image yet (issue 28): llama.cpp's MTP driver skips
-image rows, which leaves the head drafting from a wrong state, and doing it
-right needs the image rows in the MTP context. Until then a request with
-images decodes plainly, and says so (``MTP_OFF_WITH_IMAGES``).
+MTP after an image: the MTP context catches up on every piece the target
+decodes, image rows included, at the target's own positions
+(engine/speculative/mtp_images.py says how, and what llama.cpp does instead).
+Only MTP drafts after an image; other speculative modes decode plainly and
+say so (``MTP_OFF_WITH_IMAGES``).
 
 The prefix cache does not describe image rows: a prompt with images starts
 from an empty context and leaves it marked unknown.
@@ -34,9 +35,10 @@ from engine.generation.session import Session
 from engine.generation.stops import StopMatcher
 from engine.runtime import Batch, Context, Sampler, SamplingParams
 from engine.runtime.mtmd import IMAGE, Projector, PromptChunks
+from engine.speculative.mtp_images import ImageCatchUp
 
-MTP_OFF_WITH_IMAGES = ("MTP is off for replies to images for now: this engine decodes them plainly "
-                       "(drafting after an image needs the image rows in the MTP context; issue 28).")
+MTP_OFF_WITH_IMAGES = ("Only the MTP head drafts after an image for now: this reply to images is decoded "
+                       "plainly (n-gram drafting does not yet count an image's positions; issue 28).")
 def load_projector(session: Session, path: str | Path) -> Projector:
     """The projector at ``path``, loaded against the session's model (its threads; on the GPU when the
     model's layers are there).
@@ -100,9 +102,12 @@ class ImagePrefill:
 
 def prefill(target: Context, prompt: PromptChunks, batch: Batch,
             on_prefill: Callable[[int, int], None] | None = None,
-            should_stop: Callable[[], bool] = lambda: False) -> ImagePrefill:
+            should_stop: Callable[[], bool] = lambda: False, mtp: ImageCatchUp | None = None) -> ImagePrefill:
     """Decode ``prompt`` into an emptied ``target``: text chunks in pieces of ``n_batch`` at consecutive
     positions, image chunks through the projector at the positions mtmd lays out.
+
+    ``mtp``: the MTP context catches up on every piece the target decodes, text rows as in a text
+    prefill, image rows as ``mtp.mode`` says (engine/speculative/mtp_images.py).
 
     Raises:
         ContextError: the prompt does not fit the context, or ends with an image (no logits to sample).
@@ -121,7 +126,7 @@ def prefill(target: Context, prompt: PromptChunks, batch: Batch,
     last_chunk = len(prompt.chunks) - 1
     for i, chunk in enumerate(prompt.chunks):
         if chunk.kind == IMAGE:
-            out.n_pos = prompt.decode_image(i, target, out.n_pos)
+            out.n_pos = prompt.decode_image(i, target, out.n_pos, mtp.rows if mtp is not None else None)
         else:
             for start in range(0, len(chunk.tokens), target.n_batch):
                 piece = chunk.tokens[start:start + target.n_batch]
@@ -130,6 +135,8 @@ def prefill(target: Context, prompt: PromptChunks, batch: Batch,
                     last = i == last_chunk and start + k == len(chunk.tokens) - 1
                     batch.add(tok, out.n_pos + k, last)
                 target.decode(batch)
+                if mtp is not None:
+                    mtp.drafter.process(piece, out.n_pos)
                 out.n_pos += len(piece)
             out.text_tokens.extend(chunk.tokens)
         out.n_cells += chunk.n_tokens

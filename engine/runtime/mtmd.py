@@ -13,10 +13,12 @@ decodes them keeps positions apart from cells (``PromptChunks.n_pos`` against
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from engine.errors import ImageError, ProjectorError
 from engine.runtime import native
@@ -27,6 +29,8 @@ TEXT = "text"
 IMAGE = "image"
 _KINDS = {0: TEXT, 1: IMAGE, 2: "audio"}
 _log_callback: Any = None  # kept alive: mtmd holds the pointer
+# on_rows(embd, positions): one decoded piece of an image, (n, n_embd) rows at (n_pos, n) positions
+RowsCallback = Callable[[np.ndarray, np.ndarray], None]
 
 
 def _mtmd() -> Any:
@@ -96,9 +100,13 @@ class PromptChunks:
         """Every text token, in order (what a sampler's history holds of this prompt)."""
         return [t for c in self.chunks for t in c.tokens]
 
-    def decode_image(self, index: int, target: Context, n_past: int) -> int:
+    def decode_image(self, index: int, target: Context, n_past: int, on_rows: RowsCallback | None = None) -> int:
         """Encode image chunk ``index`` with the projector and decode its rows into ``target`` from
         position ``n_past`` (M-RoPE positions as mtmd lays them out); returns the next position.
+
+        ``on_rows(embd, positions)``: called after each decoded piece with its embedding rows
+        (n, n_embd) and positions (n_pos, n), while the target's outputs still hold that piece
+        (the MTP context catches up on image rows there).
 
         Raises:
             ImageError: the chunk is not an image.
@@ -112,9 +120,26 @@ class PromptChunks:
         if m.mtmd_encode_chunk(ctx, chunk) != 0:
             raise ProjectorError(f"the projector could not encode the image: {_detail()}")
         new_n_past = native.llama().llama_pos(0)
+        failure: list[BaseException] = []
+
+        def after_piece(view_ptr: Any, _user: Any) -> int:
+            try:
+                view = view_ptr.contents
+                n, width, n_pos = view.n_tokens, view.n_embd, view.n_pos
+                assert on_rows is not None
+                on_rows(np.ctypeslib.as_array(view.embd, shape=(n, width)),
+                        np.ctypeslib.as_array(view.pos, shape=(n_pos, n)))
+                return 0
+            except BaseException as exc:  # never unwind through C: say it after the helper returns
+                failure.append(exc)
+                return 1
+
+        callback = m.mtmd_helper_post_decode_callback(after_piece) if on_rows is not None \
+            else m.mtmd_helper_post_decode_callback()  # NULL: no callback
         rc = m.mtmd_helper_decode_image_chunk(ctx, target.handle, chunk, m.mtmd_get_output_embd(ctx), n_past, 0,
-                                              target.n_batch, ctypes.byref(new_n_past),
-                                              m.mtmd_helper_post_decode_callback(), None)  # NULL: no callback
+                                              target.n_batch, ctypes.byref(new_n_past), callback, None)
+        if failure:
+            raise failure[0]
         target.edits += 1
         target.graphs += -(-self.chunks[index].n_tokens // target.n_ubatch)
         if rc != 0:

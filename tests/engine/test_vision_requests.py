@@ -15,6 +15,7 @@ from engine.generation import images as vision
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.load_plan import LoadPlan
 from engine.generation.session import LoadOptions, Session
+from engine.speculative.mtp_images import EMBEDDING, HIDDEN, IMAGE_ROWS, SKIP
 from engine.speculative.settings import SpeculativeSettings
 from engine.synth import SynthModel, SynthSpec
 from engine.synth.images import BLACK, BLUE, GREEN, RED, WHITE, YELLOW, field_png
@@ -62,16 +63,45 @@ def test_generate_with_images_decodes_like_the_plain_image_path(session: Session
         assert result.stats.prompt_tokens > 16  # the image's rows count among the prompt's cells
 
 
-def test_speculation_asked_with_an_image_runs_plainly_and_text_after_it_drafts_again(session: Session) -> None:
-    asked = SpeculativeSettings("mtp", 2)
+def test_ngram_drafting_asked_with_an_image_runs_plainly_and_text_after_it_drafts_again(session: Session) -> None:
+    asked = SpeculativeSettings("ngram", 2)
     result = generate(session, GenerateRequest(prompt=PROMPT, images=(QUADRANTS,), max_tokens=10, speculative=asked))
     assert result.tokens == _reference(session, QUADRANTS, 10)
     assert result.stats.settings.mode == "off" and result.stats.drafted == 0
     # the context held image rows the prefix cache cannot describe: the next prompt starts afresh, and drafts
-    text = GenerateRequest(prompt="Plain text after", max_tokens=8, speculative=asked)
+    text = GenerateRequest(prompt="Plain text after", max_tokens=8, speculative=SpeculativeSettings("mtp", 2))
     drafted = generate(session, text)
     assert drafted.stats.settings.mode == "mtp" and drafted.stats.prompt_reused == 0
     assert drafted.tokens == generate(session, GenerateRequest(prompt="Plain text after", max_tokens=8)).tokens
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "qwen35moe"])
+@pytest.mark.parametrize("rows", IMAGE_ROWS)
+def test_greedy_mtp_after_an_image_is_plain_greedy(synth_models: object, arch: str, rows: str) -> None:
+    """Each way of writing the image rows into the MTP context, on heads that read the hidden state."""
+    model = synth_models(arch, weights="mixed", reads="hidden", agree=0.7, seed=1)
+    mmproj = str(projector_path(ProjectorSpec(target=model.spec)))
+    with Session(LoadOptions(path=str(model.path("combined")), n_ctx=1024, mmproj=mmproj)) as loaded:
+        plain = generate(loaded, GenerateRequest(prompt=PROMPT, images=(QUADRANTS,), max_tokens=32))
+        for n_max in (1, 2, 3):
+            drafted = generate(loaded, GenerateRequest(prompt=PROMPT, images=(QUADRANTS,), max_tokens=32,
+                                                       image_rows=rows, speculative=SpeculativeSettings("mtp", n_max)))
+            assert drafted.tokens == plain.tokens, (arch, rows, n_max)
+            assert drafted.stats.settings.mode == "mtp" and drafted.stats.drafted > 0
+
+
+def test_the_image_rows_reach_the_mtp_context(synth_models: object) -> None:
+    """Skipping them (llama.cpp's way) and writing them give the head other states to draft from."""
+    model = synth_models("qwen35", weights="random", reads="hidden", seed=1)
+    mmproj = str(projector_path(ProjectorSpec(target=model.spec)))
+    margins = {}
+    with Session(LoadOptions(path=str(model.path("combined")), n_ctx=1024, mmproj=mmproj)) as loaded:
+        for rows in IMAGE_ROWS:
+            result = generate(loaded, GenerateRequest(prompt=f"Look: {P.IMAGE_MARKER}\n", images=(QUADRANTS,),
+                                                      max_tokens=6, image_rows=rows, record_drafts=True,
+                                                      speculative=SpeculativeSettings("mtp", 1)))
+            margins[rows] = result.draft_margins_per_round
+    assert margins[SKIP] != margins[HIDDEN] != margins[EMBEDDING] != margins[SKIP]
 
 
 def test_the_room_left_counts_the_images_cells_not_its_positions(files: tuple[str, str]) -> None:
@@ -100,7 +130,8 @@ def test_a_projector_that_does_not_fit_the_model_is_refused_before_loading(files
         LoadPlan.read(LoadOptions(path=files[0], mmproj=files[0]))
 
 
-def test_the_worker_takes_images_and_says_mtp_is_off_for_the_reply(session: Session, files: tuple[str, str]) -> None:
+def test_the_worker_takes_images_and_says_ngram_drafting_is_off_for_the_reply(session: Session,
+                                                                             files: tuple[str, str]) -> None:
     model, mmproj = files
     assert session.projector is not None
     expected = vision.generate_plain(session, session.projector, PROMPT, [QUADRANTS], max_tokens=8)
@@ -109,10 +140,10 @@ def test_the_worker_takes_images_and_says_mtp_is_off_for_the_reply(session: Sess
         assert isinstance(loaded, P.LoadedEvent) and loaded.model.vision and loaded.model.mmproj == mmproj
         encoded = base64.b64encode(QUADRANTS).decode()
         events = worker.call(P.GenerateRequestMsg(id="g", prompt=PROMPT, images=[encoded], max_tokens=8,
-                                                  speculative=SpeculativeSettings("mtp", 2)))
+                                                  speculative=SpeculativeSettings("ngram", 2)))
         notices = [e for e in events if isinstance(e, P.ErrorEvent)]
         assert [(e.kind, e.final) for e in notices] == [("speculative_unavailable", False)]
-        assert "MTP is off" in notices[0].message
+        assert "Only the MTP head drafts after an image" in notices[0].message
         done = events[-1]
         assert isinstance(done, P.DoneEvent) and done.n_tokens == 8 and done.stats.settings.mode == "off"
         assert "".join(e.text for e in events if isinstance(e, P.TokenEvent)) == expected.text
@@ -127,9 +158,10 @@ def test_the_chat_command_answers_about_an_image(session: Session, files: tuple[
     image.write_bytes(QUADRANTS)
     run = subprocess.run([sys.executable, "-m", "engine", "chat", "It shows", "--raw", "--model", model,
                           "--mmproj", mmproj, "--image", str(image), "--mtp", "--max-tokens", "8", "--threads", "1",
+                          "--json",
                           "--ctx", "512"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
-    assert "MTP is off for replies to images" in run.stderr
+    assert '"mode": "mtp"' in run.stderr and "speculative_unavailable" not in run.stderr  # MTP drafts after it
     assert session.projector is not None
     reference = vision.generate_plain(session, session.projector, f"{P.IMAGE_MARKER}\nIt shows", [QUADRANTS],
                                       max_tokens=8)
