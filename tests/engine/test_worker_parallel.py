@@ -1,0 +1,76 @@
+"""The real worker serving several generate requests at once (engine/worker/together.py)."""
+
+from __future__ import annotations
+
+from engine.generation.generator import GenerateRequest, generate
+from engine.generation.session import LoadOptions, Session
+from engine.speculative.settings import mtp
+from engine.worker import protocol as P
+from engine.worker.client import WorkerClient
+from tests.engine.conftest import synth
+
+PROMPTS = [" the river model", " a quiet light", " numbers and words"]
+
+
+def load(worker: WorkerClient, path: str, parallel: int) -> None:
+    events = worker.call(P.LoadRequest(id=worker.new_id(), options=P.LoadOptions(path=path, n_ctx=512,
+                                                                                parallel=parallel)))
+    assert isinstance(events[-1], P.LoadedEvent), events
+
+
+def collect(worker: WorkerClient, ids: set[str], timeout: float = 120) -> list[P.Event]:
+    """Every event until each of ``ids`` is done (and whatever else came meanwhile)."""
+    events, open_ids = [], set(ids)
+    while open_ids:
+        event = worker.next_event(timeout)
+        events.append(event)
+        if isinstance(event, P.DoneEvent):
+            open_ids.discard(event.id)
+    return events
+
+
+def text(events: list[P.Event], rid: str) -> str:
+    return "".join(e.text for e in events if isinstance(e, P.TokenEvent) and e.id == rid)
+
+
+def alone(path: str, n_seq: int, max_tokens: int) -> list[str]:
+    with Session(LoadOptions(path=path, n_ctx=512 * n_seq)) as session:
+        return [generate(session, GenerateRequest(prompt=p, max_tokens=max_tokens, speculative=mtp(3))).text
+                for p in PROMPTS]
+
+
+def test_requests_sent_together_are_decoded_together_each_as_alone(worker: WorkerClient):
+    path = str(synth("glm4moe", "mixed", agree=0.7, reads="hidden").path())
+    load(worker, path, parallel=3)
+    for i, prompt in enumerate(PROMPTS):
+        worker.send(P.GenerateRequestMsg(id=f"g{i}", prompt=prompt, max_tokens=40, speculative=mtp(3)))
+    worker.send(P.TokenizeRequest(id="t", text="hello"))  # answered while they run
+    events = collect(worker, {"g0", "g1", "g2"})
+    assert [text(events, f"g{i}") for i in range(3)] == alone(path, 3, 40)
+    done = {e.id: e for e in events if isinstance(e, P.DoneEvent)}
+    assert all(d.finish_reason == "length" and d.stats.rounds > 0 for d in done.values())
+    # decoded together: the token events of the three requests interleave
+    order = [e.id for e in events if isinstance(e, P.TokenEvent)]
+    assert order.index("g2") < len(order) - order[::-1].index("g0") - 1
+    tokens = next(e for e in events if isinstance(e, P.TokensEvent))
+    assert tokens.id == "t" and events.index(tokens) < max(events.index(d) for d in done.values())
+
+
+def test_a_cancelled_request_ends_alone_and_a_load_waits_for_the_running_ones(worker: WorkerClient):
+    path = str(synth("glm4moe", "mixed", agree=0.7, reads="hidden").path())
+    load(worker, path, parallel=2)
+    worker.send(P.GenerateRequestMsg(id="a", prompt=PROMPTS[0], max_tokens=200, speculative=mtp(3)))
+    worker.send(P.GenerateRequestMsg(id="b", prompt=PROMPTS[1], max_tokens=60, speculative=mtp(3)))
+    first = worker.next_event(60)
+    while not (isinstance(first, P.TokenEvent) and first.id == "a"):
+        first = worker.next_event(60)
+    worker.send(P.CancelRequest(id="c", target="a"))
+    worker.send(P.LoadRequest(id="l", options=P.LoadOptions(path=path, n_ctx=512, parallel=1)))
+    worker.send(P.GenerateRequestMsg(id="after", prompt=PROMPTS[2], max_tokens=8))
+    events = collect(worker, {"a", "b", "after"})
+    done = {e.id: e for e in events if isinstance(e, P.DoneEvent)}
+    assert done["a"].finish_reason == "cancelled" and done["b"].finish_reason == "length"
+    assert text(events, "b") == alone(path, 2, 60)[1]  # untouched by its neighbour's cancel
+    loaded = next(i for i, e in enumerate(events) if isinstance(e, P.LoadedEvent))
+    assert loaded > max(events.index(done["a"]), events.index(done["b"]))  # the load waited for both
+    assert done["after"].finish_reason == "length"  # served after the load, alone
