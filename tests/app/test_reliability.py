@@ -14,7 +14,7 @@ import pytest
 
 from app.chat.store import ConversationStore
 from engine.worker.events import ErrorEvent
-from tests.app.conftest import start_and_load
+from tests.app.conftest import start_and_load, type_and_send
 
 # About 70 tokens of the default model's vocabulary per message.
 LONG = ("The river runs past the old mill and the bridge, under the willows, through the fields of wheat "
@@ -30,15 +30,9 @@ def warnings(monkeypatch) -> list[tuple[str, str]]:
     return shown
 
 
-def type_and_send(qtbot, window, text: str) -> None:
-    window.composer.setFocus()
-    window.composer.setPlainText(text)
-    window.send_button.click()
-
-
 def reply(qtbot, window, text: str) -> str:
     with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=90000) as finished:
-        type_and_send(qtbot, window, text)
+        type_and_send(qtbot, window, text, paste=True)
     return finished.args[0]
 
 
@@ -239,3 +233,52 @@ def test_a_model_whose_file_name_is_not_utf8_is_refused_with_a_message_and_the_m
     assert services.client.state == "ready"
     assert window.engine_status.model_label.text() == model_text  # the model loaded before is still there
     assert reply(qtbot, window, "The capital of France is") == "complete"
+
+
+def _worker_of(app_pid: int) -> int | None:
+    """The engine worker among the app's children (the hardware probe is another), by its command line."""
+    try:
+        children = Path(f"/proc/{app_pid}/task/{app_pid}/children").read_text().split()
+    except OSError:
+        return None
+    for child in children:
+        try:
+            if b"engine.worker" in Path(f"/proc/{child}/cmdline").read_bytes():
+                return int(child)
+        except OSError:
+            continue
+    return None
+
+
+def _holds_a_model(pid: int) -> bool:
+    try:
+        return ".gguf" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds the app's worker through /proc (Linux)")
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_the_worker_is_gone_within_5_s_of_the_real_app_being_killed(qtbot, tmp_path, sig):
+    # issue 31: killed, the app left its worker running with the whole model in memory (3 of 3); this is
+    # the real app (python -m app.main), its worker started by QProcess with stderr a pipe to the app
+    from tests.engine.test_worker_lifetime import GONE_WITHIN_S, gone_within, running
+
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "MTP_STUDIO_DATA_DIR": str(tmp_path / "data"),
+           "MTP_STUDIO_CONFIG_DIR": str(tmp_path / "config")}
+    app = subprocess.Popen([sys.executable, "-m", "app.main"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True, env=env)
+    worker = None
+    try:
+        qtbot.waitUntil(lambda: (w := _worker_of(app.pid)) is not None and _holds_a_model(w), timeout=120000)
+        worker = _worker_of(app.pid)
+        assert worker is not None
+        app.send_signal(sig)
+        app.wait(20)
+        assert gone_within(worker, GONE_WITHIN_S), f"the worker {worker} outlived the app by {GONE_WITHIN_S} s"
+    finally:
+        if app.poll() is None:
+            os.killpg(app.pid, signal.SIGKILL)
+            app.wait()
+        if worker is not None and running(worker):
+            os.kill(worker, signal.SIGKILL)
