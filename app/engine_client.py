@@ -122,11 +122,12 @@ class EngineClient(QObject):
 
     def generate(self, *, messages: list[dict[str, str]] | None = None, prompt: str | None = None,
                  speculative: SpeculativeSettings, max_tokens: int, sampling: SamplingParams = GREEDY,
-                 continue_final_message: bool = False) -> str:
+                 continue_final_message: bool = False, template: str | None = None) -> str:
+        """``template``: a chat template over the model's own (a model preset's), None for the model's."""
         rid = self._new_id()
         self._write(P.GenerateRequestMsg(id=rid, messages=messages, prompt=prompt, speculative=speculative,
                                          max_tokens=max_tokens, sampling=sampling,
-                                         continue_final_message=continue_final_message))
+                                         continue_final_message=continue_final_message, template=template))
         self._set_state("busy")
         return rid
 

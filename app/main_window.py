@@ -102,7 +102,8 @@ class MainWindow(QMainWindow):
             splitter.addWidget(widget)
         splitter.setSizes([230, 720, 300])
         splitter.setStretchFactor(1, 1)
-        self.models_page = ModelsPage(n_ctx=self.settings.n_ctx)
+        self.models_page = ModelsPage(n_ctx=self.settings.n_ctx, records=self.models.records)
+        self.models_page.library.preferences = self.settings
         self.hardware_page = HardwarePage(self.probe)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
@@ -163,6 +164,7 @@ class MainWindow(QMainWindow):
         self.highlight_box.toggled.connect(self._set_highlight)
         self._set_highlight(self.settings.highlight_drafts)
         self.models_page.sig_use_model.connect(self._use_model)
+        self.models_page.sig_preset.connect(self.models.preset_saved)
         self.tabs.currentChanged.connect(self._on_tab)
 
     def show_chat(self) -> None:

@@ -9,6 +9,10 @@ puts back the last choice that did load — otherwise "Restart engine" and the
 next launch would fail the same way. The failure dialog offers the two ways
 on: another file, or the built-in model.
 
+A model's preset (app/models/presets.py) comes with it: its context and
+threads go into the load when the user switches to it, and its sampling,
+system prompt and chat template into the chat once it loaded.
+
 The profile lookup hashes the model file (16 MiB read), so it runs on the
 background runner; the hardware fingerprint comes from the shared probe.
 """
@@ -27,6 +31,7 @@ from app.engine_client import EngineClient
 from app.engine_status import is_load_error
 from app.hardware_probe import HardwareProbe
 from app.load_sheet import LoadChoice, LoadSheet
+from app.models.presets import ModelRecords, key
 from app.settings import Settings
 from engine.autotune.profiles import OUTDATED_TEXT, ProfileMatch, ProfileStore
 from engine.default_model import DESCRIPTION as DEFAULT_MODEL_DESCRIPTION
@@ -68,10 +73,11 @@ class ModelController(QObject):
     sig_blocked = Signal(str)
 
     def __init__(self, settings: Settings, client: EngineClient, chat: ChatController, probe: HardwareProbe,
-                 window: QWidget, profiles: ProfileStore | None = None) -> None:
+                 window: QWidget, profiles: ProfileStore | None = None, records: ModelRecords | None = None) -> None:
         super().__init__(window)
         self.settings, self.client, self.chat, self.probe, self.window = settings, client, chat, probe, window
         self.profiles = profiles or ProfileStore()
+        self.records = records or ModelRecords()  # each model's preset and last use (app/models/presets.py)
         self.model: ModelInfo | None = None
         self._good: LoadChoice | None = None  # the choice that loaded self.model
         self._pending: dict[str, LoadChoice] = {}  # load requests not answered yet, by id
@@ -106,8 +112,19 @@ class ModelController(QObject):
         self.sig_loading.emit()
 
     def use(self, path: str | None, sidecar: str | None) -> None:
-        """Load this target (None: the built-in model) and sidecar with the current settings."""
-        self.request(replace(LoadChoice.from_settings(self.settings), path=path, sidecar=sidecar or None))
+        """Load this target (None: the built-in model) and sidecar with the current settings (another model's
+        context and threads from its preset)."""
+        current = LoadChoice.from_settings(self.settings)
+        self.request(self._with_preset(replace(current, path=path, sidecar=sidecar or None), current))
+
+    def _with_preset(self, choice: LoadChoice, current: LoadChoice) -> LoadChoice:
+        """``choice`` with its model's preset context and threads, when it is another model than ``current``
+        (the same model keeps what was last chosen for it, in the load sheet perhaps)."""
+        preset = self.records.preset(choice.path)
+        if choice.path == current.path:
+            return choice
+        return replace(choice, n_ctx=preset.n_ctx if preset.n_ctx is not None else choice.n_ctx,
+                       n_threads=preset.n_threads if preset.n_threads is not None else choice.n_threads)
 
     def eject(self) -> None:
         """Unload the model and free its memory; the settings keep it for the next start."""
@@ -133,7 +150,8 @@ class ModelController(QObject):
 
         Window-modal but not blocking (``open``): the engine's events keep arriving while it is up."""
         current = LoadChoice.from_settings(self.settings)
-        choice = replace(current, path=path, sidecar=current.sidecar if path == current.path else None)
+        choice = self._with_preset(replace(current, path=path, sidecar=current.sidecar if path == current.path
+                                           else None), current)
         backend = self.client.engine.backend if self.client.engine is not None else None
         loaded = self._name(self.model) if self.model is not None else None
         if self.sheet is not None:
@@ -187,6 +205,9 @@ class ModelController(QObject):
         choice = self._pending.pop(ev.id, None) or LoadChoice.from_settings(self.settings)
         self._good = choice
         self._remember(choice)
+        if choice.path:
+            self.records.mark_used(choice.path)  # the library's "last used"; a refused write costs only that
+        self.chat.model_preset = self.records.preset(choice.path)
         self.chat.model_has_mtp = ev.model.can_draft
         self.chat.model_loaded(ev.model.n_ctx)
         self._set_model(ev.model)
@@ -215,6 +236,12 @@ class ModelController(QObject):
         self._pending.clear()
         self._forget_failed_choice()  # a load that killed the worker must not be tried again at the next start
         self._set_model(None)
+
+    def preset_saved(self, path: str) -> None:
+        """A model's preset changed: the loaded model's applies to the next reply (context and threads at its
+        next load)."""
+        if self._good is not None and self._good.path and key(path) == key(self._good.path):
+            self.chat.model_preset = self.records.preset(path)
 
     def _forget_failed_choice(self) -> None:
         """Put back the last choice that loaded (Preferences or autotune may have written another)."""

@@ -15,17 +15,20 @@ from app.models.downloads_view import DownloadsView
 from app.models.hub_search import HubSearch
 from app.models.library_view import LibraryView
 from app.models.pair_panel import PairPanel
+from app.models.presets import ModelRecords
 from engine.store import catalog, credentials, hub
 
 
 class ModelsPage(QWidget):
     """Signals:
         sig_use_model(str, str): load this target (and sidecar path, or "") in the chat.
+        sig_preset(str): the preset of the model at this path was saved.
     """
 
     sig_use_model = Signal(str, str)
+    sig_preset = Signal(str)
 
-    def __init__(self, parent: QWidget | None = None, n_ctx: int = 8192) -> None:
+    def __init__(self, parent: QWidget | None = None, n_ctx: int = 8192, records: ModelRecords | None = None) -> None:
         super().__init__(parent)
         self._running = background.Running()
         self._catalog_shown = False
@@ -35,7 +38,7 @@ class ModelsPage(QWidget):
         self.downloads = DownloadsView(self.queue)
         self.hub.column.addWidget(self.downloads)
         # 0 in the settings: "the model's own"; no header read yet
-        self.library = LibraryView(n_ctx if n_ctx > 0 else 8192)
+        self.library = LibraryView(n_ctx if n_ctx > 0 else 8192, records)
         self.pair = PairPanel(self.library)
         lib_box = QGroupBox("On this computer")
         lib_col = QVBoxLayout(lib_box)
@@ -51,6 +54,7 @@ class ModelsPage(QWidget):
         self.hub.sig_offline.connect(self.recommended.set_offline)
         self.queue.sig_downloaded.connect(lambda _path: self.refresh_library())
         self.pair.sig_use_model.connect(self.sig_use_model)
+        self.library.sig_preset.connect(self.sig_preset)
 
     def follow_chat_context(self, n_ctx: int) -> None:
         self.library.follow_chat_context(n_ctx)

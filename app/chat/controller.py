@@ -32,6 +32,8 @@ and reply row in one write (``ConversationStore.branch``), so neither is ever ha
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from PySide6.QtCore import QObject, Signal
 
 from app.chat.context_fit import Turn
@@ -42,6 +44,7 @@ from app.chat.stats_panel import StatsPanel
 from app.chat.store import ConversationStore, Message, NotSaved
 from app.chat.transcript import ShownMessage, TranscriptView
 from app.engine_client import EngineClient
+from app.models.presets import ModelPreset
 from app.reply_values import ReplyValues, effective
 from app.settings import Settings
 from app.text_check import is_text
@@ -78,6 +81,8 @@ class ChatController(QObject):
         self.stats_panel = stats_panel
         self.settings = settings
         self.conversation_id: int | None = None
+        # the loaded model's preset (app/models/presets.py): over the preferences, under a chat's own settings
+        self.model_preset = ModelPreset()
         self._profile: SpeculativeSettings | None = None  # from autotune, when there is one
         self.profile_speedup: float | None = None  # what autotune measured for it against plain decoding
         self.model_has_mtp = True  # "auto" asks for MTP only when the loaded model can draft
@@ -172,7 +177,8 @@ class ChatController(QObject):
         self.sig_conversation_opened.emit()
 
     def new_conversation(self) -> int:
-        conv = self.store.create(system_prompt=self.settings.system_prompt)
+        preset_prompt = self.model_preset.system_prompt
+        conv = self.store.create(system_prompt=self.settings.system_prompt if preset_prompt is None else preset_prompt)
         self.open(conv.id)
         return conv.id
 
@@ -299,9 +305,12 @@ class ChatController(QObject):
         self.stream.stop()
 
     def chat_values(self) -> ReplyValues:
-        """This conversation's settings over the app's preferences."""
+        """This conversation's settings over the loaded model's preset over the app's preferences."""
         chat = self.store.get(self.conversation_id).settings if self.conversation_id is not None else {}
-        return effective(self.settings.reply_values(), chat)
+        preferences = self.settings.reply_values()
+        if self.model_preset.sampling is not None:
+            preferences = replace(preferences, sampling=self.model_preset.sampling)
+        return effective(preferences, chat)
 
     def speculative_settings(self, values: ReplyValues | None = None) -> SpeculativeSettings:
         """What this reply asks of the engine: the choice made into settings (app/chat/speculative_choice.py)."""
@@ -330,7 +339,7 @@ class ChatController(QObject):
         return self.client.generate(
             messages=turn.request_messages(), max_tokens=v.max_tokens, speculative=speculative,
             continue_final_message=turn.continuing,
-            sampling=v.sampling,
+            sampling=v.sampling, template=self.model_preset.chat_template,
         )
 
 

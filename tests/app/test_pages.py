@@ -36,7 +36,7 @@ def test_models_page_searches_lists_files_downloads_and_checks_a_pair(qtbot, iso
         rows = [page.downloads.rows.itemAt(i).widget() for i in range(page.downloads.rows.count())]
         assert [r.filename for r in rows] == ["Synth-Q8_0.gguf", "mtp-Synth-Q8_0.gguf"]
         qtbot.waitUntil(lambda: all(r.speed.text().startswith("done") for r in rows), timeout=30000)
-        qtbot.waitUntil(lambda: page.library.entries.count() >= 2, timeout=30000)
+        qtbot.waitUntil(lambda: sum(r.on_disk for r in page.library.rows_shown()) >= 2, timeout=30000)
         names = [page.library.entries.item(i).text() for i in range(page.library.entries.count())]
         assert any(n.startswith("Synth-Q8_0.gguf") for n in names)
 
