@@ -127,6 +127,7 @@ class MainWindow(QMainWindow):
         self._action(model_menu, "Load settings (context, threads, memory)…",
                      lambda: self.models.open_sheet(self.settings.model_path))
         self._action(model_menu, "Eject model", self.models.eject)
+        self._action(model_menu, "Save this chat's settings as the model's preset", self.models.save_chat_as_preset)
         model_menu.addSeparator()
         self._action(model_menu, "Restart engine", self.engine_status.restart)
         tools_menu = self.menuBar().addMenu("&Tools")

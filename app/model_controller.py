@@ -243,6 +243,21 @@ class ModelController(QObject):
         if self._good is not None and self._good.path and key(path) == key(self._good.path):
             self.chat.model_preset = self.records.preset(path)
 
+    def save_chat_as_preset(self) -> None:
+        """Keep the open chat's sampling and system prompt as the loaded model's preset (Model menu)."""
+        path = self._good.path if self._good is not None else None
+        if not path:
+            self.sig_message.emit("The built-in model has no preset: load a model of your own first.", 6000)
+            return
+        chat = self.chat
+        prompt = chat.store.get(chat.conversation_id).system_prompt if chat.conversation_id is not None else None
+        preset = replace(self.records.preset(path), sampling=chat.chat_values().sampling,
+                         system_prompt=prompt if prompt is not None else self.records.preset(path).system_prompt)
+        problem = self.records.set_preset(path, preset)
+        chat.model_preset = preset
+        self.sig_message.emit(f"Not saved ({problem}); the preset applies until MTP Studio quits." if problem
+                              else f"This chat's settings are now the preset of {Path(path).name}.", 8000)
+
     def _forget_failed_choice(self) -> None:
         """Put back the last choice that loaded (Preferences or autotune may have written another)."""
         good = self._good

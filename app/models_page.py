@@ -55,6 +55,7 @@ class ModelsPage(QWidget):
         self.queue.sig_downloaded.connect(lambda _path: self.refresh_library())
         self.pair.sig_use_model.connect(self.sig_use_model)
         self.library.sig_preset.connect(self.sig_preset)
+        self.library.sig_use_model.connect(self.sig_use_model)
 
     def follow_chat_context(self, n_ctx: int) -> None:
         self.library.follow_chat_context(n_ctx)

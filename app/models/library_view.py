@@ -60,9 +60,11 @@ class LibraryView(QWidget):
 
     Signals:
         sig_preset(str): the preset of the model at this path was saved.
+        sig_use_model(str, str): load this file in the chat (no sidecar: "").
     """
 
     sig_preset = Signal(str)
+    sig_use_model = Signal(str, str)
 
     def __init__(self, n_ctx: int, records: ModelRecords | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -123,6 +125,7 @@ class LibraryView(QWidget):
         self.refresh_button.clicked.connect(lambda: self.refresh())
         self.preset_button.clicked.connect(lambda: self.edit_preset())
         self.entries.currentItemChanged.connect(self._show_facts)
+        self.entries.itemActivated.connect(self._use)  # Enter or a double click on a file loads it
         self.ctx.valueChanged.connect(lambda _v: self._show_facts(self.entries.currentItem(), None))
         self.search.textChanged.connect(lambda _t: self._fill())
         for combo in (self.where, self.architecture, self.quantization):
@@ -194,6 +197,11 @@ class LibraryView(QWidget):
     def rows_shown(self) -> list[LibraryRow]:
         return [self.entries.item(i).data(ROW_ROLE) for i in range(self.entries.count())]
 
+    def _use(self, item: QListWidgetItem) -> None:
+        path = item.data(Qt.ItemDataRole.UserRole)
+        if path and item.data(ROW_ROLE).architecture != "?":
+            self.sig_use_model.emit(path, "")
+
     def selected_path(self) -> str | None:
         item = self.entries.currentItem()
         return item.data(Qt.ItemDataRole.UserRole) if item else None
@@ -214,6 +222,7 @@ class LibraryView(QWidget):
 
     def _save_preset(self, path: str, preset: object) -> None:
         problem = self.records.set_preset(path, preset)  # type: ignore[arg-type]
+        self.claim_facts()  # a header read under way must not hide what happened
         self.facts.setPlainText(f"The preset for {path} could not be saved: {problem}. It applies until MTP "
                                 "Studio quits." if problem else f"Preset saved for {path}: it applies when the "
                                 "model loads.")

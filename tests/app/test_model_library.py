@@ -10,11 +10,13 @@ import time
 from dataclasses import replace
 
 import pytest
+from PySide6.QtCore import Qt
 
 from app.models.library_rows import LibraryFilter, label, make_rows, quantization_of
 from app.models.preset_dialog import PresetDialog
 from app.models.presets import ModelPreset, ModelRecords, key
 from app.models_page import ModelsPage
+from app.reply_values import stored
 from engine.sampling import SamplingParams
 from engine.store import catalog, fit, library
 from tests.app.conftest import start_and_load
@@ -113,6 +115,18 @@ def test_the_library_lists_disk_and_catalog_and_its_filters_narrow_the_list(qtbo
     view.entries.setCurrentRow(0)  # a catalog model: what the catalog says, and no preset (no file yet)
     assert "repository" in view.facts.toPlainText() and not view.preset_button.isEnabled()
     assert view.selected_path() is None
+    with qtbot.assertNotEmitted(page.sig_use_model):
+        qtbot.keyClick(view.entries, Qt.Key.Key_Return)  # nothing to load yet
+    view.where.setCurrentIndex(view.where.findData("disk"))
+    view.mtp_only.setChecked(False)
+    view.search.setText("combined")
+    view.entries.setCurrentRow(0)
+    qtbot.waitUntil(lambda: "architecture  glm4moe" in view.facts.toPlainText(), timeout=10000)
+    with qtbot.waitSignal(page.sig_use_model) as used:
+        qtbot.keyClick(view.entries, Qt.Key.Key_Return)  # Enter on a file loads it in the chat
+    assert used.args == [str(folder / "Glm-Combined-Q8_0.gguf"), ""]
+    view.search.clear()
+    view.mtp_only.setChecked(True)
     view.where.setCurrentIndex(view.where.findData("all"))
     view.architecture.setCurrentIndex(view.architecture.findData("glm4moe"))
     glm = [r for r in catalog.load() if r.arch == "glm4moe"]
@@ -130,6 +144,7 @@ def test_a_preset_is_edited_in_its_sheet_kept_on_disk_and_read_back(qtbot, folde
     target = str(folder / "Glm-Combined-Q8_0.gguf")
     view.entries.setCurrentRow([r.path for r in view.rows_shown()].index(target))
     assert view.preset_button.isEnabled()
+    qtbot.waitUntil(lambda: "architecture  glm4moe" in view.facts.toPlainText(), timeout=10000)
     dialog = view.edit_preset()
     assert isinstance(dialog, PresetDialog) and not dialog.sampling_box.isChecked()
     dialog.sampling_box.setChecked(True)
@@ -191,7 +206,17 @@ def test_a_models_preset_applies_when_it_loads_and_its_last_use_is_kept(qtbot, s
         window.send()
     request = next(m for m in sent if type(m).__name__ == "GenerateRequestMsg")
     assert request.template == template and request.sampling.top_k == 7
+    conv = window.chat.conversation_id
+    chat_sampling = replace(window.chat.chat_values().sampling, top_k=9)
+    services.store.update(conv, settings=stored(replace(window.chat.chat_values(), sampling=chat_sampling)),
+                          system_prompt="Answer in two words.")
+    window.models.save_chat_as_preset()  # Model → Save this chat's settings as the model's preset
+    kept = ModelRecords().preset(target)
+    assert kept.sampling == chat_sampling and kept.system_prompt == "Answer in two words."
+    assert (kept.n_ctx, kept.chat_template) == (1024, template)  # the parts the chat has not: unchanged
     window.models.use(None, None)  # the built-in model has no preset: the preferences again
     qtbot.waitUntil(lambda: window.models.model is not None and window.models.model.is_default_model,
                     timeout=60000)
-    assert window.chat.chat_values().sampling.top_k == services.settings.sampling.top_k
+    window.chat.new_conversation()
+    assert window.chat.chat_values().sampling == services.settings.sampling
+    assert services.store.get(window.chat.conversation_id).system_prompt == services.settings.system_prompt
