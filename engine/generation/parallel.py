@@ -21,10 +21,15 @@ to its own cells (llama.cpp masks by sequence), and everything that decides
 its tokens is its own. The target is prepared once for the strongest request
 (drafting, MTP) so that no request recreates a context others use.
 
-Not yet (docs/parallel.md): prefix reuse across turns per sequence (each
-generation starts its sequence empty), a depth policy that learns the cost of
-the *whole* batch (each sequence's adaptive policy times the shared decode as
-its own), images.
+A sequence keeps what its last generation left: a new request goes to the
+free sequence holding the longest common prefix with its prompt and decodes
+only the rest (a continued conversation reads only its new turn), as the
+single-sequence prefix cache does; a hybrid's recurrent state is reused only
+where the new prompt extends all of it.
+
+Not yet (docs/parallel.md): a depth policy that learns the cost of the *whole*
+batch (each sequence's adaptive policy times the shared decode as its own),
+images.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.errors import ContextError
 from engine.generation import chat_template
@@ -49,13 +55,16 @@ from engine.generation.generator import (
     request_sampler,
 )
 from engine.generation.output import Output
+from engine.generation.prefix_cache import common_prefix
 from engine.generation.session import Session
 from engine.runtime import Batch
 from engine.speculative.adaptive import AdaptiveDepth
 from engine.speculative.compose import ComposeDrafter
 from engine.speculative.depth import PLAIN, DepthPolicy, FixedDepth
 from engine.speculative.drafter import Drafter, PlainDrafter
+from engine.speculative.mtp import MTPDrafter
 from engine.speculative.ngram import NgramDrafter
+from engine.speculative.rollback import PARTIAL_ONLY
 from engine.speculative.settings import MAX_DRAFT, MTP, MTP_NGRAM, SPECULATION_OFF, SpeculativeSettings
 from engine.speculative.stats import GenerationStats
 
@@ -87,7 +96,8 @@ class _Running:
     decoder: Decoder
     prompt: list[int]
     prompt_mode: str
-    cursor: int = 0  # prompt tokens decoded so far
+    cursor: int = 0  # prompt tokens the sequence holds so far
+    reused: int = 0  # of those, kept from its last generation
     catch_up_s: float = 0.0  # the drafter's catch-up during prefill (its own phase)
 
     @property
@@ -103,6 +113,11 @@ class _Lane:
     ngram: NgramDrafter | None = None
     composed: ComposeDrafter | None = None
     policies: dict[tuple[str, int], AdaptiveDepth] = field(default_factory=dict)
+    held: list[int] = field(default_factory=list)  # what the target holds for it, position by position
+    mtp_held: list[int] = field(default_factory=list)  # of those, what its MTP lane holds exactly
+    # a hybrid's recurrent state after ``checkpoint_pos`` prompt tokens (the prompt's all but last)
+    checkpoint: Any = None
+    checkpoint_pos: int = 0
 
 
 class ParallelGenerator:
@@ -140,7 +155,8 @@ class ParallelGenerator:
         """
         if not self.free:
             raise RuntimeError("every sequence is busy")
-        seq = self.free.pop()
+        seq = self._choose_sequence(job.request)
+        self.free.remove(seq)
         job.seq = seq
         try:
             running = self._start(job, seq)
@@ -181,11 +197,58 @@ class ParallelGenerator:
         drafter.guide = sampler.draft_guide() if request.guided_drafts else None
         drafter.draft_margins = [] if request.record_drafts else None
         decoder = Decoder(session, request, spec, drafter, policy, sampler, out, stats, seq=seq)
-        self.target.seq_clear(seq)
-        drafter.begin(spec)
+        reused = self._reuse(seq, tokens, spec, drafter)
+        decoder.kept, stats.prompt_reused = tokens[:reused], reused
         if job.on_prefill is not None:
-            job.on_prefill(0, len(tokens))
-        return _Running(job, decoder, tokens, prompt_mode)
+            job.on_prefill(0, len(tokens) - reused)
+        return _Running(job, decoder, tokens, prompt_mode, cursor=reused, reused=reused)
+
+    def _choose_sequence(self, request: GenerateRequest) -> int:
+        """The free sequence holding the longest common prefix with the request's text (its
+        tokens are not known before rendering: the held text's start is compared instead)."""
+        prompt = request.prompt or "".join(str(m.get("content") or "") for m in request.messages or ())
+        model = self.session.model
+
+        def shared(seq: int) -> int:
+            held = self.lanes[seq].held
+            return common_prefix(held, model.tokenize(prompt[:4 * len(held)], add_special=True,
+                                                      parse_special=True)) if held else 0
+
+        return max(sorted(self.free), key=shared) if len(self.free) > 1 else self.free[0]
+
+    def _reuse(self, seq: int, tokens: list[int], spec: SpeculativeSettings, drafter: Drafter) -> int:
+        """Keep the longest prefix of ``tokens`` sequence ``seq`` still holds; start its drafter.
+
+        The MTP lane needs the row after the reused ones kept too (it resumes there); a hybrid's
+        recurrent state cannot be cut back, so it is reused only where ``tokens`` extend all of it."""
+        lane = self.lanes[seq]
+        held, mtp_held, lane.held, lane.mtp_held = lane.held, lane.mtp_held, [], []
+        n = min(common_prefix(held, tokens), len(tokens) - 1)
+        if isinstance(drafter, MTPDrafter):
+            n = min(n, max(0, common_prefix(mtp_held, tokens) - 1))
+        elif spec.mode == MTP_NGRAM:
+            n = 0  # the composition's MTP part starts empty, as in a single sequence
+        checkpoint, lane.checkpoint_pos = lane.checkpoint_pos, 0
+        if self.session.is_hybrid and n < len(held):
+            n = checkpoint if 0 < checkpoint <= n and self._restore(seq) else 0
+        if n <= 0 or not self.target.seq_rm(n, -1, seq):
+            n = 0
+            self.target.seq_clear(seq)
+        if isinstance(drafter, MTPDrafter):
+            drafter.begin(spec, keep=n + 1 if n else 0)
+        else:
+            drafter.begin(spec)
+            if n:
+                drafter.process(tokens[:n], 0)  # the n-gram drafter reads tokens only
+        return n
+
+    def _restore(self, seq: int) -> bool:
+        """Put sequence ``seq``'s recurrent state back to its checkpoint; whether it could."""
+        try:
+            self.target.state_restore(self.lanes[seq].checkpoint, seq, flags=PARTIAL_ONLY)
+        except ContextError:
+            return False
+        return True
 
     def _speculation(self, settings: SpeculativeSettings, seq: int) -> tuple[SpeculativeSettings, Drafter,
                                                                              DepthPolicy]:
@@ -231,6 +294,9 @@ class ParallelGenerator:
     def _prefill_chunk(self, r: _Running) -> None:
         d, start = r.decoder, r.cursor
         end = min(start + self.prefill_chunk, len(r.prompt))
+        checkpoint_at = len(r.prompt) - 1 if self.session.is_hybrid else -1
+        if start < checkpoint_at < end:  # a hybrid keeps its state before the prompt's last token
+            end = checkpoint_at
         chunk = r.prompt[start:end]
         batch = self.batch
         batch.clear()
@@ -239,18 +305,31 @@ class ParallelGenerator:
         t0, catch_up0 = time.perf_counter(), d.drafter.seconds["catch_up"]
         self.target.decode(batch)
         d.kept.extend(chunk)
-        d.drafter.process(chunk, start)
+        if r.reused and start == r.reused and isinstance(d.drafter, MTPDrafter):
+            d.drafter.resume(chunk, start)  # its row at ``reused`` is kept: catch up from the next
+        else:
+            d.drafter.process(chunk, start)
         caught_up = d.drafter.seconds["catch_up"] - catch_up0
         d.stats.phase_seconds["prefill"] += time.perf_counter() - t0 - caught_up
         r.cursor = end
+        if end == checkpoint_at:
+            self._save_checkpoint(d.seq, end)
         if r.job.on_prefill is not None:
-            r.job.on_prefill(end, len(r.prompt))
+            r.job.on_prefill(end - r.reused, len(r.prompt) - r.reused)
         if r.prefilled:
             d.pos0 = len(r.prompt)
             d.stats.t_first_token = time.perf_counter()
             row = batch.n - 1
             d.id_last = d.sampler.sample(self.target.handle, row)
             d.out.push(d.id_last, False, d.margin(row), d.logprob(row, d.id_last))
+
+    def _save_checkpoint(self, seq: int, pos: int) -> None:
+        lane = self.lanes[seq]
+        try:
+            lane.checkpoint = self.target.state_save(seq, flags=PARTIAL_ONLY, into=lane.checkpoint)
+            lane.checkpoint_pos = pos
+        except ContextError:
+            lane.checkpoint_pos = 0  # the next prompt on this sequence prefills from the start
 
     def _verify_step(self) -> None:
         rounds = []
@@ -284,9 +363,13 @@ class ParallelGenerator:
         ended = [r for r in self.running if r.job.error is not None or r.decoder.out.finish is not None]
         for r in ended:
             d = r.decoder
+            lane = self.lanes[r.job.seq]
             try:
                 if r.job.error is None:
                     r.job.result = d.finish(r.prompt_mode, r.job.on_stats, keep_prefix=False)
+                    lane.held = list(d.kept)  # the next request on this sequence may start from it
+                    exact = d.drafter.exact_end if isinstance(d.drafter, MTPDrafter) else 0
+                    lane.mtp_held = lane.held[:exact]
             except Exception as exc:  # a callback failed while finishing
                 r.job.error = exc
             finally:

@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=C.DEFAULT_REQUEST_TIMEOUT_S,
                    help="seconds one generation may run before it is cancelled (504)")
     p.add_argument("--max-body", type=int, default=C.DEFAULT_BODY_LIMIT, help="largest request body in bytes")
+    p.add_argument("--parallel", type=int, default=1,
+                   help="requests decoded together (the model is loaded with this many sequences, each of "
+                   "--ctx tokens; docs/parallel.md); 1: one at a time, the rest queue")
     p.set_defaults(func=cmd_serve)
 
 
@@ -63,7 +66,8 @@ def start_link(args: argparse.Namespace) -> tuple[object, str]:
     from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 
     load = load_request_for(args.model, sidecar=args.sidecar, n_ctx=args.ctx, n_threads=args.threads,
-                            n_gpu_layers=args.gpu_layers, mmproj=getattr(args, "mmproj", None))
+                            n_gpu_layers=args.gpu_layers, mmproj=getattr(args, "mmproj", None),
+                            parallel=getattr(args, "parallel", 1))
     link = WorkerLink(load, verbose=args.verbose)
     model = link.model()
     assert model is not None
@@ -91,7 +95,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     key = args.api_key or os.environ.get("MTP_STUDIO_API_KEY") or (
         None if C.is_loopback(args.host) else api_key.get_key())
     config = C.ServerConfig(host=args.host, port=args.port, api_key=key, model_id=args.alias,
-                            cors_origins=tuple(args.cors_origin), max_queue=args.queue,
+                            cors_origins=tuple(args.cors_origin), max_queue=args.queue, parallel=args.parallel,
                             queue_timeout_s=args.queue_timeout, request_timeout_s=args.timeout,
                             max_body_bytes=args.max_body, strict_model=args.strict_model,
                             local_images=args.allow_local_images)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.load_options import MAX_PARALLEL
 from engine.netaddr import is_loopback
 
 DEFAULT_HOST = "127.0.0.1"
@@ -37,7 +38,9 @@ class ServerConfig:
         api_key: required as ``Authorization: Bearer <key>`` when set; None: no key.
         model_id: the name ``/v1/models`` lists and requests use (default: the file's name).
         cors_origins: browser origins allowed to call the API; empty: CORS off.
-        max_queue: requests that may wait behind the running one; more get 503 + Retry-After.
+        parallel: generations that run at once (the worker loads the model with as many sequences and
+            decodes them together); 1: one at a time.
+        max_queue: requests that may wait behind the running ones; more get 503 + Retry-After.
         queue_timeout_s: how long a request may wait for its turn before a 503.
         request_timeout_s: how long one generation may run before it is cancelled (504).
         max_body_bytes: a larger request body gets 413.
@@ -57,6 +60,7 @@ class ServerConfig:
     api_key: str | None = None
     model_id: str | None = None
     cors_origins: tuple[str, ...] = field(default_factory=tuple)
+    parallel: int = 1
     max_queue: int = DEFAULT_QUEUE
     queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
@@ -90,6 +94,8 @@ def check(config: ServerConfig) -> None:
     if config.api_key is not None and (len(config.api_key) < 8 or not config.api_key.isprintable()
                                        or " " in config.api_key):
         raise ConfigError("The API key must be at least 8 printable characters without spaces.")
+    if not 1 <= config.parallel <= MAX_PARALLEL:
+        raise ConfigError(f"--parallel must be from 1 to {MAX_PARALLEL}, not {config.parallel}.")
     if config.max_queue < 0:
         raise ConfigError(f"The queue size must be 0 or more, not {config.max_queue}.")
     if config.max_connections < 1:

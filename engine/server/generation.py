@@ -1,9 +1,11 @@
 """One HTTP request's generation: its place in the queue, its events from the
 engine link, its deadline, and what is left to do when its client goes away.
 
-The queue (:class:`Gate`) lets one generation run at a time, in arrival
-order, with at most ``max_queue`` waiting; a request beyond that is refused
-at once with 503 and ``Retry-After``. A generation holds the gate until its
+The queue (:class:`Gate`) lets ``parallel`` generations run at once (the
+worker decodes them together when the model was loaded with as many
+sequences; engine/worker/together.py), in arrival order, with at most
+``max_queue`` waiting; a request beyond that is refused at once with 503 and
+``Retry-After``. A generation holds the gate until its
 final event arrives, even after its client left: it is cancelled in the
 worker, and a background task reads it to its end, so the next request never
 starts while the worker still decodes an abandoned one. A submit that fails
@@ -31,17 +33,18 @@ DRAIN_TIMEOUT_S = 60.0  # an abandoned generation must end this soon after its c
 
 
 class Gate:
-    """One generation at a time, first come first served, a bounded queue behind it."""
+    """``parallel`` generations at a time, first come first served, a bounded queue behind them."""
 
     def __init__(self, config: ServerConfig, metrics: Metrics) -> None:
         self.config, self.metrics = config, metrics
-        self._lock = asyncio.Lock()  # asyncio.Lock wakes its waiters in FIFO order
+        self._lock = asyncio.Semaphore(config.parallel)  # wakes its waiters in FIFO order
         self.admitted = 0  # running + waiting
 
     def admit(self) -> None:
         """Take a place in line, or refuse with 503 when the queue is full."""
-        if self.admitted >= 1 + self.config.max_queue:
-            raise ApiError(503, f"The server is busy: one request is running and {self.config.max_queue} are "
+        if self.admitted >= self.config.parallel + self.config.max_queue:
+            running = "one request is" if self.config.parallel == 1 else f"{self.config.parallel} requests are"
+            raise ApiError(503, f"The server is busy: {running} running and {self.config.max_queue} are "
                            "waiting. Retry later.", code="server_busy", type_="server_error",
                            headers={"Retry-After": str(self.config.retry_after_s)})
         self.admitted += 1

@@ -102,6 +102,9 @@ class Worker:
         self.current: str | None = None  # id of the running generate request (the first, when several run)
         # requests read while several generations ran that wait for them to end (load, unload, images)
         self.deferred: list[Any] = []
+        # the multi-sequence engine of the loaded session (engine/worker/together.py), kept between
+        # bursts of requests: each sequence remembers what it holds, for the next prompt to reuse
+        self.together: Any = None
         self.session: Any = None
         # Stop's deadline for a reply waiting on a remote server that stopped answering
         self.rpc_stop = RpcStop(lambda: self.current, self._end_stopped_reply, say)
@@ -315,6 +318,7 @@ class Worker:
         failure.args = (f"{failure} The previous model is still loaded.",)
 
     def _unload(self) -> None:
+        self.together = None
         if self.session is not None:
             self.session.close()
             self.session = None
@@ -347,6 +351,7 @@ class Worker:
 
             serve_together(self, request, gen)
             return
+        self.together = None  # a generation alone may clear the context: the sequences hold nothing known
         self.current = request.id
         try:
             result = generate(self.session, gen, should_stop=lambda: self.stopping(request.id),

@@ -27,7 +27,9 @@ def serve_together(worker: Worker, first: GenerateRequestMsg, gen: GenerateReque
     """Run ``first`` and every generate request that arrives while any runs, then return."""
     from engine.generation.parallel import Job, ParallelGenerator
 
-    engine = ParallelGenerator(worker.session)
+    if worker.together is None or worker.together.session is not worker.session:
+        worker.together = ParallelGenerator(worker.session)
+    engine = worker.together
     waiting: deque[tuple[GenerateRequestMsg, GenerateRequest]] = deque([(first, gen)])
     running: dict[int, GenerateRequestMsg] = {}  # id(job) -> its request
     closing = False

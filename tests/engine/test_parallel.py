@@ -129,3 +129,34 @@ def test_a_prompt_too_long_for_its_sequence_fails_alone():
         while not engine.idle:
             engine.step()
     assert ok.result is not None and ok.result.tokens
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "step35", "qwen35"])
+def test_a_continued_conversation_decodes_only_its_new_turn_on_the_sequence_that_holds_it(arch):
+    path = str(synth(arch, "mixed", agree=0.7, reads="hidden").path())
+    first = requests(mtp(3), n=2)
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=2)) as session:
+        engine = ParallelGenerator(session)
+        turn1 = [Job(r) for r in first]
+        for job in turn1:
+            engine.add(job)
+        while not engine.idle:
+            engine.step()
+        # the second conversation goes on; a third, new one arrives beside it
+        follow = GenerateRequest(prompt=first[1].prompt + turn1[1].result.text + " and then", max_tokens=24,
+                                 speculative=mtp(3), record_drafts=True)
+        turn2 = [Job(follow), Job(GenerateRequest(prompt=" the last word", max_tokens=16, speculative=mtp(3),
+                                                  record_drafts=True))]
+        for job in turn2:
+            engine.add(job)
+        while not engine.idle:
+            engine.step()
+    assert turn2[0].seq == turn1[1].seq  # it went back to the sequence holding its start
+    # it reused as much as one sequence alone reuses for the same two turns (the prefix cache)
+    with Session(LoadOptions(path=path, n_ctx=1024)) as session:
+        generate(session, first[1])
+        reused_alone = generate(session, follow).stats.prompt_reused
+    assert turn2[0].result.stats.prompt_reused == reused_alone > 0
+    solo = alone(path, [follow, turn2[1].request], 2)
+    same_as_alone(solo[0], turn2[0].result)
+    same_as_alone(solo[1], turn2[1].result)

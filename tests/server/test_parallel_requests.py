@@ -1,0 +1,104 @@
+"""Several clients at once against ``serve --parallel 4``: decoded together, each as alone.
+
+A worker whose model holds four sequences behind a server that runs four requests at
+once; requests from the official ``openai`` client, from four threads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from engine.server.engine_link import WorkerLink, load_request_for
+from engine.server.runner import ServerThread
+from engine.speculative.settings import mtp
+from tests.server.conftest import MODEL_ID, start_server
+
+PROMPTS = ["hello world the", "the river model", "a quiet light and", "numbers and words"]
+
+
+@pytest.fixture(scope="module")
+def parallel_link(model_path: str) -> Iterator[WorkerLink]:
+    engine = WorkerLink(load_request_for(model_path, n_ctx=1024, n_threads=1, parallel=4), speculative=mtp(3))
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def parallel_server(parallel_link: WorkerLink) -> Iterator[ServerThread]:
+    running = start_server(parallel_link, parallel=4, max_queue=4)
+    yield running
+    running.stop()
+
+
+def stream(base_url: str, prompt: str, max_tokens: int, marks: dict[str, float] | None = None) -> str:
+    import openai
+
+    client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
+    pieces = []
+    for chunk in client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=max_tokens, temperature=0,
+                                           stream=True):
+        if marks is not None:
+            marks.setdefault("first", time.monotonic())
+            marks["last"] = time.monotonic()
+        pieces.append(chunk.choices[0].text if chunk.choices else "")
+    return "".join(pieces)
+
+
+def test_four_streaming_clients_are_served_together_each_as_alone(parallel_server: ServerThread):
+    alone = [stream(parallel_server.base_url, p, 48) for p in PROMPTS]
+    texts: list[str] = [""] * 4
+    marks: list[dict[str, float]] = [{} for _ in PROMPTS]
+
+    def client(i: int) -> None:
+        texts[i] = stream(parallel_server.base_url, PROMPTS[i], 48, marks[i])
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert texts == alone and all(alone)
+    # together, not in line: every stream had begun before any had ended
+    assert max(m["first"] for m in marks) < min(m["last"] for m in marks)
+
+
+def test_a_worker_crash_with_four_running_fails_all_four_and_the_next_requests_are_served(
+        parallel_server: ServerThread, parallel_link: WorkerLink):
+    url = f"{parallel_server.base_url}/completions"
+    dead = parallel_link.client.proc.pid
+    errors: list[list[dict]] = [[] for _ in range(4)]
+    started = threading.Barrier(5)
+
+    def client(i: int) -> None:
+        body = {"model": MODEL_ID, "prompt": PROMPTS[i], "max_tokens": 6000, "temperature": 0, "stream": True}
+        with httpx.stream("POST", url, json=body, timeout=120) as response:
+            lines = response.iter_lines()
+            next(line for line in lines if line.startswith("data: "))  # it is running
+            started.wait(60)
+            errors[i] = [json.loads(line[6:])["error"] for line in lines if line.startswith('data: {"error"')]
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    started.wait(60)
+    os.kill(dead, signal.SIGKILL)
+    for t in threads:
+        t.join(120)
+    assert all(e and e[0]["code"] == "worker_died" for e in errors), errors
+    health = parallel_server.base_url.removesuffix("/v1") + "/health"
+    deadline = time.monotonic() + 90
+    while httpx.get(health).status_code != 200:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert parallel_link.client.proc.pid != dead
+    replies = [httpx.post(url, json={"model": MODEL_ID, "prompt": p, "max_tokens": 4, "temperature": 0}, timeout=60)
+               for p in PROMPTS[:2]]
+    assert [r.json()["usage"]["completion_tokens"] for r in replies] == [4, 4]
