@@ -31,6 +31,17 @@ def start_and_load(qtbot, services) -> None:
         services.start()
 
 
+def type_and_send(qtbot, window, text: str, *, paste: bool = False) -> None:
+    """Write ``text`` in the composer and press Send: typed key by key, or pasted at once
+    (``paste``: long texts, and text no key makes)."""
+    window.composer.setFocus()
+    if paste:
+        window.composer.setPlainText(text)
+    else:
+        qtbot.keyClicks(window.composer, text)
+    window.send_button.click()
+
+
 def reply_with_stats(qtbot, services, text: str = " the river model") -> tuple[list, list]:
     """Send ``text`` and wait for the reply; the statistics streamed meanwhile and each final one."""
     window = services.window

@@ -6,13 +6,7 @@ import os
 import signal
 
 from engine.speculative.settings import SPECULATION_OFF
-from tests.app.conftest import start_and_load
-
-
-def type_and_send(qtbot, window, text: str) -> None:
-    window.composer.setFocus()
-    qtbot.keyClicks(window.composer, text)
-    window.send_button.click()
+from tests.app.conftest import start_and_load, type_and_send
 
 
 def test_typed_prompt_streams_a_reply_that_is_stored(qtbot, services):

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.app.test_main_window import type_and_send
+from tests.app.conftest import type_and_send
 from tests.engine.conftest import synth
 from tests.engine.test_rpc import Servers, _free_port, server_binary
 

@@ -14,8 +14,7 @@ import pytest
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QLineEdit
 
-from tests.app.conftest import start_and_load
-from tests.app.test_main_window import type_and_send
+from tests.app.conftest import start_and_load, type_and_send
 from tests.engine.conftest import synth
 
 

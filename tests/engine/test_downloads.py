@@ -216,36 +216,6 @@ def test_the_token_goes_to_the_hub_and_its_own_hosts_only(source, tmp_path, monk
         assert path.read_bytes() == source.read_bytes()
 
 
-# -- the Models page -----------------------------------------------------------------------------------------
-
-def test_the_models_page_does_not_start_a_download_that_is_running(qtbot, isolated_dirs, monkeypatch):
-    import app.models.download_queue as queue_module
-    import app.models_page as page_module
-
-    release, calls = threading.Event(), []
-
-    def fake_download(repo, filename, dest, **_kw):
-        calls.append((repo, filename))
-        release.wait(10)
-        return Path(dest) / filename
-
-    monkeypatch.setattr(queue_module, "download", fake_download)
-    monkeypatch.setattr(page_module.ModelsPage, "refresh_library", lambda self: None)
-    page = page_module.ModelsPage()
-    qtbot.addWidget(page)
-    first = page.queue.start(REPO, NAME)
-    assert page.queue.start(REPO, NAME) is first
-    assert page.downloads.rows.count() == 1
-    assert "already downloading" in page.hub.sidecar_hint.text()
-    qtbot.waitUntil(lambda: len(calls) == 1, timeout=5000)
-    release.set()
-    qtbot.waitUntil(lambda: page.downloads.row_of(first).speed.text().startswith("done"), timeout=5000)
-    again = page.queue.start(REPO, NAME)  # finished: a new download may start
-    assert again is not first and page.downloads.rows.count() == 2
-    qtbot.waitUntil(lambda: page.downloads.row_of(again).speed.text().startswith("done"), timeout=5000)
-    assert calls == [(REPO, NAME), (REPO, NAME)]
-
-
 # -- issue 31: names that are not names are refused before anything is created ------------------------------------
 
 @pytest.mark.parametrize(("repo", "name", "says"), [

@@ -358,23 +358,6 @@ def test_dsa_and_deepseek4_sidecars_are_accepted_repaired_and_loaded(arch, tmp_p
         assert _run(trunk, side).stats.drafted > 0
 
 
-def test_the_models_page_probes_the_pair_in_the_background(qtbot, isolated_dirs):
-    from app.models_page import ModelsPage
-
-    model, other = synth("glm4moe"), synth("glm4moe", seed=1)
-    page = ModelsPage()
-    qtbot.addWidget(page)
-    page.pair.target_path, page.pair.sidecar_path = str(model.path("trunk")), str(other.path("sidecar"))
-    page.pair.probe_check.setChecked(True)
-    page.pair.doctor_button.click()
-    # the header verdict first; the probe's child process is waited for on a pool thread
-    qtbot.waitUntil(lambda: "Live probe: drafting" in page.library.facts.toPlainText(), timeout=10000)
-    assert "fits" in page.library.facts.toPlainText()
-    assert not page.pair.doctor_button.isEnabled()
-    qtbot.waitUntil(lambda: "almost never accepted" in page.library.facts.toPlainText(), timeout=120000)
-    assert page.pair.doctor_button.isEnabled()
-
-
 def test_a_mimo2_mtp_block_with_split_attention_is_refused_before_it_aborts_a_draft():
     # llama.cpp's mimo2 MTP graph asserts a fused attn_qkv at the first draft;
     # no loader checks it, so a split export would load and then kill the worker.
