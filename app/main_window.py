@@ -42,6 +42,7 @@ from app.model_controller import ModelController
 from app.model_picker import ModelPicker
 from app.models_page import ModelsPage
 from app.reply_values import ReplyValues, stored
+from app.server_status import ServerStatus
 from app.settings import Settings
 from app.settings_dialog import SettingsDialog
 from app.theme import apply_qt_palette, palette_for
@@ -111,6 +112,8 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.models_page, "Models")
         self.tabs.addTab(self.hardware_page, "Hardware")
         self.setCentralWidget(self.tabs)
+        self.server_status = ServerStatus(self.open_server_panel)
+        self.statusBar().addPermanentWidget(self.server_status)
         self.statusBar().addPermanentWidget(self.engine_status)
 
     def _build_menus(self) -> None:
@@ -226,7 +229,7 @@ class MainWindow(QMainWindow):
     def open_server_panel(self) -> None:
         from app.server_panel import open_panel
 
-        open_panel(self)
+        self.server_status.follow(open_panel(self))
 
     def open_settings(self) -> None:
         dialog = SettingsDialog(self.settings, self.client.max_draft, self, auto=self.chat.profile_speculative,

@@ -42,6 +42,7 @@ class ChatEngineLink(QObject):
     are safe from the server's thread."""
 
     _sig_send = Signal(object)
+    sig_in_flight = Signal(int)  # the server's requests sent to the worker and not ended yet (GUI thread)
 
     def __init__(self, client: EngineClient, profile: Callable[[], SpeculativeSettings | None],
                  on_death: Callable[[], None] | None = None, model: P.ModelInfo | None = None,
@@ -121,9 +122,16 @@ class ChatEngineLink(QObject):
         self._sig_send.emit(P.CancelRequest(id=f"c-{request_id}", target=request_id))
 
     # -- GUI thread ---------------------------------------------------------------
+    def in_flight(self) -> int:
+        """How many of the server's requests wait for their end (the status bar shows it)."""
+        with self._lock:
+            return sum(not rid.startswith(PROBE_PREFIX) for rid in self._sinks)
+
     def _send(self, message: object) -> None:
         """Write ``message`` to the worker. If that fails, end a generate request here with an error and
         ``done``: its sink waits for a final event, and the server's queue with it."""
+        if isinstance(message, P.GenerateRequestMsg | P.TokenizeRequest):
+            self.sig_in_flight.emit(self.in_flight())
         try:
             self.client.send(message)
         except Exception as exc:
@@ -147,6 +155,8 @@ class ChatEngineLink(QObject):
                 del self._sinks[event.id or ""]
         if sink is not None:
             sink(event)
+            if P.is_final(event):
+                self.sig_in_flight.emit(self.in_flight())
 
     def _died(self, reason: str) -> None:
         with self._lock:
@@ -155,5 +165,6 @@ class ChatEngineLink(QObject):
         for request_id, sink in orphans.items():
             sink(P.ErrorEvent(request_id, "worker_died", f"The engine process ended ({reason}); it is being "
                               "restarted. Retry the request."))
+        self.sig_in_flight.emit(0)
         if self.on_death is not None:
             self.on_death()
