@@ -8,7 +8,6 @@ from __future__ import annotations
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
-    QDialogButtonBox,
     QFormLayout,
     QLabel,
     QLineEdit,
@@ -17,10 +16,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.form_buttons import add_ok_cancel, show_problem
 from app.reply_fields import ReplyFields
 from app.settings import Settings
 from app.text_check import first_not_text, not_text_notice
-from app.theme import palette_for
 from engine.hardware import default_threads, physical_cores
 from engine.speculative.settings import SpeculativeSettings
 
@@ -70,22 +69,13 @@ class SettingsDialog(QDialog):
         form.addRow("Theme", self.theme)
         self.reply = ReplyFields(form, settings.reply_values(), max_draft, auto, auto_speedup)
         form.addRow("System prompt for new chats", self.system_prompt)
-        self.problem = QLabel()  # why OK did not close the dialog
-        self.problem.setWordWrap(True)
-        self.problem.setStyleSheet(f"color:{palette_for('system').bad};")
-        self.problem.hide()
-        form.addRow(self.problem)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        form.addRow(buttons)
+        self.problem = add_ok_cancel(form, self)  # why OK did not close the dialog
 
     def accept(self) -> None:
         bad = first_not_text({"Remote devices (RPC)": self.rpc_servers.text(),
                               "System prompt for new chats": self.system_prompt.toPlainText()})
         if bad is not None:  # the dialog stays open with what was typed
-            self.problem.setText(not_text_notice(bad))
-            self.problem.show()
+            show_problem(self.problem, not_text_notice(bad))
             return
         super().accept()
 

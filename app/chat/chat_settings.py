@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLabel, QPlainTextEdit, QWidget
+from PySide6.QtWidgets import QDialog, QFormLayout, QPlainTextEdit, QWidget
 
+from app.form_buttons import add_ok_cancel, show_problem
 from app.reply_fields import ReplyFields
 from app.reply_values import ReplyValues
 from app.text_check import is_text, not_text_notice
-from app.theme import palette_for
 from engine.speculative.settings import SpeculativeSettings
 
 
@@ -33,15 +33,7 @@ class ChatSettingsDialog(QDialog):
         self.system_prompt = QPlainTextEdit(system_prompt)
         self.system_prompt.setFixedHeight(80)
         form.addRow("System prompt", self.system_prompt)
-        self.problem = QLabel()  # why OK did not close the dialog
-        self.problem.setWordWrap(True)
-        self.problem.setStyleSheet(f"color:{palette_for('system').bad};")
-        self.problem.hide()
-        form.addRow(self.problem)
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        form.addRow(buttons)
+        self.problem = add_ok_cancel(form, self)  # why OK did not close the dialog
 
     def values(self) -> ReplyValues:
         return self.reply.values()
@@ -52,7 +44,6 @@ class ChatSettingsDialog(QDialog):
         if not problem and self._save is not None:
             problem = self._save(self.values(), prompt)
         if problem:  # the dialog stays open with what was typed
-            self.problem.setText(problem)
-            self.problem.show()
+            show_problem(self.problem, problem)
             return
         super().accept()

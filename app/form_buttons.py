@@ -1,0 +1,28 @@
+"""The foot of a settings dialog's form: OK / Cancel, and a line that says why
+OK did not close the dialog (the dialog stays open with what was typed)."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QDialog, QDialogButtonBox, QFormLayout, QLabel
+
+from app.theme import palette_for
+
+
+def add_ok_cancel(form: QFormLayout, dialog: QDialog) -> QLabel:
+    """Add the hidden problem line and the OK / Cancel buttons of ``dialog`` to ``form``; returns the line."""
+    problem = QLabel()
+    problem.setWordWrap(True)
+    problem.setStyleSheet(f"color:{palette_for('system').bad};")
+    problem.hide()
+    form.addRow(problem)
+    buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+    buttons.accepted.connect(dialog.accept)
+    buttons.rejected.connect(dialog.reject)
+    form.addRow(buttons)
+    return problem
+
+
+def show_problem(line: QLabel, text: str) -> None:
+    """Say on ``line`` why OK did not close the dialog."""
+    line.setText(text)
+    line.show()
