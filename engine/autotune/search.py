@@ -4,7 +4,7 @@ slower than no speculation.
 Steps:
 1. Candidates: "off"; MTP with n_max 1..(head count for chained heads, else
    up to 8); for n_max >= 2 also a p_min gate; MTP with adaptive depth
-   (engine/speculative/adaptive.py); n-gram drafting, fixed and adaptive,
+   (engine/speculative/adaptive/); n-gram drafting, fixed and adaptive,
    and MTP + n-gram composition (engine/speculative/ngram.py, compose.py) —
    the n-gram ones also on a model without an MTP head.
 2. Successive halving: every candidate runs on a few prompts; the slower half

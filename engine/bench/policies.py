@@ -150,7 +150,7 @@ def _decode_span_tps(result: GenerateResult) -> float:
 # -- probes -------------------------------------------------------------------
 def probes(session: Session, prompts: list[tuple[str, str]], n_max: int, n_tokens: int, repeats: int,
            say: Say) -> None:
-    """Adaptive depth with shadow probes vs verified probes (engine/speculative/adaptive.py), side by
+    """Adaptive depth with shadow probes vs verified probes (engine/speculative/adaptive/), side by
     side on one loaded model, interleaved; each kind keeps its own policy between its replies, as a
     chat does. Prints each kind's speed relative to plain per prompt, and shadow / verified."""
     from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams

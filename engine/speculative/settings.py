@@ -54,7 +54,7 @@ class SpeculativeSettings:
             draft more often and are wrong more often.
         depth: ``"fixed"`` (every round drafts up to ``n_max``) or ``"adaptive"``
             (each round drafts the length that maximises expected tokens per
-            second, at most ``n_max``: engine/speculative/adaptive.py).
+            second, at most ``n_max``: engine/speculative/adaptive/).
 
     Raises:
         ValueError: a value out of range (the protocol turns it into a
