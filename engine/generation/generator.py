@@ -425,10 +425,10 @@ class Decoder:
 
     # A round in steps, so a multi-sequence engine (engine/generation/parallel.py) can verify
     # several sequences' rounds in one target decode: propose, add_rows, (decode), sample, close_round.
-    def propose(self, room: int) -> Round:
-        """The policy's depth and the drafter's draft for this round."""
+    def propose(self, room: int, depth: int | None = None) -> Round:
+        """The policy's depth (or ``depth``, chosen for a whole batch) and the drafter's draft for this round."""
         t_round = time.perf_counter()
-        n = self.policy.choose(room)
+        n = self.policy.choose(room) if depth is None else depth
         draft_s = self.drafter.seconds["draft"]
         drafts = self.drafter.draft(self.id_last, self.pos0, n) if n > 0 else []
         draft_s = self.drafter.seconds["draft"] - draft_s

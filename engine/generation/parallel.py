@@ -58,7 +58,8 @@ from engine.generation.output import Output
 from engine.generation.prefix_cache import common_prefix
 from engine.generation.session import Session
 from engine.runtime import Batch
-from engine.speculative.adaptive import AdaptiveDepth
+from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams, Costs
+from engine.speculative.adaptive.batch import choose_depths
 from engine.speculative.compose import ComposeDrafter
 from engine.speculative.depth import PLAIN, DepthPolicy, FixedDepth
 from engine.speculative.drafter import Drafter, PlainDrafter
@@ -136,6 +137,8 @@ class ParallelGenerator:
         self.lanes = [_Lane() for _ in range(session.n_seq)]
         self.batch = Batch(max(self.target.n_batch, session.n_seq * (MAX_DRAFT + 1)))
         self.prefill_chunk = session.options.n_batch
+        # the cost of a verify by its total rows, whoever's they are (adaptive/batch.py)
+        self.batch_costs = Costs(AdaptiveParams())
 
     @property
     def idle(self) -> bool:
@@ -332,8 +335,7 @@ class ParallelGenerator:
             lane.checkpoint_pos = 0  # the next prompt on this sequence prefills from the start
 
     def _verify_step(self) -> None:
-        rounds = []
-        self.batch.clear()
+        rooms: list[tuple[_Running, int]] = []
         for r in self.running:
             d = r.decoder
             if not r.prefilled or d.out.finish is not None:
@@ -341,12 +343,18 @@ class ParallelGenerator:
             room = d.room()
             if room < 0:
                 d.out.finish = "length"
-                continue
-            rnd = d.propose(room)
-            d.add_rows(rnd, self.batch)
-            rounds.append((r, rnd))
-        if not rounds:
+            else:
+                rooms.append((r, room))
+        if not rooms:
             return
+        t_step = time.perf_counter()
+        depths = self._depths(rooms)
+        rounds = []
+        self.batch.clear()
+        for r, room in rooms:
+            rnd = r.decoder.propose(room, depths.get(id(r)))
+            r.decoder.add_rows(rnd, self.batch)
+            rounds.append((r, rnd))
         t0 = time.perf_counter()
         self.target.decode(self.batch)
         verify_s = time.perf_counter() - t0
@@ -358,6 +366,27 @@ class ParallelGenerator:
             d.learn(rnd)
             d.emit(rnd)
             d.tick(r.job.on_stats)
+        drafts = sum(len(rnd.drafts) for _, rnd in rounds)
+        self.batch_costs.observe(self.batch.n - 1, drafts, verify_s, sum(rnd.draft_s for _, rnd in rounds),
+                                 time.perf_counter() - t_step)
+
+    def _depths(self, rooms: list[tuple[_Running, int]]) -> dict[int, int]:
+        """The draft lengths of the sequences under adaptive depth, chosen together for the batch's
+        total tokens per second (adaptive/batch.py); the others draft as their policy says."""
+        chosen: list[tuple[_Running, AdaptiveDepth, int]] = []
+        other_rows, other_tokens = 0, 0.0  # what the others add: their rows (drafts at most), their tokens
+        for r, room in rooms:
+            policy, stats = r.decoder.policy, r.decoder.stats
+            if isinstance(policy, AdaptiveDepth):
+                chosen.append((r, policy, max(0, min(policy.n_max, room))))
+            else:
+                other_rows += 1 + (r.decoder.spec.n_max if r.decoder.spec.enabled else 0)
+                other_tokens += 1 + (stats.accepted / stats.rounds if stats.rounds else 0.0)
+        if not chosen:
+            return {}
+        depths = choose_depths([p.acceptance.q() for _, p, _ in chosen], [cap for _, _, cap in chosen],
+                               self.batch_costs, (other_rows, other_tokens))
+        return {id(r): p.take(n, cap) for (r, p, cap), n in zip(chosen, depths, strict=True)}
 
     def _reap(self) -> list[Job]:
         ended = [r for r in self.running if r.job.error is not None or r.decoder.out.finish is not None]

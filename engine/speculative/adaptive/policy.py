@@ -86,6 +86,14 @@ class AdaptiveDepth:
             n = 0  # plain steps: acceptance is unchanged, only timings drift; look again every few
         else:
             n = self.best(cap) if cap else 0
+        return self.take(n, cap)
+
+    def take(self, n: int, cap: int) -> int:
+        """Make ``n`` (at most ``cap``) this round's draft length, probing instead of a plain step when
+        the schedule says so. :meth:`choose` decides ``n`` alone; a batch of sequences decides it for all
+        (adaptive/batch.py)."""
+        n = min(n, cap)
+        probes = self.probes
         probes.probing = False
         if n == 0 and cap:
             if probes.plain_step():

@@ -1,0 +1,73 @@
+"""Draft depths chosen for a whole batch of sequences (engine/speculative/adaptive/batch.py).
+
+Each test gives acceptance and verify costs by total rows, and checks the choice against
+the best total tokens per second found by trying every combination of depths.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from engine.speculative.adaptive import AdaptiveDepth, Costs
+from engine.speculative.adaptive.batch import choose_depths
+
+
+def costs(per_row: float, fixed: float = 1.0, rows: int = 40) -> Costs:
+    """A verify of k rows costs ``fixed + per_row * k``; a draft step 0.05."""
+    return Costs.given({k: fixed + per_row * k for k in range(1, rows + 1)}, draft_step_s=0.05)
+
+
+def total_rate(q: list[list[float]], depths: tuple[int, ...], c: Costs) -> float:
+    expected = 0.0
+    for qs, n in zip(q, depths, strict=True):
+        reach = 1.0
+        expected += 1.0
+        for i in range(n):
+            reach *= qs[i]
+            expected += reach
+    return expected / (c.verify(len(q) + sum(depths)) + sum(depths) * 0.05)
+
+
+def best_by_trying(q: list[list[float]], caps: list[int], c: Costs) -> float:
+    return max(total_rate(q, d, c) for d in itertools.product(*(range(cap + 1) for cap in caps)))
+
+
+@pytest.mark.parametrize("per_row", [0.01, 0.1, 0.4, 1.0, 3.0])
+@pytest.mark.parametrize("q", [
+    [[0.9] * 4, [0.9] * 4, [0.9] * 4, [0.9] * 4],
+    [[0.95, 0.9, 0.8, 0.7], [0.3] * 4, [0.6] * 4],
+    [[0.5] * 4, [0.99] * 4],
+])
+def test_the_choice_is_as_fast_as_the_best_combination(per_row, q):
+    c = costs(per_row)
+    caps = [4] * len(q)
+    chosen = tuple(choose_depths(q, caps, c))
+    assert total_rate(q, chosen, c) >= 0.999 * best_by_trying(q, caps, c), chosen
+
+
+def test_cheap_rows_draft_deep_and_compute_bound_rows_do_not_draft():
+    q = [[0.9] * 4] * 4
+    assert choose_depths(q, [4] * 4, costs(per_row=0.01)) == [4, 4, 4, 4]  # a GPU far from compute-bound
+    # every row costs what a plain step does (a CPU): a draft row yields 0.9 tokens where a plain one yields 1
+    assert choose_depths(q, [4] * 4, costs(per_row=1.0, fixed=0.0)) == [0, 0, 0, 0]
+
+
+def test_one_sequence_chooses_what_it_would_alone():
+    c = costs(per_row=0.3)
+    alone = AdaptiveDepth(6, costs=c)
+    for _ in range(30):
+        alone.observe(6, 6, 1.0, 0.3, 1.3)  # every draft accepted: q_i near 1
+    q = alone.acceptance.q()
+    assert choose_depths([q], [6], c) == [alone.best(6)]
+
+
+def test_caps_and_rows_others_add_are_respected():
+    q = [[0.9] * 4] * 2
+    assert choose_depths(q, [1, 0], costs(per_row=0.01)) == [1, 0]
+    # a batch full of other sequences' plain rows, each bringing a token: a draft row that brings less
+    # than a token for what a row costs lowers the total (it would not, counted against a nearly empty batch)
+    busy = costs(per_row=0.2, fixed=1.0, rows=80)
+    assert sum(choose_depths(q, [4, 4], busy)) > 0
+    assert sum(choose_depths(q, [4, 4], busy, others=(30, 30.0))) == 0
