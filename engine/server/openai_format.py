@@ -600,7 +600,10 @@ def timings(stats: StatsSnapshot | None, n_tokens: int) -> dict[str, Any]:
 
 
 def speculative_report(stats: StatsSnapshot | None, setting: SpeculativeSettings) -> dict[str, Any]:
-    """What MTP did for this request (an extension beside ``timings``)."""
+    """What MTP did for this request (an extension beside ``timings``): the settings that ran (the
+    model's limits applied), from the statistics; ``setting`` (what was asked) when there are none."""
+    if stats is not None:
+        setting = stats.settings
     report: dict[str, Any] = {"mode": setting.mode, "n_max": setting.n_max if setting.enabled else 0}
     if stats is not None:
         report.update(drafted=stats.drafted, accepted=stats.accepted, acceptance_rate=stats.acceptance_rate,

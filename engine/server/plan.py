@@ -59,10 +59,9 @@ def make(parsed: ParsedRequest, model: P.ModelInfo, default: SpeculativeSettings
     """The worker fields for ``parsed`` on ``model``; ``choice`` > 0 is the n-th of ``n`` (its seed moves on).
     ``template``: the server's chat template in place of the model's (``serve --chat-template``).
     ``image_files``: images may name local files (``serve --allow-local-images``)."""
+    # what the request asks; the engine limits it to what the model drafts (Session.speculation) and
+    # the statistics say what ran (openai_format.speculative_report)
     speculative = parsed.speculative or default
-    # what this model can run: chained heads draft at most their count; without a head MTP is off
-    # and MTP + n-gram is n-gram (the report then says what ran, not what was asked)
-    speculative = speculative.limited_to(model.max_draft if model.can_draft else 0)
     sampling = parsed.sampling
     if choice and sampling.seed != RANDOM_SEED:
         sampling = replace(sampling, seed=(sampling.seed + choice) & MAX_SEED)

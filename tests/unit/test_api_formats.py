@@ -705,3 +705,14 @@ def test_a_stream_finishes_with_what_its_deltas_missed(module):
         assert "".join(d["delta"] for n, d in events if n == "response.output_text.delta") == "Hello"
         fresh = sse_events(R.Stream(MODEL).finish(make_reply("Hi", reasoning="hm")))
         assert [o["type"] for o in fresh[-1][1]["response"]["output"]] == ["reasoning", "message"]
+
+
+def test_the_speculative_report_says_what_ran_not_what_was_asked():
+    from engine.server.openai_format import speculative_report
+    from engine.speculative.settings import mtp
+    from engine.speculative.stats import StatsSnapshot
+
+    # asked for 8 on a model whose three chained heads draft at most 3: the statistics say what ran
+    ran = speculative_report(StatsSnapshot(settings=mtp(3), rounds=2, drafted=6, accepted=4), mtp(8))
+    assert (ran["mode"], ran["n_max"], ran["drafted"]) == ("mtp", 3, 6)
+    assert speculative_report(None, mtp(8))["n_max"] == 8  # no statistics (it failed first): what was asked
