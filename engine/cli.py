@@ -226,6 +226,9 @@ def _register_extras(sub: argparse._SubParsersAction) -> None:
     from engine.bench import serve as serve_bench
 
     serve_bench.register(sub)
+    from engine.bench import concurrency as concurrency_bench
+
+    concurrency_bench.register(sub)
     from engine.rpc import cli as rpc_cli
 
     rpc_cli.register(sub)

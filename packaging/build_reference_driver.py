@@ -16,8 +16,13 @@ key are written into the virtual environment, so the tests know the set-up
 was done and fail (instead of skipping) when the driver is missing or was
 built for another engine.
 
+``--server`` builds llama.cpp's ``llama-server`` instead (alone, into the same
+cache folder), for the benchmarks that compare our server with it; nothing
+else asks for it, so CI never builds it.
+
 Usage:
     python packaging/build_reference_driver.py [--backend cpu] [--record] [--print driver|rpc-server]
+    python packaging/build_reference_driver.py --server [--backend cpu]
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import build_engine  # noqa: E402
 TARGET = "llama-speculative-simple"
 RPC_SERVER_TARGET = "ggml-rpc-server"
 TARGETS = (TARGET, RPC_SERVER_TARGET)  # built together: one configure, one cache folder
+SERVER_TARGET = "llama-server"  # only with --server, in a configure of its own
 RECORD_NAME = "mtp-studio-reference-driver.json"  # in the virtual environment, beside the engine's record
 
 
@@ -51,6 +57,10 @@ def driver_path(backend: str) -> Path:
 
 def rpc_server_path(backend: str) -> Path:
     return tool_path(backend, RPC_SERVER_TARGET)
+
+
+def server_path(backend: str) -> Path:
+    return tool_path(backend, SERVER_TARGET)
 
 
 def cmake_binary() -> str:
@@ -68,10 +78,9 @@ def cmake_binary() -> str:
     return str(binary)
 
 
-def build(backend: str) -> Path:
-    out = driver_path(backend)
-    if all(tool_path(backend, target).exists() for target in TARGETS):
-        return out
+def _build_targets(backend: str, targets: tuple[str, ...], options: list[str]) -> None:
+    """Configure the patched sdist's llama.cpp once with ``options`` and build
+    ``targets`` into the cache folder (a copy per binary, renamed into place)."""
     with tempfile.TemporaryDirectory(prefix="mtp-refdriver-") as tmp:
         work = Path(tmp)
         sdist = build_engine._fetch_sdist(work)
@@ -83,19 +92,39 @@ def build(backend: str) -> Path:
         build_dir = work / "build"
         cmake = [cmake_binary(), "-S", str(src), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
                  "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DBUILD_SHARED_LIBS=OFF",
-                 "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_EXAMPLES=ON",
-                 *build_engine.cmake_args(backend)]
+                 "-DLLAMA_BUILD_TESTS=OFF", *options, *build_engine.cmake_args(backend)]
         print("+", " ".join(cmake), flush=True)
         subprocess.run(cmake, check=True)
         jobs = str(os.cpu_count() or 2)
-        subprocess.run([cmake[0], "--build", str(build_dir), "--target", *TARGETS, "-j", jobs], check=True)
-        for target in TARGETS:
+        subprocess.run([cmake[0], "--build", str(build_dir), "--target", *targets, "-j", jobs], check=True)
+        for target in targets:
             built = next(p for p in build_dir.rglob(target) if p.is_file())
             dest = tool_path(backend, target)
             dest.parent.mkdir(parents=True, exist_ok=True)
             partial = dest.with_suffix(".partial")
             shutil.copy2(built, partial)
             partial.replace(dest)
+
+
+def build(backend: str) -> Path:
+    out = driver_path(backend)
+    if all(tool_path(backend, target).exists() for target in TARGETS):
+        return out
+    _build_targets(backend, TARGETS, ["-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_EXAMPLES=ON"])
+    return out
+
+
+def build_server(backend: str) -> Path:
+    """llama.cpp's own ``llama-server`` from the same source and patches, for
+    ``mtp-studio bench-concurrency`` and ``bench-conversation --llama-server``.
+    Only on request (``--server``): CI never needs it. No web UI (nothing is
+    downloaded at build time), no curl, no OpenSSL."""
+    out = server_path(backend)
+    if out.exists():
+        return out
+    _build_targets(backend, (SERVER_TARGET,),
+                   ["-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_EXAMPLES=OFF",
+                    "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF"])
     return out
 
 
@@ -114,7 +143,15 @@ def main() -> int:
     parser.add_argument("--record", action="store_true", help=f"write {RECORD_NAME} into this environment")
     parser.add_argument("--print", dest="show", choices=("driver", "rpc-server"), default="driver",
                         help="which binary's path to print")
+    parser.add_argument("--server", action="store_true",
+                        help=f"build {SERVER_TARGET} (only that) and print its path")
     args = parser.parse_args()
+    if args.server:
+        if not server_path(args.backend).exists():
+            print(f"reference server: building {SERVER_TARGET} for {build_engine.cache_key(args.backend)} "
+                  "(about 10 minutes on two cores)", flush=True)
+        print(build_server(args.backend))
+        return 0
     cached = all(tool_path(args.backend, target).exists() for target in TARGETS)
     if not cached:
         print(f"reference driver: building {', '.join(TARGETS)} for {build_engine.cache_key(args.backend)} "

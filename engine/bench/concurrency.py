@@ -1,0 +1,259 @@
+"""``mtp-studio bench-concurrency``: several requests at once, ours against
+llama.cpp's own ``llama-server``, MTP on and off.
+
+For each number of concurrent clients N (1, 2, 4, 8), each server is started
+with ``--parallel N`` on the same GGUF, the same per-sequence context and the
+same thread count, warmed up with one request, and then N streaming clients
+each send their requests back to back (greedy, the same prompts for every
+server). Per server and N: total tokens/s over the wall time, time to first
+token p50 / p95 as the clients see it, and acceptance per sequence (each
+client's drafted and accepted tokens, from our ``speculative`` extension or
+llama-server's ``timings.draft_n`` / ``draft_n_accepted``).
+
+The clients are threads of a child process (``python -m
+engine.bench.concurrency``), as real clients are other processes; the
+servers are child processes too, on loopback (engine/bench/servers.py).
+docs/benchmarks.md ("Several requests at once") has figures and how to read
+them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.bench import servers
+
+PROMPTS = ["The history of the river valley", "A letter about the rain", "Notes on building a small boat",
+           "Why the cloud came back", "The window and the old letter", "A map of the northern hills",
+           "The baker's morning", "How the bridge was built"]
+
+
+def prompt_for(client: int, request: int) -> str:
+    """Client k's j-th prompt: the same for every server, different across the clients of one run."""
+    return f"{PROMPTS[(client + request) % len(PROMPTS)]}, part {request + 1} of client {client + 1}:"
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) with linear interpolation between the closest ranks (numpy's default)."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def rate(accepted: int, drafted: int) -> float | None:
+    return accepted / drafted if drafted else None
+
+
+@dataclass
+class LoadFigures:
+    """What one server did under N clients."""
+
+    clients: int
+    requests: int
+    tokens: int
+    wall_s: float
+    total_tps: float
+    ttft_p50_s: float
+    ttft_p95_s: float
+    drafted: int
+    accepted: int
+    per_sequence: list[float | None] = field(default_factory=list)  # each client's acceptance, in client order
+
+    @property
+    def acceptance(self) -> float | None:
+        return rate(self.accepted, self.drafted)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "acceptance": self.acceptance}
+
+
+def summarize(records: list[dict[str, Any]], wall_s: float, clients: int) -> LoadFigures:
+    """Figures from one load run: ``records`` are completions (``servers.Completion.to_json()``) with
+    their ``client`` index. Acceptance per sequence is per client: a client's requests all ran in one
+    slot at a time, and a slot that drafts badly (llama.cpp's slots above 0, #27572) shows there."""
+    tokens = sum(r["tokens"] for r in records)
+    per_client = [[r for r in records if r["client"] == k] for k in range(clients)]
+    return LoadFigures(
+        clients=clients, requests=len(records), tokens=tokens, wall_s=wall_s,
+        total_tps=tokens / wall_s if wall_s > 0 else 0.0,
+        ttft_p50_s=percentile([r["ttft"] for r in records], 0.5),
+        ttft_p95_s=percentile([r["ttft"] for r in records], 0.95),
+        drafted=sum(r["drafted"] for r in records), accepted=sum(r["accepted"] for r in records),
+        per_sequence=[rate(sum(r["accepted"] for r in rs), sum(r["drafted"] for r in rs)) for rs in per_client],
+    )
+
+
+def format_acceptance(fig: LoadFigures) -> str:
+    """Overall acceptance and the per-sequence spread: ``62 % (58–66)``; ``–`` when nothing was drafted."""
+    if fig.acceptance is None:
+        return "–"
+    seqs = [a for a in fig.per_sequence if a is not None]
+    spread = f" ({100 * min(seqs):.0f}–{100 * max(seqs):.0f})" if len(seqs) > 1 else ""
+    return f"{100 * fig.acceptance:.0f} %{spread}"
+
+
+def format_table(rows: list[tuple[int, str, LoadFigures, str]]) -> str:
+    """Markdown: one row per (N, server); the last column says whether the texts match the reference's."""
+    out = ["| clients | server | total tok/s | TTFT p50 | TTFT p95 | acceptance (per sequence) | texts |",
+           "|---:|---|---:|---:|---:|---|---|"]
+    for n, label, fig, same in rows:
+        out.append(f"| {n} | {label} | {fig.total_tps:.1f} | {1000 * fig.ttft_p50_s:.0f} ms | "
+                   f"{1000 * fig.ttft_p95_s:.0f} ms | {format_acceptance(fig)} | {same} |")
+    return "\n".join(out)
+
+
+def texts_match(records: list[dict[str, Any]], reference: dict[str, str]) -> str:
+    """How many of these completions have the text the reference server gave for the same prompt."""
+    compared = [r for r in records if r["prompt"] in reference]
+    if not compared:
+        return "reference"
+    same = sum(r["text"] == reference[r["prompt"]] for r in compared)
+    return f"{same}/{len(compared)} same"
+
+
+class _Clients:
+    """The client process: one JSON command per line in, one JSON answer per line out."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "engine.bench.concurrency"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+
+    def load(self, port: int, clients: int, requests: int, max_tokens: int) -> tuple[list[dict[str, Any]], float]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"port": port, "clients": clients, "requests": requests,
+                                          "max_tokens": max_tokens}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the benchmark's client process ended")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(f"a client failed: {answer['error']}")
+        return answer["records"], answer["wall"]
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(30)
+
+
+def _client_main() -> None:
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        records: list[dict[str, Any]] = []
+        errors: list[str] = []
+        lock = threading.Lock()
+
+        def client(k: int, cmd: dict[str, Any] = cmd, records: list[dict[str, Any]] = records,
+                   errors: list[str] = errors, lock: threading.Lock = lock) -> None:
+            for j in range(cmd["requests"]):
+                prompt = prompt_for(k, j)
+                try:
+                    done = servers.complete(cmd["port"], prompt, cmd["max_tokens"])
+                except Exception as exc:  # reported to the parent, which stops the run
+                    with lock:
+                        errors.append(f"client {k}: {exc}")
+                    return
+                with lock:
+                    records.append({**done.to_json(), "client": k, "request": j, "prompt": prompt})
+
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(cmd["clients"])]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+        answer = {"error": "; ".join(errors)} if errors else {"records": records, "wall": wall}
+        print(json.dumps(answer), flush=True)
+
+
+def _default_model() -> str:
+    """The bench-size glm4moe with Qwen's vocabulary (151,936 tokens), mixed weights, a head reading the
+    hidden state: the model docs/benchmarks.md's real-vocabulary figures use."""
+    from engine.synth import HeadMap, SynthModel, SynthSpec
+
+    return str(SynthModel(SynthSpec(arch="glm4moe", size="bench-152k", n_heads=1, weights="mixed",
+                                    heads=(HeadMap("hidden", 0.7),))).path())
+
+
+def run(args: argparse.Namespace) -> int:
+    model = args.model or _default_model()
+    counts = [int(x) for x in args.clients.split(",") if x]
+    binary = servers.llama_server_binary(args.llama_server)
+    configs = [servers.ServerSpec("ours", model, n_ctx=args.ctx, threads=args.threads, n_max=0),
+               servers.ServerSpec("ours", model, n_ctx=args.ctx, threads=args.threads, n_max=args.n_max)]
+    if args.adaptive:
+        configs.append(servers.ServerSpec("ours", model, n_ctx=args.ctx, threads=args.threads, n_max=args.n_max,
+                                          adaptive=True))
+    if binary is None or not binary.exists():
+        print("(llama-server not built: `python packaging/build_reference_driver.py --server`; ours only)",
+              flush=True)
+    else:
+        configs += [servers.ServerSpec("llama-server", model, n_ctx=args.ctx, threads=args.threads, n_max=0,
+                                       binary=str(binary)),
+                    servers.ServerSpec("llama-server", model, n_ctx=args.ctx, threads=args.threads,
+                                       n_max=args.n_max, binary=str(binary))]
+    print(f"# several requests at once — {time.strftime('%Y-%m-%d %H:%M')}, {Path(model).parent.name}/"
+          f"{Path(model).name}; {args.threads} thread(s) per server, {args.ctx} tokens of context per sequence, "
+          f"{args.requests} request(s) of {args.max_tokens} tokens per client, greedy", flush=True)
+    rows: list[tuple[int, str, LoadFigures, str]] = []
+    dump: list[dict[str, Any]] = []
+    clients = _Clients()
+    try:
+        for n in counts:
+            reference: dict[str, str] = {}
+            for base in configs:
+                spec = servers.ServerSpec(**{**base.__dict__, "parallel": n})
+                with servers.RunningServer(spec) as server:
+                    servers.complete(server.port, "warm up", 8)
+                    records, wall = clients.load(server.port, n, args.requests, args.max_tokens)
+                fig = summarize(records, wall, n)
+                same = texts_match(records, reference)
+                if not reference:
+                    reference = {r["prompt"]: r["text"] for r in records}
+                rows.append((n, spec.label, fig, same))
+                dump.append({"clients": n, "server": spec.label, **fig.to_json(), "texts": same})
+                print(f"{n} client(s), {spec.label}: {fig.total_tps:.1f} tok/s, TTFT p50 "
+                      f"{1000 * fig.ttft_p50_s:.0f} ms, p95 {1000 * fig.ttft_p95_s:.0f} ms, acceptance "
+                      f"{format_acceptance(fig)}, {fig.tokens} tokens in {fig.wall_s:.1f} s; texts {same}",
+                      flush=True)
+    finally:
+        clients.close()
+    print()
+    print(json.dumps(dump, indent=2) if args.json else format_table(rows))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench-concurrency",
+                       help="1, 2, 4, 8 concurrent clients: mtp-studio serve vs llama-server, MTP on and off")
+    p.add_argument("model", nargs="?", help="a GGUF with an MTP head (default: the synthetic bench-152k glm4moe)")
+    p.add_argument("--clients", default="1,2,4,8", help="comma-separated numbers of concurrent clients")
+    p.add_argument("--requests", type=int, default=2, help="requests each client sends, back to back")
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--ctx", type=int, default=1024, help="context per sequence, both servers")
+    p.add_argument("--threads", type=int, default=1, help="threads per server")
+    p.add_argument("--n-max", type=int, default=3, help="MTP draft depth, both servers (p_min 0)")
+    p.add_argument("--adaptive", action="store_true", help="also ours with adaptive depth (at most --n-max)")
+    p.add_argument("--llama-server", help="llama-server binary (default: the one build_reference_driver.py "
+                   "--server built for this engine)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.set_defaults(func=run)
+
+
+if __name__ == "__main__":
+    _client_main()

@@ -1,0 +1,105 @@
+"""The comparison benchmarks' pure parts: percentiles, one load run's figures,
+per-sequence acceptance, the two servers' command lines (same per-sequence
+context), and the build script's llama-server option (never in the default
+build). Nothing here is timed."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+from engine.bench import concurrency as C
+from engine.bench import servers as S
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "packaging"))
+import build_reference_driver as brd  # noqa: E402
+
+
+def record(client: int, ttft: float, tokens: int = 10, drafted: int = 0, accepted: int = 0,
+           text: str = "x", prompt: str = "p") -> dict[str, object]:
+    return {"client": client, "ttft": ttft, "tokens": tokens, "drafted": drafted, "accepted": accepted,
+            "text": text, "prompt": prompt, "seconds": 1.0}
+
+
+def test_percentile_interpolates_between_ranks_like_numpy():
+    values = [4.0, 1.0, 3.0, 2.0]
+    assert C.percentile(values, 0.5) == 2.5
+    assert C.percentile(values, 0.0) == 1.0 and C.percentile(values, 1.0) == 4.0
+    assert math.isclose(C.percentile(values, 0.95), 3.85)
+    assert C.percentile([7.0], 0.95) == 7.0
+    assert math.isnan(C.percentile([], 0.5))
+
+
+def test_summarize_counts_tokens_over_the_wall_time_and_acceptance_per_client():
+    records = [record(0, 0.1, drafted=6, accepted=6), record(0, 0.3, drafted=6, accepted=3),
+               record(1, 0.2, drafted=12, accepted=0), record(2, 0.4)]
+    fig = C.summarize(records, wall_s=2.0, clients=3)
+    assert fig.tokens == 40 and fig.requests == 4 and fig.total_tps == 20.0
+    assert math.isclose(fig.ttft_p50_s, 0.25) and math.isclose(fig.ttft_p95_s, 0.385)
+    assert (fig.drafted, fig.accepted) == (24, 9) and fig.acceptance == 9 / 24
+    assert fig.per_sequence == [0.75, 0.0, None]  # client 2 drafted nothing: no rate, not 0 %
+    assert C.format_acceptance(fig) == "38 % (0–75)"
+    assert fig.to_json()["acceptance"] == 9 / 24
+
+
+def test_acceptance_shows_a_dash_when_nothing_was_drafted():
+    fig = C.summarize([record(0, 0.1), record(1, 0.1)], wall_s=1.0, clients=2)
+    assert fig.acceptance is None and C.format_acceptance(fig) == "–"
+
+
+def test_texts_are_compared_per_prompt_with_the_reference_servers():
+    records = [record(0, 0.1, text="a", prompt="p1"), record(1, 0.1, text="b", prompt="p2")]
+    assert C.texts_match(records, {}) == "reference"
+    assert C.texts_match(records, {"p1": "a", "p2": "c"}) == "1/2 same"
+
+
+def test_prompts_are_the_same_for_every_server_and_differ_between_clients():
+    assert C.prompt_for(0, 0) == C.prompt_for(0, 0)
+    prompts = {C.prompt_for(k, j) for k in range(8) for j in range(2)}
+    assert len(prompts) == 16
+
+
+def test_table_has_one_row_per_server_and_count():
+    fig = C.summarize([record(0, 0.05, drafted=3, accepted=3)], wall_s=1.0, clients=1)
+    table = C.format_table([(1, "ours, MTP n_max 3", fig, "reference")]).splitlines()
+    assert len(table) == 3
+    assert table[2] == "| 1 | ours, MTP n_max 3 | 10.0 | 50 ms | 50 ms | 100 % | reference |"
+
+
+def test_draft_counts_prefer_our_extension_and_fall_back_to_llama_servers_timings():
+    ours = {"timings": {"draft_n": 9, "draft_n_accepted": 4}, "speculative": {"drafted": 9, "accepted": 5}}
+    assert S.draft_counts(ours) == (9, 5)
+    assert S.draft_counts({"timings": {"draft_n": 8, "draft_n_accepted": 2}}) == (8, 2)
+    assert S.draft_counts({"timings": {}}) == (0, 0) and S.draft_counts({}) == (0, 0)
+
+
+def test_both_servers_get_the_same_context_per_sequence_threads_and_depth():
+    ours = S.command(S.ServerSpec("ours", "m.gguf", parallel=4, n_ctx=1024, threads=1, n_max=3), 9000)
+    assert ours[1:4] == ["-m", "engine", "serve"]
+    joined = " ".join(ours)
+    assert "--parallel 4" in joined and "--ctx 1024" in joined and "--threads 1" in joined
+    assert "--speculative mtp --n-max 3 --p-min 0" in joined and "--adaptive" not in joined
+    off = " ".join(S.command(S.ServerSpec("ours", "m.gguf", parallel=2, n_max=0), 9000))
+    assert "--speculative off" in off
+    ls = " ".join(S.command(S.ServerSpec("llama-server", "m.gguf", parallel=4, n_ctx=1024, threads=1, n_max=3,
+                                         binary="/b/llama-server"), 9000))
+    # llama-server splits -c over its slots when the KV buffer is not unified
+    assert ls.startswith("/b/llama-server -m m.gguf") and "-np 4 -c 4096 --no-kv-unified" in ls
+    assert "-t 1 -tb 1" in ls and "--spec-type draft-mtp --spec-draft-n-max 3 --spec-draft-p-min 0" in ls
+    ls_off = " ".join(S.command(S.ServerSpec("llama-server", "m.gguf", n_max=0, binary="b"), 9000))
+    assert "--spec-type" not in ls_off
+
+
+def test_the_default_build_leaves_llama_server_out_and_server_builds_only_it(monkeypatch, tmp_path):
+    calls: list[tuple[tuple[str, ...], list[str]]] = []
+    monkeypatch.setattr(brd, "tool_path", lambda backend, target: tmp_path / backend / target)
+    monkeypatch.setattr(brd, "_build_targets", lambda backend, targets, options: calls.append((targets, options)))
+    brd.build("cpu")
+    brd.build_server("cpu")
+    (default_targets, default_options), (server_targets, server_options) = calls
+    assert "llama-server" not in default_targets and "-DLLAMA_BUILD_SERVER=OFF" in default_options
+    assert server_targets == ("llama-server",)
+    # no curl or OpenSSL (the shared options), no web UI fetched at build time
+    assert {"-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF"} <= set(server_options)
+    assert brd.server_path("cpu") == tmp_path / "cpu" / "llama-server"
