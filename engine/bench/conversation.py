@@ -6,7 +6,14 @@ and later; with reuse (engine/generation/prefix_cache.py) a turn prefills
 only its new text. Both passes send the same prompts (greedy replies, so the
 same text); then the last prompt is sent twice, as a regenerate does.
 
-    mtp-studio bench-conversation [--model F] [--turns 20] [--mtp]
+With ``--llama-server`` the same prompts then go, turn by turn, as streamed
+``/v1/completions`` to ``mtp-studio serve`` and to llama.cpp's own
+``llama-server`` (``cache_prompt`` on; built from the same patched source by
+``packaging/build_reference_driver.py --server``), one after the other, and
+their times to first token are printed side by side: both over HTTP, so
+neither is favoured by being in-process (engine/bench/servers.py).
+
+    mtp-studio bench-conversation [--model F] [--turns 20] [--mtp] [--llama-server [PATH]]
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from engine.bench import servers
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp
@@ -45,14 +53,60 @@ def _ttft(session: Session, prompt: str, tokens: int, spec: SpeculativeSettings,
     return Turn(result.stats.prompt_tokens, result.stats.prompt_reused, first - t0), result.text
 
 
-def conversation(session: Session, turns: int, tokens: int, spec: SpeculativeSettings, reuse: bool) -> list[Turn]:
+def conversation(session: Session, turns: int, tokens: int, spec: SpeculativeSettings, reuse: bool,
+                 prompts: list[str] | None = None) -> list[Turn]:
+    """The turns' figures; each turn's prompt is appended to ``prompts`` when given (to replay over HTTP)."""
     prompt, rows = "", []
     for k in range(turns):
         prompt += ("\n\n" if prompt else "") + PARAGRAPHS[k % len(PARAGRAPHS)]
+        if prompts is not None:
+            prompts.append(prompt)
         turn, reply = _ttft(session, prompt, tokens, spec, reuse)
         rows.append(turn)
         prompt += reply
     return rows
+
+
+# a prompt that begins unlike every turn of the conversation, so its first send finds nothing to reuse
+TWICE_PROMPT = "\n\n".join(reversed(PARAGRAPHS)) * 2
+
+
+@dataclass
+class ServedTurns:
+    """One server's replay of the conversation: per turn the completion; then the same prompt twice."""
+
+    label: str
+    turns: list[servers.Completion]
+    twice: tuple[float, float]
+
+
+def replay(spec: servers.ServerSpec, prompts: list[str], tokens: int) -> ServedTurns:
+    """Send the recorded prompts to a freshly started server, one turn after the other (greedy, so its
+    replies are the ones the next prompts contain and its cache holds them)."""
+    with servers.RunningServer(spec) as server:
+        servers.complete(server.port, "warm up", 4)
+        turns = [servers.complete(server.port, prompt, tokens) for prompt in prompts]
+        first = servers.complete(server.port, TWICE_PROMPT, tokens).ttft
+        second = servers.complete(server.port, TWICE_PROMPT, tokens).ttft
+    return ServedTurns(spec.label, turns, (first, second))
+
+
+def format_served(rows: list[ServedTurns]) -> str:
+    """Markdown, one row per turn: each server's reused prompt tokens and TTFT, and the last server's TTFT
+    over the first's."""
+    head = "| turn | prompt tokens | " + " | ".join(f"{r.label}: reused | {r.label}: TTFT" for r in rows)
+    ratio = len(rows) > 1
+    out = [head + (f" | {rows[-1].label} / {rows[0].label} |" if ratio else " |"),
+           "|" + "---:|" * (2 + 2 * len(rows) + ratio)]
+    for k in range(len(rows[0].turns)):
+        cells = [str(k + 1), str(rows[0].turns[k].prompt_tokens)]
+        for r in rows:
+            cells += [str(r.turns[k].cached), f"{1000 * r.turns[k].ttft:.0f} ms"]
+        if ratio:
+            a, b = rows[0].turns[k].ttft, rows[-1].turns[k].ttft
+            cells.append(f"{b / a:.2f}x" if a else "–")
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         spec = mtp(args.n_max) if args.mtp and session.mtp_drafter is not None else SPECULATION_OFF
         print(f"# conversation, {args.turns} turns, {args.tokens} tokens a reply, {spec.label} — {path}", flush=True)
-        with_reuse = conversation(session, args.turns, args.tokens, spec, reuse=True)
+        prompts: list[str] = []
+        with_reuse = conversation(session, args.turns, args.tokens, spec, reuse=True, prompts=prompts)
         without = conversation(session, args.turns, args.tokens, spec, reuse=False)
         print(f"{'turn':>4} {'prompt':>7} {'reused':>7} {'TTFT reuse':>11} {'TTFT none':>10} {'none/reuse':>10}")
         for k, (a, b) in enumerate(zip(with_reuse, without, strict=True), 1):
@@ -85,7 +140,29 @@ def run(args: argparse.Namespace) -> int:
               f"{1000 * statistics.median(warm):.0f} ms ({statistics.median(warm) / statistics.median(cold):.0%})")
     finally:
         session.close()
+    if args.llama_server is not None:
+        _servers(args, path, prompts, spec.enabled)
     return 0
+
+
+def _servers(args: argparse.Namespace, path: str, prompts: list[str], mtp_on: bool) -> None:
+    binary = servers.llama_server_binary(args.llama_server or None)
+    if binary is None or not binary.exists():
+        print("\n(llama-server not built: `python packaging/build_reference_driver.py --server`)", flush=True)
+        return
+    n_max = args.n_max if mtp_on else 0
+    specs = [servers.ServerSpec("ours", path, n_ctx=args.n_ctx, threads=args.threads, n_max=n_max),
+             servers.ServerSpec("llama-server", path, n_ctx=args.n_ctx, threads=args.threads, n_max=n_max,
+                                binary=str(binary))]
+    print(f"\n# the same {len(prompts)} prompts over HTTP (streamed /v1/completions, cache_prompt on), "
+          f"{args.threads} thread(s) each", flush=True)
+    rows = [replay(s, prompts, args.tokens) for s in specs]
+    print(format_served(rows))
+    for r in rows:
+        first, last = r.turns[0], r.turns[-1]
+        print(f"{r.label}: turn {len(r.turns)} against turn 1: {last.ttft / first.ttft:.2f}x; same prompt "
+              f"twice: {1000 * r.twice[0]:.0f} ms, then {1000 * r.twice[1]:.0f} ms "
+              f"({r.twice[1] / r.twice[0]:.0%})")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -98,4 +175,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu-layers", type=int, default=0)
     p.add_argument("--mtp", action="store_true", help="draft with the model's MTP head")
     p.add_argument("--n-max", type=int, default=3)
+    p.add_argument("--llama-server", nargs="?", const="", default=None, metavar="PATH",
+                   help="then replay the prompts over HTTP to mtp-studio serve and llama-server (default PATH: "
+                   "the one build_reference_driver.py --server built)")
     p.set_defaults(func=run)

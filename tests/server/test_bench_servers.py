@@ -27,3 +27,13 @@ def test_the_benchmark_reads_our_stream_and_two_clients_run_on_two_sequences(mod
     assert fig.requests == 4 and fig.tokens == 32 and fig.total_tps > 0
     assert {r["client"] for r in records} == {0, 1}
     assert len(fig.per_sequence) == 2 and all(a is not None and a > 0 for a in fig.per_sequence)
+
+
+def test_the_conversation_replay_reuses_each_turns_prompt_on_our_server(model_path):
+    from engine.bench import conversation
+
+    prompts = [conversation.PARAGRAPHS[0], conversation.PARAGRAPHS[0] + "\n\n" + conversation.PARAGRAPHS[1]]
+    served = conversation.replay(S.ServerSpec("ours", model_path, n_ctx=2048, threads=1), prompts, 6)
+    assert [t.tokens for t in served.turns] == [6, 6]
+    assert served.turns[0].cached == 0 and served.turns[1].cached >= served.turns[0].prompt_tokens - 1
+    assert served.label == "ours, MTP off" and all(t > 0 for t in served.twice)

@@ -103,3 +103,20 @@ def test_the_default_build_leaves_llama_server_out_and_server_builds_only_it(mon
     # no curl or OpenSSL (the shared options), no web UI fetched at build time
     assert {"-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF"} <= set(server_options)
     assert brd.server_path("cpu") == tmp_path / "cpu" / "llama-server"
+
+
+def test_the_conversation_table_puts_the_servers_side_by_side():
+    from engine.bench.conversation import ServedTurns, format_served
+
+    def turn(ttft: float, cached: int) -> S.Completion:
+        return S.Completion(seconds=1.0, ttft=ttft, text="t", tokens=4, prompt_tokens=50, cached=cached,
+                            drafted=0, accepted=0)
+
+    rows = [ServedTurns("ours, MTP off", [turn(0.2, 0), turn(0.1, 40)], (0.5, 0.05)),
+            ServedTurns("llama-server, MTP off", [turn(0.1, 0), turn(0.2, 45)], (0.4, 0.04))]
+    lines = format_served(rows).splitlines()
+    assert lines[0] == ("| turn | prompt tokens | ours, MTP off: reused | ours, MTP off: TTFT | "
+                        "llama-server, MTP off: reused | llama-server, MTP off: TTFT | "
+                        "llama-server, MTP off / ours, MTP off |")
+    assert lines[1].count("---:") == 7
+    assert lines[3] == "| 2 | 50 | 40 | 100 ms | 45 | 200 ms | 2.00x |"
