@@ -22,12 +22,20 @@ machines this project is developed on, where AMX kernels die with SIGILL. That
 variant is never built (the explicit target list below leaves it out), so it
 cannot be shipped or picked; such CPUs get ``zen4`` (AVX-512 VNNI/BF16).
 
+CUDA: the toolkit is the machine's own when it is whole, else (or with
+``--cuda-from-pypi``) NVIDIA's CUDA 13 wheels from PyPI, installed once into
+``~/.cache/mtp-studio/build-tools/`` (``cuda_toolkit.py``). ggml-cuda is compiled
+for one architecture list, ``--cuda-arch`` (default 90: H100/H200; 89 for RTX
+40xx), which is part of the cache key and of the kept build folder's name.
+
 The patch series in ``packaging/patches`` is applied exactly as for the wheel.
-Results are cached by (version, CMake args, variants, patches, platform); the
-CMake build folder is kept so an interrupted build resumes.
+Results are cached by (version, CMake args, variants, patches, platform, and
+for CUDA the toolkit version and architectures); the CMake build folder is
+kept so an interrupted build resumes.
 
 Usage:
     python packaging/build_engine_libs.py [--gpu cuda|vulkan|hip|metal] [--sdist PATH] [--print-dir]
+                                          [--cuda-arch 90] [--cuda-from-pypi]
 """
 
 from __future__ import annotations
@@ -45,9 +53,11 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import build_engine  # noqa: E402  (sibling script, standard library only)
+import cuda_toolkit  # noqa: E402  (sibling script, standard library only)
 
 RECORD_NAME = build_engine.BUILD_RECORD_NAME
 
@@ -97,11 +107,23 @@ GPU_TARGETS = {"cuda": ("-DGGML_CUDA=ON", "ggml-cuda"), "vulkan": ("-DGGML_VULKA
                "hip": ("-DGGML_HIP=ON", "ggml-hip"), "metal": ("-DGGML_METAL=ON", "ggml-metal")}
 
 
+class CudaBuild(NamedTuple):
+    """The toolkit ggml-cuda is compiled with and the architectures it is compiled for."""
+
+    toolkit: cuda_toolkit.Toolkit
+    arch: str
+
+
+def tools_root() -> Path:
+    """Build tools fetched for the engine builds (PyPI's CUDA toolkit), beside the built libraries."""
+    return build_engine.cache_root().parent / "build-tools"
+
+
 def is_x86() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64")
 
 
-def cmake_args(gpu: str | None) -> list[str]:
+def cmake_args(gpu: str | None, cuda: CudaBuild | None = None) -> list[str]:
     rpath = "@loader_path" if sys.platform == "darwin" else "$ORIGIN"
     args = [
         "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON", "-DGGML_BACKEND_DL=ON", "-DGGML_NATIVE=OFF",
@@ -117,6 +139,8 @@ def cmake_args(gpu: str | None) -> list[str]:
         args.append(GPU_TARGETS[gpu][0])
     if sys.platform == "darwin" and gpu == "metal":
         args.append("-DGGML_METAL_EMBED_LIBRARY=ON")
+    if gpu == "cuda" and cuda is not None:
+        args += cuda_toolkit.cmake_args(cuda.toolkit, cuda.arch)
     return args
 
 
@@ -130,22 +154,29 @@ def targets(gpu: str | None) -> list[str]:
     return names
 
 
-def cache_key(gpu: str | None) -> str:
-    spec = json.dumps(
-        {"version": build_engine.LLAMA_CPP_PYTHON_VERSION, "cmake_args": cmake_args(gpu), "targets": targets(gpu),
-         "patches": build_engine.patch_hash(gpu or "cpu"), "machine": platform.machine(), "os": sys.platform},
-        sort_keys=True,
-    )
-    short = hashlib.sha256(spec.encode()).hexdigest()[:16]
-    return f"llama-cpp-dl-{build_engine.LLAMA_CPP_PYTHON_VERSION}-{gpu or 'cpu'}-{short}"
+def _flavour(gpu: str | None, cuda: CudaBuild | None) -> str:
+    """cpu, vulkan, ... or cuda-sm90: what a folder name says about the build."""
+    if gpu == "cuda" and cuda is not None:
+        return "cuda-sm" + cuda.arch.replace(";", "-")
+    return gpu or "cpu"
 
 
-def cache_dir(gpu: str | None) -> Path:
+def cache_key(gpu: str | None, cuda: CudaBuild | None = None) -> str:
+    fields = {"version": build_engine.LLAMA_CPP_PYTHON_VERSION, "cmake_args": cmake_args(gpu),
+              "targets": targets(gpu), "patches": build_engine.patch_hash(gpu or "cpu"),
+              "machine": platform.machine(), "os": sys.platform}
+    if gpu == "cuda" and cuda is not None:  # the toolkit's version and the architectures, not its path
+        fields.update(cuda_toolkit.key_fields(cuda.toolkit, cuda.arch))
+    short = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+    return f"llama-cpp-dl-{build_engine.LLAMA_CPP_PYTHON_VERSION}-{_flavour(gpu, cuda)}-{short}"
+
+
+def cache_dir(gpu: str | None, cuda: CudaBuild | None = None) -> Path:
     """Where the finished libraries of this exact build are kept."""
-    return build_engine.cache_root().parent / "engine-libs" / cache_key(gpu)
+    return build_engine.cache_root().parent / "engine-libs" / cache_key(gpu, cuda)
 
 
-def work_dir(gpu: str | None) -> Path:
+def work_dir(gpu: str | None, cuda: CudaBuild | None = None) -> Path:
     """The patched source and the CMake build folder, kept between builds.
 
     Keyed by version and GPU only: when patches are added to the series, only
@@ -155,7 +186,7 @@ def work_dir(gpu: str | None) -> Path:
     """
     if os.environ.get("MTP_ENGINE_LIBS_WORK"):  # e.g. a CI cache folder
         return Path(os.environ["MTP_ENGINE_LIBS_WORK"])
-    name = f"work-{build_engine.LLAMA_CPP_PYTHON_VERSION}-{gpu or 'cpu'}"
+    name = f"work-{build_engine.LLAMA_CPP_PYTHON_VERSION}-{_flavour(gpu, cuda)}"
     return build_engine.cache_root().parent / "engine-libs" / name
 
 
@@ -216,21 +247,21 @@ def _shared_libs(build: Path, gpu: str | None) -> list[Path]:
     return found
 
 
-def build(gpu: str | None, sdist: Path | None, jobs: int) -> Path:
-    folder = cache_dir(gpu)  # keyed by the patch series as it is now, which is what gets applied
+def build(gpu: str | None, sdist: Path | None, jobs: int, cuda: CudaBuild | None = None) -> Path:
+    folder = cache_dir(gpu, cuda)  # keyed by the patch series as it is now, which is what gets applied
     series, phash = [p.name for p in build_engine.patch_series(gpu or "cpu")], build_engine.patch_hash(gpu or "cpu")
     lib = folder / "lib"
     if (lib / RECORD_NAME).exists():
         print(f"engine libs: using cached {lib}")
         return lib
     folder.mkdir(parents=True, exist_ok=True)
-    work = work_dir(gpu)
+    work = work_dir(gpu, cuda)
     work.mkdir(parents=True, exist_ok=True)
     tree = _source_tree(work, sdist, gpu)
     vendor = tree / "vendor" / "llama.cpp"
     bdir = work / "build"
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    build_engine._run(["cmake", "-S", str(vendor), "-B", str(bdir), *generator, *cmake_args(gpu)])
+    build_engine._run(["cmake", "-S", str(vendor), "-B", str(bdir), *generator, *cmake_args(gpu, cuda)])
     build_engine._run(["cmake", "--build", str(bdir), "--config", "Release", "-j", str(jobs),
                        "--target", *targets(gpu)])
     staging = folder / "lib.partial"
@@ -243,15 +274,18 @@ def build(gpu: str | None, sdist: Path | None, jobs: int) -> Path:
         "llama_cpp_python": build_engine.LLAMA_CPP_PYTHON_VERSION,
         "backend": gpu or "cpu",
         "backend_loading": "dynamic",
-        "cmake_args": cmake_args(gpu),
+        "cmake_args": cmake_args(gpu, cuda),
         "cpu_variants": list(shipped_variants()) if is_x86() else ["native-arch default"],
         "excluded_cpu_variants": list(EXCLUDED_VARIANTS) if is_x86() else [],
         "patch_hash": phash,
         "patches": series,
-        "cache_key": cache_key(gpu),
+        "cache_key": cache_key(gpu, cuda),
         "libraries": names,
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    if gpu == "cuda" and cuda is not None:
+        record["cuda"] = {"toolkit_version": cuda.toolkit.version, "toolkit_source": cuda.toolkit.source,
+                          "architectures": cuda.arch, "vmm_pool": cuda.toolkit.has_driver_stub}
     (staging / RECORD_NAME).write_text(json.dumps(record, indent=2) + "\n")
     shutil.rmtree(lib, ignore_errors=True)
     staging.replace(lib)  # only a complete set carries the lib name
@@ -265,12 +299,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sdist", type=Path, default=None, help="llama_cpp_python sdist (default: pip download)")
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", "2")))
     parser.add_argument("--print-dir", action="store_true", help="print where the libraries are (or will be)")
+    parser.add_argument("--cuda-arch", default=cuda_toolkit.DEFAULT_ARCH, type=_arch,
+                        help="CMAKE_CUDA_ARCHITECTURES for --gpu cuda (default %(default)s: H100/H200; "
+                             "89: RTX 40xx/L4/L40; a ;-list builds several)")
+    parser.add_argument("--cuda-from-pypi", action="store_true",
+                        help="use PyPI's CUDA 13 wheels even when this machine has a whole CUDA toolkit")
     args = parser.parse_args(argv)
+    cuda = None
+    if args.gpu == "cuda":
+        log = (lambda m: print(m, file=sys.stderr)) if args.print_dir else print  # stdout is the folder
+        toolkit = cuda_toolkit.resolve(tools_root(), args.cuda_from_pypi, install=not args.print_dir, log=log)
+        cuda = CudaBuild(toolkit, args.cuda_arch)
+        log(f"cuda toolkit: {toolkit.describe()}, architectures {args.cuda_arch}")
     if args.print_dir:
-        print(cache_dir(args.gpu) / "lib")
+        print(cache_dir(args.gpu, cuda) / "lib")
         return 0
-    build(args.gpu, args.sdist, args.jobs)
+    build(args.gpu, args.sdist, args.jobs, cuda)
     return 0
+
+
+def _arch(value: str) -> str:
+    try:
+        return cuda_toolkit.check_arch(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 if __name__ == "__main__":
