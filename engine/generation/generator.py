@@ -52,6 +52,7 @@ from engine.speculative.depth import DepthPolicy
 from engine.speculative.drafter import Drafter
 from engine.speculative.mtp import MTPDrafter
 from engine.speculative.mtp_images import HIDDEN, ImageCatchUp
+from engine.speculative.rejection import draw, judge
 from engine.speculative.rollback import TargetRollback
 from engine.speculative.settings import MAX_DRAFT, MTP, SPECULATION_OFF, SpeculativeSettings
 from engine.speculative.stats import GenerationStats
@@ -340,6 +341,8 @@ class Round:
     seconds: float = 0.0  # the whole round, drafting to rollback
     started: float = 0.0  # perf_counter() when it began
     row0: int = 0  # its first row in the verify batch (several sequences may share one)
+    # probabilistic draft sampling: the drafter's processed distribution q of each draft (else empty)
+    q_rows: list[np.ndarray] = field(default_factory=list)
 
 
 class Decoder:
@@ -362,6 +365,10 @@ class Decoder:
         self.id_last = -1
         self.result = GenerateResult(text="", tokens=[], finish_reason="stop", stats=stats)
         self.last_stats = time.perf_counter()
+        # probabilistic draft sampling (a sampled request): the drafter samples its drafts from q, and
+        # each round's drafts are judged by rejection sampling (engine/speculative/rejection.py)
+        self.draft_sampler = sampler.draft_sampler() if spec.probabilistic and not request.sampling.greedy else None
+        drafter.draft_sampler = self.draft_sampler
 
     def prefill(self, tokens: list[int], on_prefill: PrefillCallback | None, should_stop: Callable[[], bool],
                 pictures: vision.ImagePrompt | None = None) -> None:
@@ -432,10 +439,13 @@ class Decoder:
         draft_s = self.drafter.seconds["draft"]
         drafts = self.drafter.draft(self.id_last, self.pos0, n) if n > 0 else []
         draft_s = self.drafter.seconds["draft"] - draft_s
+        # q of each draft when they were sampled (an n-gram round of mtp+ngram has none: it matches)
+        q_rows = self.draft_sampler.take() if self.draft_sampler is not None else []
         shadow: list[int] = []
         if drafts and self.policy.shadow_probe:
             shadow, drafts = drafts, []
-        return Round(drafts, shadow, [], 0, [], [], draft_s, 0.0, started=t_round)
+        return Round(drafts, shadow, [], 0, [], [], draft_s, 0.0, started=t_round,
+                     q_rows=q_rows if drafts and len(q_rows) == len(drafts) else [])
 
     def add_rows(self, rnd: Round, batch: Batch) -> None:
         """Put ``[id_last, drafts...]`` in the verify batch (from its row ``rnd.row0``)."""
@@ -446,13 +456,17 @@ class Decoder:
             self.rollback.before_verify(len(rnd.drafts))
 
     def sample(self, rnd: Round, verify_s: float) -> None:
-        """After the verify decode: sample each row in order until a draft is rejected. Reads the
-        decode's rows only (nothing decodes on the target before every sequence has sampled)."""
+        """After the verify decode: sample each row in order until a draft is rejected (sampled drafts:
+        judge each by rejection sampling). Reads the decode's rows only (nothing decodes on the
+        target before every sequence has sampled)."""
         rnd.verify_s = verify_s
         self.stats.phase_seconds["verify"] += verify_s
         verified = [self.id_last, *rnd.drafts]
         self.drafter.verified(verified, self.pos0, rnd.row0)
         with self.clock("sampling"):
+            if rnd.q_rows:
+                self._judge_drafts(rnd)
+                return
             for k in range(len(verified)):
                 row = rnd.row0 + k
                 tok = self.sampler.sample(self.target.handle, row)
@@ -462,6 +476,27 @@ class Decoder:
                 if not accepts_draft(k, tok, rnd.drafts, self.model.is_eog):
                     break
                 rnd.accepted += 1
+
+    def _judge_drafts(self, rnd: Round) -> None:
+        """Rejection sampling of sampled drafts: draft k is kept with probability min(1, p/q) at its
+        row, a rejected one is replaced by a draw from the residual max(0, p - q), and after every
+        draft the next token is drawn from p. The target's p at each row comes from the request's
+        whole chain without its final pick, computed after the tokens before that row were accepted
+        into the chain, so penalties and grammar see the emitted tokens in order, as in plain
+        sampling. An end-of-generation token ends the round as its own token (see accepts_draft)."""
+        assert self.draft_sampler is not None
+        rng, n_vocab = self.draft_sampler.rng, self.model.n_vocab
+        for k in range(len(rnd.drafts) + 1):
+            row = rnd.row0 + k
+            p = self.sampler.distribution(np.ctypeslib.as_array(self.target.logits(row), shape=(n_vocab,)))
+            kept, tok = judge(p, rnd.q_rows[k], rnd.drafts[k], rng) if k < len(rnd.drafts) else (False, draw(p, rng))
+            self.sampler.accept(tok)
+            rnd.tokens.append(tok)
+            rnd.margins.append(self.margin(row))
+            rnd.logprobs.append(self.logprob(row, tok))
+            if not kept or (self.model.is_eog(tok) and k < len(rnd.drafts) - 1):
+                break
+            rnd.accepted += 1
 
     def close_round(self, rnd: Round) -> None:
         """Keep the accepted rows, roll the rejected ones back on both contexts."""
@@ -565,7 +600,8 @@ def generate(
     # After an image only the MTP head drafts (it catches up on the image's rows; docs/vision.md)
     pictured = vision.has_images(request)
     plain = pictured and request.speculative.mode != MTP
-    spec, drafter, session_policy = session.speculation(SPECULATION_OFF if plain else request.speculative)
+    asked = SPECULATION_OFF if plain else request.speculative.for_sampling(request.sampling.greedy)
+    spec, drafter, session_policy = session.speculation(asked)
     policy = policy or session_policy
     policy.new_reply(drafter.shadow_probes)
     stats = GenerationStats(settings=spec, rollback=session.rollback_strategy if spec.enabled else "none")
@@ -612,6 +648,7 @@ def generate(
         session.prefix.forget()  # a decode failed or was interrupted: what the context holds is unknown
         raise
     finally:
-        drafter.guide = drafter.draft_margins = None  # the session's drafter outlives this request
+        # the session's drafter outlives this request
+        drafter.guide = drafter.draft_margins = drafter.draft_sampler = None
         sampler.close()
     return decoder.finish(prompt_mode, on_stats)

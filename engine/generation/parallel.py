@@ -176,7 +176,7 @@ class ParallelGenerator:
         request, session = job.request, self.session
         if request.hold_last_prompt_token:
             raise ContextError("hold_last_prompt_token is a single-sequence benchmark option")
-        spec, drafter, policy = self._speculation(request.speculative, seq)
+        spec, drafter, policy = self._speculation(request.speculative.for_sampling(request.sampling.greedy), seq)
         policy.new_reply(drafter.shadow_probes)
         stats = GenerationStats(settings=spec, rollback=session.rollback_strategy if spec.enabled else "none")
         try:
@@ -402,7 +402,7 @@ class ParallelGenerator:
             except Exception as exc:  # a callback failed while finishing
                 r.job.error = exc
             finally:
-                d.drafter.guide = d.drafter.draft_margins = None
+                d.drafter.guide = d.drafter.draft_margins = d.drafter.draft_sampler = None
                 d.sampler.close()
                 self.running.remove(r)
                 self.free.append(r.job.seq)

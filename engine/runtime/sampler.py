@@ -25,7 +25,8 @@ import numpy as np
 
 from engine.errors import GrammarError
 from engine.runtime import native
-from engine.sampling import SamplingParams
+from engine.runtime.distribution import DraftSampler, TokenRow
+from engine.sampling import RANDOM_SEED, SamplingParams
 
 __all__ = ["Sampler", "SamplingParams"]
 
@@ -53,15 +54,25 @@ class Sampler:
         lib = native.llama()
         self._lib = lib
         self.params = params
+        self.n_vocab = n_vocab
         self.history = params.history_length(n_ctx)
         chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
         self.handle = chain  # freed by close() whatever fails below
+        # every stage but the final pick, in order: the chain owns them, the handles stay valid
+        self._stages: list[Any] = []
+
+        def add(stage: Any) -> Any:
+            lib.llama_sampler_chain_add(chain, stage)
+            self._stages.append(stage)
+            return stage
+
         self._grammar = None
+        self._bias = None
         if logit_bias:
             entries = (lib.llama_logit_bias * len(logit_bias))()
             for entry, (token, bias) in zip(entries, sorted(logit_bias.items()), strict=True):
                 entry.token, entry.bias = token, bias
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_logit_bias(n_vocab, len(entries), entries))
+            self._bias = add(lib.llama_sampler_init_logit_bias(n_vocab, len(entries), entries))
         if grammar is not None:
             if grammar_triggers:
                 patterns = (ctypes.c_char_p * len(grammar_triggers))(*(t.encode("utf-8") for t in grammar_triggers))
@@ -73,24 +84,24 @@ class Sampler:
                 detail = "; ".join(native.recent_log(3)) or "no message from llama.cpp"
                 self.close()
                 raise GrammarError(f"The grammar could not be parsed: {detail}")
-            lib.llama_sampler_chain_add(chain, stage)  # the chain owns it; the handle stays valid
-            self._grammar = stage
+            self._grammar = add(stage)
         self._penalties = None
         if self.history:
-            self._penalties = lib.llama_sampler_init_penalties(
-                n_vocab, self.history, params.repeat_penalty, params.frequency_penalty, params.presence_penalty)
-            lib.llama_sampler_chain_add(chain, self._penalties)  # the chain owns it; the handle stays valid
+            self._penalties = add(lib.llama_sampler_init_penalties(
+                n_vocab, self.history, params.repeat_penalty, params.frequency_penalty, params.presence_penalty))
+        self._shaping: list[Any] = []  # top-k, top-p, min-p, temperature
         if params.greedy:
             lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_greedy())
         else:
             if params.top_k > 0:
-                lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_k(params.top_k))
+                self._shaping.append(add(lib.llama_sampler_init_top_k(params.top_k)))
             if params.top_p < 1.0:
-                lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_p(params.top_p, 1))
+                self._shaping.append(add(lib.llama_sampler_init_top_p(params.top_p, 1)))
             if params.min_p > 0.0:
-                lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_min_p(params.min_p, 1))
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_temp(params.temperature))
+                self._shaping.append(add(lib.llama_sampler_init_min_p(params.min_p, 1)))
+            self._shaping.append(add(lib.llama_sampler_init_temp(params.temperature)))
             lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_dist(params.seed & 0xFFFFFFFF))
+        self._row: TokenRow | None = None
         self.handle = chain
 
     def accept_prompt(self, tokens: Sequence[int]) -> None:
@@ -108,6 +119,26 @@ class Sampler:
 
     def sample(self, ctx_handle: Any, row: int) -> int:
         return int(self._lib.llama_sampler_sample(self.handle, ctx_handle, row))
+
+    def distribution(self, logits: np.ndarray) -> np.ndarray:
+        """The probabilities :meth:`sample` would draw from for this row of logits: every stage
+        (bias, grammar, penalties, top-k/p, min-p, temperature) without the final pick; nothing is
+        accepted. For a sampling chain (temperature > 0)."""
+        if self._row is None:
+            self._row = TokenRow(self._lib, len(logits))
+        return self._row.probabilities(self._stages, logits)
+
+    def accept(self, token: int) -> None:
+        """Take ``token`` as the next emitted one (penalties' history, grammar), as :meth:`sample`
+        does for the token it draws; for a token chosen from :meth:`distribution`."""
+        self._lib.llama_sampler_accept(self.handle, int(token))
+
+    def draft_sampler(self) -> DraftSampler:
+        """A drafter's sampler over this request's stages (not the grammar; see DraftSampler), seeded
+        from the request's seed (a fresh one for a random seed)."""
+        stages = [s for s in (self._bias, self._penalties) if s is not None] + self._shaping
+        seed = None if self.params.seed == RANDOM_SEED else self.params.seed
+        return DraftSampler(self._lib, self.n_vocab, stages, self._penalties, seed)
 
     def close(self) -> None:
         if getattr(self, "handle", None):

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from engine.runtime.distribution import DraftSampler
 from engine.speculative.mtp import MTPDrafter
 from engine.speculative.ngram import NgramDrafter, Yield
 from engine.speculative.settings import MAX_DRAFT, MTP, SPECULATION_OFF, SpeculativeSettings
@@ -60,6 +61,15 @@ class ComposeDrafter:
         self.yields = {"mtp": Yield(), "ngram": Yield()}  # decaying accepted tokens per round (ngram.Yield)
         self._sent: list[int] = []
         self._max_backlog = max(1, int(BACKLOG_SHARE * mtp.batch.capacity))
+
+    @property
+    def draft_sampler(self) -> DraftSampler | None:
+        """Probabilistic draft sampling applies to MTP's rounds; n-gram rounds' drafts match."""
+        return self.mtp.draft_sampler
+
+    @draft_sampler.setter
+    def draft_sampler(self, value: DraftSampler | None) -> None:
+        self.mtp.draft_sampler = value
 
     @property
     def seconds(self) -> dict[str, float]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 from engine.speculative.settings import MAX_DRAFT, SpeculativeSettings
 
 if TYPE_CHECKING:
+    from engine.runtime.distribution import DraftSampler
     from engine.runtime.sampler import DraftGuide
 
 __all__ = ["MAX_DRAFT", "Drafter", "SpeculativeSettings"]
@@ -36,7 +37,9 @@ class Drafter(Protocol):
 
     Per request the loop may set ``guide`` (under a grammar: draft only what
     it allows) and ``draft_margins`` (a list: record each draft token's top-2
-    logit margin); a drafter that cannot use them ignores them.
+    logit margin), and ``draft_sampler`` (probabilistic draft sampling: sample
+    each draft from the request's processed distribution and keep it there for
+    the target's verification); a drafter that cannot use them ignores them.
     ``shadow_probes``: adaptive depth may draft without verifying (the drafter
     is cheap to run alone, as the MTP head is).
     """
@@ -46,6 +49,7 @@ class Drafter(Protocol):
     shadow_probes: bool
     guide: DraftGuide | None
     draft_margins: list[float] | None
+    draft_sampler: DraftSampler | None
 
     def begin(self, settings: SpeculativeSettings) -> None: ...
 
@@ -70,6 +74,7 @@ class PlainDrafter:
         self.seconds = {"draft": 0.0, "catch_up": 0.0}
         self.guide: DraftGuide | None = None
         self.draft_margins: list[float] | None = None
+        self.draft_sampler: DraftSampler | None = None
 
     def begin(self, settings: SpeculativeSettings) -> None:
         pass

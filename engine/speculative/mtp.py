@@ -36,6 +36,7 @@ import time
 import numpy as np
 
 from engine.runtime import Batch, Context, ContextParams, Model
+from engine.runtime.distribution import DraftSampler
 from engine.runtime.sampler import DraftGuide
 from engine.speculative.settings import MAX_DRAFT, SPECULATION_OFF, SpeculativeSettings
 
@@ -168,6 +169,10 @@ class MTPDrafter:
         self.exact_end = 0
         # set by the generator for a request with a grammar, for that request only
         self.guide: DraftGuide | None = None
+        # set by the generator for a request under probabilistic draft sampling: drafts are sampled from
+        # the head's processed distribution q, which it keeps for the target's verification (rejection.py)
+        self.draft_sampler: DraftSampler | None = None
+        self._forbidden = False  # this round's last draft was sampled where the grammar forbids it
         # a list while a request records its drafts: each draft's top-1 minus top-2 logit (how close
         # the head was to drafting another token; tests tell a numeric near-tie from a wrong state)
         self.draft_margins: list[float] | None = None
@@ -276,6 +281,9 @@ class MTPDrafter:
         n_max, p_min = min(self.settings.n_max, room), self.settings.p_min
         if self.guide is not None:
             self.guide.start()
+        if self.draft_sampler is not None:
+            self.draft_sampler.start()
+        self._forbidden = False
         if self.draft_margins is not None:
             self.draft_margins.clear()  # this round's only
         try:
@@ -286,7 +294,11 @@ class MTPDrafter:
         finally:
             if self.guide is not None:
                 self.guide.end()
-        if len(drafts) < self.settings.n_min:
+            if self.draft_sampler is not None:
+                self.draft_sampler.end()
+        # a sampled draft is never dropped for its length: that would make whether token 0 is verified
+        # depend on the token drawn, and rejection sampling needs every draft a plain sample of q
+        if len(drafts) < self.settings.n_min and self.draft_sampler is None:
             drafts = []
         # draft rows (and a chained head's pass over pos0) are not catch-up rows
         self.exact_end = min(self.exact_end, pos0)
@@ -354,15 +366,24 @@ class MTPDrafter:
 
     # -- drafting -------------------------------------------------------------
     def _pick(self, row: int, p_min: float) -> int | None:
-        """Top-1 of the head's logits; None when its probability is below ``p_min``.
+        """Top-1 of the head's logits (under probabilistic draft sampling: a sample of its processed
+        distribution); None when the top token's probability is below ``p_min``.
 
         The probability is the one llama.cpp's driver gates on: a softmax over
-        the top :data:`P_MIN_TOP_K` candidates (see :func:`top_probability`).
+        the top :data:`P_MIN_TOP_K` candidates (see :func:`top_probability`). The gate reads
+        the row, never the sampled token: drafting stops or goes on whatever token would be
+        drawn, so every draft that is verified is a plain sample of ``q``, as rejection
+        sampling needs. For the same reason a sampled draft the grammar forbids is kept (the
+        target rejects it) and ends the draft, rather than being dropped.
         """
         logits = np.ctypeslib.as_array(self.ctx.logits(row), shape=(self._n_vocab,))
         if p_min > 0.0 and not passes_p_min(logits, p_min):
             return None
-        if self.guide is not None:  # under a grammar: the likeliest candidate it allows
+        if self.draft_sampler is not None:
+            token: int | None = self.draft_sampler.sample(logits)
+            if self.guide is not None and self.guide.choose([int(token)]) is None:
+                self._forbidden = True
+        elif self.guide is not None:  # under a grammar: the likeliest candidate it allows
             k = min(GUIDE_CANDIDATES, self._n_vocab)
             candidates = np.argpartition(logits, -k)[-k:]
             # likeliest first, ties to the lower id, as the target's greedy pick breaks them; when the
@@ -409,7 +430,7 @@ class MTPDrafter:
             if token is None:
                 break
             drafts.append(token)
-            if len(drafts) >= n_max:
+            if len(drafts) >= n_max or self._forbidden:
                 break
             h_row = self.ctx.embeddings_nextn_ith(batch.n - 1)
             batch.clear()
@@ -443,6 +464,8 @@ class MTPDrafter:
             if token is None:
                 break
             drafts.append(token)
+            if self._forbidden:
+                break
             h_row = self.ctx.embeddings_nextn_ith(batch.n - 1)
             head_h.append(np.ctypeslib.as_array(h_row, shape=(self.n_embd,)).copy())
         self.ctx.set_nextn_layer_offset(0)

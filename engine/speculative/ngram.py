@@ -32,10 +32,14 @@ target verifies every drafted token with its own sampler
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
+
+if TYPE_CHECKING:
+    from engine.runtime.distribution import DraftSampler
 
 SOURCE = "ngram"
 # history tokens the persistent map keeps (4 bytes each, plus one dict entry per distinct n-gram)
@@ -224,6 +228,7 @@ class NgramDrafter:
         self.settings = SPECULATION_OFF
         self.guide = None  # drafts are copied text: a grammar is not consulted (the target rejects what breaks it)
         self.draft_margins: list[float] | None = None
+        self.draft_sampler: DraftSampler | None = None  # copied text is not sampled: its drafts match
         self.map = NgramMap(SPECULATION_OFF.ngram_min, SPECULATION_OFF.ngram_max, capacity)
         self.seconds = {"draft": 0.0, "catch_up": 0.0}
         self.last_match = 0

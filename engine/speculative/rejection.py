@@ -32,10 +32,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-MATCH = "match"  # drafts are the head's top token, kept while they equal the target's sample
-PROBABILISTIC = "probabilistic"  # drafts are sampled, kept by the rule above
-DRAFT_SAMPLINGS = (MATCH, PROBABILISTIC)
-
 
 def draw(p: np.ndarray, rng: np.random.Generator) -> int:
     """A token drawn from the probabilities ``p`` (they need not sum to exactly 1)."""

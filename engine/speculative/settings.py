@@ -24,6 +24,13 @@ NGRAM_LONGEST = 16
 FIXED = "fixed"
 ADAPTIVE = "adaptive"
 DEPTHS = (FIXED, ADAPTIVE)
+# How drafts meet a sampled (temperature > 0) target. match: the head drafts its top token, kept while
+# it equals the target's sample (the output is the plain, seeded output). probabilistic: the head samples
+# its drafts, kept by rejection sampling (engine/speculative/rejection.py): the same distribution, more
+# accepted at high temperature, not the same seeded reply. Greedy requests always match.
+MATCH = "match"
+PROBABILISTIC = "probabilistic"
+DRAFT_SAMPLINGS = (MATCH, PROBABILISTIC)
 # The deepest draft a looped single head is asked for. It also sizes the
 # target's verify batch and the recurrent snapshots of hybrid targets.
 MAX_DRAFT = 8
@@ -47,7 +54,8 @@ class SpeculativeSettings:
             from what followed the same tokens earlier) or ``"mtp+ngram"``.
         n_max: most draft tokens per round, 1..MAX_DRAFT (a model with fewer
             chained heads drafts at most its head count).
-        n_min: a draft shorter than this is discarded (the step decodes plainly).
+        n_min: a draft shorter than this is discarded (the step decodes plainly); not a sampled
+            (probabilistic) draft, whose length must not decide whether it is verified.
         p_min: stop drafting at the first token whose probability is below this.
         ngram_min / ngram_max: n-gram drafting matches the last ``ngram_max``
             tokens first and the last ``ngram_min`` at least; shorter matches
@@ -55,6 +63,8 @@ class SpeculativeSettings:
         depth: ``"fixed"`` (every round drafts up to ``n_max``) or ``"adaptive"``
             (each round drafts the length that maximises expected tokens per
             second, at most ``n_max``: engine/speculative/adaptive/).
+        draft_sampling: ``"match"`` or ``"probabilistic"`` (see :data:`DRAFT_SAMPLINGS`): how MTP
+            drafts are made and kept when the request samples (temperature > 0).
 
     Raises:
         ValueError: a value out of range (the protocol turns it into a
@@ -68,12 +78,15 @@ class SpeculativeSettings:
     depth: str = FIXED
     ngram_min: int = NGRAM_MIN
     ngram_max: int = NGRAM_MAX
+    draft_sampling: str = MATCH
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {list(MODES)}, not {self.mode!r}")
         if self.depth not in DEPTHS:
             raise ValueError(f"depth must be one of {list(DEPTHS)}, not {self.depth!r}")
+        if self.draft_sampling not in DRAFT_SAMPLINGS:
+            raise ValueError(f"draft_sampling must be one of {list(DRAFT_SAMPLINGS)}, not {self.draft_sampling!r}")
         if isinstance(self.n_max, bool) or not isinstance(self.n_max, int) or not 1 <= self.n_max <= MAX_DRAFT:
             raise ValueError(f"n_max must be an integer from 1 to {MAX_DRAFT}, not {self.n_max!r}")
         if isinstance(self.n_min, bool) or not isinstance(self.n_min, int) or self.n_min < 0:
@@ -102,17 +115,29 @@ class SpeculativeSettings:
 
     @property
     def label(self) -> str:
-        """How a person reads it: ``off``, ``mtp n_max=3 p_min=0.5``, ``ngram n_max=8``."""
+        """How a person reads it: ``off``, ``mtp n_max=3 p_min=0.5``, ``ngram n_max=8``,
+        ``mtp n_max=3 probabilistic``."""
         if not self.enabled:
             return OFF
         depth = " adaptive" if self.adaptive else ""
         gate = f" p_min={self.p_min:g}" if self.p_min and self.uses_mtp else ""
-        return f"{self.mode}{depth} n_max={self.n_max}" + gate
+        sampled = f" {PROBABILISTIC}" if self.probabilistic else ""
+        return f"{self.mode}{depth} n_max={self.n_max}" + gate + sampled
+
+    @property
+    def probabilistic(self) -> bool:
+        """MTP drafts are sampled and kept by rejection sampling (for requests that sample)."""
+        return self.uses_mtp and self.draft_sampling == PROBABILISTIC
 
     @property
     def adaptive(self) -> bool:
         """Each round chooses its own draft length (at most ``n_max``)."""
         return self.enabled and self.depth == ADAPTIVE
+
+    def for_sampling(self, greedy: bool) -> SpeculativeSettings:
+        """These settings for a request that samples (or not): a greedy request's drafts always
+        match (rejection sampling needs a distribution to sample), and its statistics say so."""
+        return replace(self, draft_sampling=MATCH) if greedy and self.draft_sampling != MATCH else self
 
     def limited_to(self, deepest: int) -> SpeculativeSettings:
         """These settings for a model whose MTP drafts at most ``deepest`` tokens
@@ -131,22 +156,25 @@ class SpeculativeSettings:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SpeculativeSettings:
         """Settings from JSON, old spellings included: profiles written before
-        "off" had one name say ``mode: "none"`` (and ``n_max: 0`` for off)."""
+        "off" had one name say ``mode: "none"`` (and ``n_max: 0`` for off); before
+        ``draft_sampling`` existed, drafts matched."""
         mode = data.get("mode", OFF)
         n_max = data.get("n_max", 3)
         if mode == "none" or not n_max:
             mode, n_max = OFF, 3 if not n_max else n_max
         return cls(mode, int(n_max), int(data.get("n_min", 0)), float(data.get("p_min", 0.0)),
                    depth=str(data.get("depth", FIXED)),
-                   ngram_min=int(data.get("ngram_min", NGRAM_MIN)), ngram_max=int(data.get("ngram_max", NGRAM_MAX)))
+                   ngram_min=int(data.get("ngram_min", NGRAM_MIN)), ngram_max=int(data.get("ngram_max", NGRAM_MAX)),
+                   draft_sampling=str(data.get("draft_sampling", MATCH)))
 
 
 SPECULATION_OFF = SpeculativeSettings()
 
 
-def mtp(n_max: int = 3, p_min: float = 0.0, n_min: int = 0, depth: str = FIXED) -> SpeculativeSettings:
+def mtp(n_max: int = 3, p_min: float = 0.0, n_min: int = 0, depth: str = FIXED,
+        draft_sampling: str = MATCH) -> SpeculativeSettings:
     """MTP drafting with these limits (a shorthand for tests and tools)."""
-    return SpeculativeSettings(MTP, n_max, n_min, p_min, depth=depth)
+    return SpeculativeSettings(MTP, n_max, n_min, p_min, depth=depth, draft_sampling=draft_sampling)
 
 
 def ngram(n_max: int = 8, n_min: int = 0, mtp_too: bool = False) -> SpeculativeSettings:

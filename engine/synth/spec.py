@@ -11,6 +11,9 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 
 GENERATOR_VERSION = 6  # bump when the files a spec produces change
+# Oracle LM heads: the logit of f(t) is this × |h| (~8 at the tiny size) above a random spread; at 2.0
+# sampling at temperature 1 nearly always picks f(t)
+LOGIT_SCALE = 2.0
 
 # Hand-written tensor lists (engine.synth.archs): every weight has a known role,
 # so these also support oracle weights.
@@ -111,6 +114,9 @@ class SynthSpec:
     heads: tuple[HeadMap, ...] = field(default_factory=lambda: (HeadMap(),))
     seed: int = 0
     dense: bool = False  # step35/glm4moe: dense FFN instead of MoE where the arch allows
+    # oracle LM heads' scale: below LOGIT_SCALE, sampling at temperature 1 spreads over other tokens
+    # (greedy still follows f), and the heads' distributions equal the target's where they agree
+    logit_scale: float = LOGIT_SCALE
 
     def __post_init__(self) -> None:
         if self.arch not in ALL_ARCHITECTURES:
@@ -143,6 +149,8 @@ class SynthSpec:
         for head in fields["heads"]:  # a field added with its default must not rename every cached model
             if not head["run"]:
                 del head["run"]
+        if fields["logit_scale"] == LOGIT_SCALE:
+            del fields["logit_scale"]
         blob = json.dumps({"v": GENERATOR_VERSION, **fields}, sort_keys=True)
         digest = hashlib.sha256(blob.encode()).hexdigest()[:10]
         return f"{self.arch}-{self.size}-{self.weights}-s{self.seed}-{digest}"

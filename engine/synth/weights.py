@@ -18,7 +18,6 @@ from engine.synth.archs import TensorSpec
 from engine.synth.oracle import OracleMaps
 from engine.synth.spec import SynthSpec
 
-LOGIT_SCALE = 2.0
 MIXED_WRITER_SCALE = 0.12  # residual writers of "mixed" models, relative to random ones
 # Derived architectures (engine.synth.derived) do not know which matrices write
 # into the residual stream, so in mixed models every "matrix" is scaled down,
@@ -55,7 +54,7 @@ class WeightFiller:
         d = self.spec.dims
         out = np.zeros((d.n_vocab, d.n_embd), dtype=np.float32)
         for t, target in enumerate(mapping):
-            out[target] += self.embd[t] * LOGIT_SCALE
+            out[target] += self.embd[t] * self.spec.logit_scale
         return out
 
     def array(self, t: TensorSpec) -> np.ndarray:
