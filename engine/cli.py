@@ -47,6 +47,11 @@ def _add_spec_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ngram", action="store_true",
                    help="draft what followed the same tokens earlier in the context (any model, no MTP head "
                         "needed); with --mtp: both, by the policy in docs/mtp.md")
+    p.add_argument("--draft-sampling", choices=("match", "probabilistic"), default="match",
+                   help="with a temperature above 0: match (drafts are the head's top token, kept while they "
+                        "equal the target's sample; the same reply as without drafting) or probabilistic "
+                        "(sampled drafts kept by rejection sampling: the same distribution, more accepted at "
+                        "high temperature, not the same seeded reply), as llama.cpp's --spec-draft-sampling")
 
 
 def spec_mode(args: argparse.Namespace) -> str:
@@ -133,7 +138,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         content = {"prompt": text} if args.raw else {"messages": [{"role": "user", "content": text}]}
         try:
             speculative = (SpeculativeSettings(spec_mode(args), args.n_max, args.n_min, args.p_min,
-                                               depth="adaptive" if args.adaptive else "fixed")
+                                               depth="adaptive" if args.adaptive else "fixed",
+                                               draft_sampling=args.draft_sampling)
                            if spec_mode(args) != "off" else SPECULATION_OFF)
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)

@@ -57,6 +57,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--adaptive", action="store_true", help="choose each round's draft length (at most --n-max)")
     p.add_argument("--n-max", type=int, default=3, help="most draft tokens per round (with --speculative mtp)")
     p.add_argument("--p-min", type=float, default=0.0, help="stop drafting below this probability")
+    p.add_argument("--draft-sampling", choices=("match", "probabilistic"), default="match",
+                   help="for sampled requests: probabilistic keeps sampled drafts by rejection sampling (more "
+                        "accepted at high temperature, not the same seeded reply); with --speculative mtp")
     p.add_argument("--verbose", action="store_true", help="show the engine's log")
 
 
@@ -73,7 +76,8 @@ def start_link(args: argparse.Namespace) -> tuple[object, str]:
     assert model is not None
     if args.speculative in ("mtp", "ngram", "mtp+ngram"):
         setting = SpeculativeSettings(args.speculative, args.n_max, 0, args.p_min,
-                                      depth="adaptive" if args.adaptive else "fixed")
+                                      depth="adaptive" if args.adaptive else "fixed",
+                                      draft_sampling=getattr(args, "draft_sampling", "match"))
         link.set_default_speculative(setting.limited_to(model.max_draft if model.can_draft else 0))
         line = f"speculation by default: {link.default_speculative().label}"
     elif args.speculative == "off":

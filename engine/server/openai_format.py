@@ -26,7 +26,8 @@ Rules that matter to a client:
   ``repeat_last_n`` are accepted too.
 - ``speculative`` (an extension): ``"auto"`` (the default: the model's autotune
   profile, else off), ``"off"``, ``"mtp"``, or an object
-  ``{"mode": "mtp", "n_max": 3, "n_min": 0, "p_min": 0.0}``.
+  ``{"mode": "mtp", "n_max": 3, "n_min": 0, "p_min": 0.0, "draft_sampling": "match"}``
+  (``"probabilistic"``: sampled drafts kept by rejection sampling, docs/mtp.md).
 - Responses carry ``usage`` and, as llama-server's do, ``timings`` with the
   draft counts (``draft_n``, ``draft_n_accepted``), plus a ``speculative``
   object with the per-position acceptance.
@@ -45,7 +46,7 @@ from engine.errors import ImageError
 from engine.generation.image_sources import IMAGE_PART_TYPES, image_source
 from engine.sampling import GREEDY, MAX_SEED, SamplingParams
 from engine.server.reply import Reply, TokenLogprob, ToolCall
-from engine.speculative.settings import MODES, SpeculativeSettings
+from engine.speculative.settings import MATCH, MODES, SpeculativeSettings
 from engine.speculative.stats import StatsSnapshot
 from engine.unicode_text import first_bad_text, printable
 from engine.worker.protocol import IMAGE_MARKER, MAX_TOP_LOGPROBS  # as OpenAI's
@@ -211,14 +212,16 @@ def speculative_from(value: Any) -> SpeculativeSettings | None:
         value = {"mode": value}
     if not isinstance(value, dict):
         raise bad("speculative", "'speculative' must be \"auto\", \"off\", \"mtp\" or an object", "invalid_type")
-    unknown = sorted(set(value) - {"mode", "n_max", "n_min", "p_min"})
+    unknown = sorted(set(value) - {"mode", "n_max", "n_min", "p_min", "draft_sampling"})
     if unknown:
-        raise bad("speculative", f"'speculative' has unknown field(s) {unknown}; it takes mode, n_max, n_min, p_min")
+        raise bad("speculative", f"'speculative' has unknown field(s) {unknown}; "
+                                 "it takes mode, n_max, n_min, p_min, draft_sampling")
     if value.get("mode", "mtp") not in MODES:
         raise bad("speculative", f"'speculative.mode' must be one of {['auto', *MODES]}, not {value.get('mode')!r}")
     try:
         return SpeculativeSettings(mode=value.get("mode", "mtp"), n_max=value.get("n_max", 3),
-                                   n_min=value.get("n_min", 0), p_min=value.get("p_min", 0.0))
+                                   n_min=value.get("n_min", 0), p_min=value.get("p_min", 0.0),
+                                   draft_sampling=value.get("draft_sampling", MATCH))
     except ValueError as exc:
         raise bad("speculative", f"'speculative': {exc}") from None
 

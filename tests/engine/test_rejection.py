@@ -111,3 +111,17 @@ def test_verify_wants_a_bonus_row_and_a_q_row_per_draft() -> None:
         verify([p], [q], [1], np.random.default_rng(0))
     with pytest.raises(ValueError, match="no mass"):
         judge(p, PAIRS["disjoint"][1], 7, np.random.default_rng(0))
+
+
+def test_draft_sampling_is_a_checked_setting_that_old_profiles_read_as_matching() -> None:
+    from engine.speculative.settings import MATCH, PROBABILISTIC, SpeculativeSettings, mtp
+
+    old = SpeculativeSettings.from_json({"mode": "mtp", "n_max": 3, "n_min": 0, "p_min": 0.0, "depth": "fixed"})
+    assert old.draft_sampling == MATCH and not old.probabilistic
+    sampled = mtp(3, draft_sampling=PROBABILISTIC)
+    assert SpeculativeSettings.from_json(sampled.to_json()) == sampled
+    assert sampled.label == "mtp n_max=3 probabilistic" and sampled.probabilistic
+    assert sampled.for_sampling(greedy=True).draft_sampling == MATCH
+    assert sampled.for_sampling(greedy=False) == sampled
+    with pytest.raises(ValueError, match="draft_sampling must be one of"):
+        mtp(3, draft_sampling="greedy")

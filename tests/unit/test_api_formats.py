@@ -716,3 +716,13 @@ def test_the_speculative_report_says_what_ran_not_what_was_asked():
     ran = speculative_report(StatsSnapshot(settings=mtp(3), rounds=2, drafted=6, accepted=4), mtp(8))
     assert (ran["mode"], ran["n_max"], ran["drafted"]) == ("mtp", 3, 6)
     assert speculative_report(None, mtp(8))["n_max"] == 8  # no statistics (it failed first): what was asked
+
+
+def test_the_speculative_extension_takes_a_draft_sampling():
+    from engine.server.openai_format import speculative_from
+
+    asked = speculative_from({"mode": "mtp", "n_max": 2, "draft_sampling": "probabilistic"})
+    assert asked is not None and asked.draft_sampling == "probabilistic" and asked.label.endswith("probabilistic")
+    assert speculative_from({"mode": "mtp"}).draft_sampling == "match"
+    with pytest.raises(ApiError, match="draft_sampling must be one of"):
+        speculative_from({"mode": "mtp", "draft_sampling": "sometimes"})

@@ -24,7 +24,16 @@ def test_sampling_travels_whole_with_llama_cpps_names():
 def test_a_version_4_request_with_flat_sampling_fields_is_refused_by_name():
     with pytest.raises(ProtocolError, match=r"unknown field\(s\) \['seed', 'temperature'\]"):
         P.decode_request('{"type": "generate", "id": "a", "prompt": "x", "temperature": 0.5, "seed": 3}')
-    assert P.PROTOCOL_VERSION == 6
+    assert P.PROTOCOL_VERSION == 7
+
+
+def test_speculative_settings_carry_their_draft_sampling():
+    request = P.decode_request('{"type": "generate", "id": "a", "prompt": "x", '
+                               '"speculative": {"mode": "mtp", "draft_sampling": "probabilistic"}}')
+    assert request.speculative.draft_sampling == "probabilistic"
+    assert P.decode_request(P.encode(request)).speculative == request.speculative
+    with pytest.raises(ProtocolError, match="draft_sampling must be one of"):
+        P.decode_request('{"type": "generate", "id": "a", "speculative": {"draft_sampling": "greedy"}}')
 
 
 def test_generate_request_round_trips_through_json():
