@@ -30,11 +30,12 @@ from engine.speculative.settings import (
     deepest_draft,
 )
 
-# Architectures whose attention reads past a sequence's own cells in a shared pool (deepseek4's
-# compressed KV: its drafts changed with other sequences beside it; tests/engine/test_parallel.py):
-# in a multi-sequence session each sequence gets a pool of its own, at the cost of one graph per
-# sequence in a mixed batch.
-SEPARATE_CELLS = frozenset({"deepseek4"})
+# Architectures whose attention depends on where cells sit in the KV pool, not only on what they hold
+# (deepseek4's compressed KV: its drafts changed with other sequences beside it in a shared pool, and
+# with an MTP row kept instead of decoded again; tests/engine/test_parallel.py, test_catch_up_rows.py).
+# A multi-sequence session gives each sequence a pool of its own (one graph per sequence in a mixed
+# batch), and the MTP drafter decodes id_last's row again as llama.cpp's driver does.
+CELL_ORDER_SENSITIVE = frozenset({"deepseek4"})
 
 if TYPE_CHECKING:
     from engine.generation.placement import Placement
@@ -200,14 +201,16 @@ class Session:
         self.mtp_drafter = MTPDrafter(self.target, self.mtp_model, fold=self.options.fold,
                                       n_threads=self.options.n_threads_draft or self.options.n_threads,
                                       n_seq=self.options.parallel, kv_unified=self.kv_unified)
+        if self.facts.architecture in CELL_ORDER_SENSITIVE:
+            self.mtp_drafter.skip_drafted_row = False
         self.rollback_strategy = rollback.choose(self.target, self._hybrid, MAX_DRAFT)
         self.mtp_status = "chained" if self.mtp_drafter.chained else "single"
 
     @property
     def kv_unified(self) -> bool:
         """Several sequences share one pool of cells, so a batch of all their rows is one graph
-        (:data:`SEPARATE_CELLS` keep a pool per sequence)."""
-        return self.options.parallel > 1 and self.facts.architecture not in SEPARATE_CELLS
+        (:data:`CELL_ORDER_SENSITIVE` keep a pool per sequence)."""
+        return self.options.parallel > 1 and self.facts.architecture not in CELL_ORDER_SENSITIVE
 
     @property
     def n_seq(self) -> int:

@@ -19,6 +19,12 @@ once at load (:func:`graph_crops_rows`) and folds only where the answer is exact
 hazard when a prefix is re-decoded with one output; there every row is made
 an output instead, so the last row's state is the right one.
 
+No row is decoded twice: a looped head's first draft decode writes the row of
+``id_last`` at ``pos0`` with (``id_last``, ``pending_h``) — exactly the catch-up
+row that position needs — so the next fold starts after it
+(:attr:`MTPDrafter.skip_drafted_row`); only rows the head drafted from its own
+states (the accepted drafts) are decoded again, with the target's.
+
 The invariant everything rests on (see docs/mtp.md): the MTP input at
 position p is (token x_p, h_target(p-1)), so ``pending_h`` always holds the
 target's hidden state at ``pos0 - 1``, where ``pos0`` is the position of
@@ -110,6 +116,10 @@ class MTPDrafter:
     # A draft may go unverified (adaptive depth's shadow probe): its MTP decode wrote only
     # position pos0 with the right inputs, and the plain step's catch-up writes it again.
     shadow_probes = True
+    # keep the row a looped head's first draft decode wrote at pos0 instead of decoding it again in the
+    # next fold (identical inputs; tests compare drafts with it off). Off where attention depends on
+    # where a cell sits, not only on what it holds (engine.generation.session.CELL_ORDER_SENSITIVE)
+    skip_drafted_row = True
 
     def __init__(self, target_ctx: Context, mtp_model: Model, fold: bool = True, n_threads: int | None = None,
                  n_seq: int = 1, kv_unified: bool = False) -> None:
@@ -176,6 +186,7 @@ class MTPDrafter:
         # a list while a request records its drafts: each draft's top-1 minus top-2 logit (how close
         # the head was to drafting another token; tests tell a numeric near-tie from a wrong state)
         self.draft_margins: list[float] | None = None
+        self._drafted_at = -1  # pos0 of the last looped draft whose first decode wrote (id_last, pending_h) there
 
     # -- Drafter interface --------------------------------------------------
     def begin(self, settings: SpeculativeSettings, keep: int = 0) -> None:
@@ -189,6 +200,7 @@ class MTPDrafter:
         self.exact_end = keep
         self.pending_h[:] = 0.0
         self._fold_tokens = []
+        self._drafted_at = -1
         self.seconds = {"draft": 0.0, "catch_up": 0.0}
         # Defer every catch-up, not only plain steps' (set by the composition
         # drafter after begin: rounds another source drafted then cost no MTP decode).
@@ -300,8 +312,11 @@ class MTPDrafter:
         # depend on the token drawn, and rejection sampling needs every draft a plain sample of q
         if len(drafts) < self.settings.n_min and self.draft_sampler is None:
             drafts = []
-        # draft rows (and a chained head's pass over pos0) are not catch-up rows
+        # draft rows (and a chained head's pass over pos0) are not catch-up rows; a looped head's
+        # first row, (id_last, pending_h) at pos0, is one
         self.exact_end = min(self.exact_end, pos0)
+        if self._drafted_at == pos0:
+            self._exact_to(pos0, pos0 + 1)
         self.seconds["draft"] += time.perf_counter() - t0
         return drafts
 
@@ -310,13 +325,17 @@ class MTPDrafter:
         if self.fold or self._deferred_step:
             kept = self._verified[: n_accepted + 1]
             n = len(self._fold_tokens)
+            # the row at pos0 is already in the MTP context when this round's draft wrote it (see skip_drafted_row)
+            skip = self.skip_drafted_row and self._drafted_at == pos0 and not n
             if not n:
-                self._fold_pos = pos0
+                self._fold_pos = pos0 + skip
             # written in place: rows pile up over many plain steps, and copying the pile each
             # step would cost as much as the decode (no draft ran since the last verify: they are contiguous)
-            self._fold_buf[n] = self.pending_h
-            self._fold_buf[n + 1:n + 1 + n_accepted] = self.verify_h[:n_accepted]
-            self._fold_tokens.extend(kept)
+            if not skip:
+                self._fold_buf[n] = self.pending_h
+                n += 1
+            self._fold_buf[n:n + n_accepted] = self.verify_h[:n_accepted]
+            self._fold_tokens.extend(kept[skip:])
             if len(self._fold_tokens) + MAX_DRAFT + 1 >= self.batch.capacity:
                 self.settle()  # many steps without a draft (adaptive depth): the batch must still hold them
         else:
@@ -416,6 +435,7 @@ class MTPDrafter:
             self.ctx.seq_rm(pos0, -1, self.seq)
         batch.add(id_last, pos0, True, self.seq)
         ctypes.memmove(batch.embd_row_address(first), self.pending_h.ctypes.data, self._row_bytes)
+        self._drafted_at = pos0
         row = first
         while True:
             t_decode = time.perf_counter()

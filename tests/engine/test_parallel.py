@@ -12,7 +12,7 @@ import pytest
 
 from engine.generation.generator import GenerateRequest, GenerateResult, generate
 from engine.generation.parallel import Job, ParallelGenerator, generate_together
-from engine.generation.session import SEPARATE_CELLS, LoadOptions, Session
+from engine.generation.session import CELL_ORDER_SENSITIVE, LoadOptions, Session
 from engine.gguf.facts import read_facts
 from engine.runtime import SamplingParams
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp
@@ -29,9 +29,9 @@ def requests(spec: SpeculativeSettings, n: int = 4, **kw) -> list[GenerateReques
 
 def alone(path: str, reqs: list[GenerateRequest], n_seq: int) -> list[GenerateResult]:
     """Each request alone, on a one-sequence session with the cells one sequence of the
-    multi-sequence session sees: the shared pool, or its own (engine.generation.session.SEPARATE_CELLS;
+    multi-sequence session sees: the shared pool, or its own (engine.generation.session.CELL_ORDER_SENSITIVE;
     deepseek4's compressed attention depends on the size of the pool, not only on what it holds)."""
-    shared = read_facts(path).architecture not in SEPARATE_CELLS
+    shared = read_facts(path).architecture not in CELL_ORDER_SENSITIVE
     with Session(LoadOptions(path=path, n_ctx=512 * n_seq if shared else 512)) as session:
         return [generate(session, r) for r in reqs]
 

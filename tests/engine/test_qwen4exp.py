@@ -125,7 +125,7 @@ def test_the_chat_command_streams_the_plain_output_with_mtp_and_shows_acceptance
 
     plain, spec = chat(), chat("--mtp", "--n-max", "3")
     assert plain.stdout.strip() and spec.stdout == plain.stdout
-    shown = r"\[mtp\] mtp\(n_max=3\), rollback rs_seq: \d+ rounds, [1-9]\d*/\d+ drafts accepted"
+    shown = r"\[mtp\] mtp n_max=3, rollback rs_seq: \d+ rounds, [1-9]\d*/\d+ drafts accepted"
     assert re.search(shown, spec.stderr), spec.stderr[-500:]
 
 
