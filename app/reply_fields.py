@@ -15,7 +15,16 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QFormLayout, QLabel, QSpinBox, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QSpinBox,
+    QWidget,
+)
 
 from app.reply_values import OLD_RANDOM_SEED, ReplyValues
 from engine.sampling import PRESETS, RANDOM_SEED, SamplingParams
@@ -34,6 +43,12 @@ PRESET_TIPS = {
     "creative": "More varied wording (temperature 1.0, every word that is at least 5% as likely as the top one).",
     CUSTOM: "Your own values below.",
 }
+PROBABILISTIC_DRAFTS = ("Probabilistic draft acceptance (faster at high temperature; not seed-identical)",
+                        "llama.cpp --spec-draft-sampling probabilistic. With randomness above 0, the heads sample "
+                        "their drafts and the model keeps each with the probability rejection sampling gives: "
+                        "replies are as random as without drafting, more drafts are kept, but a fixed seed gives "
+                        "another reply than without drafting. Off: drafts are kept only where they equal the "
+                        "model's own choice (the same reply as without drafting).")
 MAX_SPIN_SEED = 2**31 - 1  # a spin box holds 32-bit signed integers; llama.cpp seeds are 32-bit unsigned
 
 # key: (label, tooltip) — the tooltip names llama.cpp's field and flag
@@ -86,6 +101,16 @@ def _double(low: float, high: float, step: float, value: float, decimals: int = 
     return box
 
 
+def _beside(*widgets: QWidget) -> QWidget:
+    row = QWidget()
+    layout = QHBoxLayout(row)
+    layout.setContentsMargins(0, 0, 0, 0)
+    for w in widgets:
+        layout.addWidget(w)
+    layout.addStretch(1)
+    return row
+
+
 class ReplyFields:
     """The rows in ``form``, showing ``values``; :meth:`values` reads them back."""
 
@@ -114,6 +139,9 @@ class ReplyFields:
         self.speculative.setCurrentText(values.speculative)
         self.n_max = QSpinBox(minimum=1, maximum=max(1, max_draft), value=values.n_max)
         self.p_min = _double(0.0, 1.0, 0.05, values.p_min)
+        self.probabilistic_drafts = QCheckBox(PROBABILISTIC_DRAFTS[0])
+        self.probabilistic_drafts.setChecked(bool(values.probabilistic_drafts))
+        self.probabilistic_drafts.setToolTip(PROBABILISTIC_DRAFTS[1])
         self.auto_note = QLabel("")
         self.auto_note.setWordWrap(True)
         self.auto, self.auto_speedup = auto, auto_speedup
@@ -123,7 +151,8 @@ class ReplyFields:
             widget.setToolTip(tip)
             row_label = QLabel(label)
             row_label.setToolTip(tip)
-            form.addRow(row_label, widget)
+            # the acceptance box shares the gate's row: a row more would push a chat's dialog past a small screen
+            form.addRow(row_label, _beside(widget, self.probabilistic_drafts) if key == "p_min" else widget)
             if key == "p_min":
                 form.addRow("", self.auto_note)
         self._select_preset(preset_for(asdict(sampling)))  # the values decide, not a stored name
@@ -192,4 +221,5 @@ class ReplyFields:
         seed = self.seed.value()
         sampling = SamplingParams(**self._sampling_values(), seed=RANDOM_SEED if seed == OLD_RANDOM_SEED else seed)
         return ReplyValues(sampling=sampling, max_tokens=self.max_tokens.value(),
-                           speculative=self.speculative.currentText(), **own)
+                           speculative=self.speculative.currentText(), **own,
+                           probabilistic_drafts=self.probabilistic_drafts.isChecked())

@@ -31,6 +31,8 @@ class ReplyValues:
     speculative: str  # auto | mtp | ngram | mtp+ngram | off
     n_max: int
     p_min: float
+    # sampled replies: probabilistic draft acceptance (engine.speculative.settings.PROBABILISTIC)
+    probabilistic_drafts: bool = False
 
 
 REPLY_FIELDS = tuple(f.name for f in dataclasses.fields(ReplyValues))

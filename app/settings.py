@@ -57,6 +57,8 @@ class Settings:
     speculative: str = "auto"  # auto (the autotune profile, else MTP n_max 3) | off | mtp | ngram | mtp+ngram
     n_max: int = 3
     p_min: float = 0.0
+    # sampled replies: drafts sampled and kept by rejection sampling (faster at high temperature, not seed-identical)
+    probabilistic_drafts: bool = False
     highlight_drafts: bool = False
     system_prompt: str = ""
     window_state: dict[str, str] = field(default_factory=dict)  # geometry, splitter (app/window_extras.py)
@@ -64,6 +66,9 @@ class Settings:
     server_host: str = "127.0.0.1"
     server_port: int = 8181
     server_require_key: bool = False
+    # replies decoded at once, the chat's and the local server's together: the model is loaded with this
+    # many sequences of n_ctx tokens each (engine/generation/parallel.py); 1: one at a time
+    parallel: int = 1
 
     @classmethod
     def path(cls) -> Path:

@@ -172,3 +172,26 @@ def test_the_speculation_choice_offers_ngram_and_the_composition(qtbot):
     f.speculative.setCurrentText("ngram")
     assert f.values().speculative == "ngram" and f.n_max.isEnabled()
 
+
+
+def test_probabilistic_draft_acceptance_is_a_preference_that_reaches_the_request(qtbot, tmp_path, monkeypatch):
+    from app.chat.speculative_choice import speculative_for
+
+    f = fields(qtbot)
+    assert not f.probabilistic_drafts.isChecked() and "--spec-draft-sampling" in f.probabilistic_drafts.toolTip()
+    assert "not seed-identical" in f.probabilistic_drafts.text()
+    f.probabilistic_drafts.setChecked(True)
+    values = f.values()
+    assert values.probabilistic_drafts
+    assert speculative_for(values, None, True).draft_sampling == "probabilistic"  # auto without a profile
+    assert speculative_for(values, mtp(2), True).label == "mtp n_max=2 probabilistic"  # over autotune's choice
+    assert speculative_for(replace(values, speculative="off"), None, True).draft_sampling == "match"
+    assert speculative_for(replace(values, probabilistic_drafts=False), None, True).draft_sampling == "match"
+    # kept in the preferences, and settings files from before read it as off
+    monkeypatch.setattr(Settings, "path", classmethod(lambda cls: tmp_path / "settings.json"))
+    settings = Settings()
+    settings.set_reply_values(values)
+    settings.save()
+    assert Settings.load().reply_values().probabilistic_drafts
+    (tmp_path / "settings.json").write_text(json.dumps({"n_max": 2}))
+    assert not Settings.load().reply_values().probabilistic_drafts
