@@ -66,10 +66,11 @@ class LoadChoice:
         return cls(s.model_path, s.sidecar_path, s.n_ctx, s.n_threads, s.n_gpu_layers, s.speculative != "off")
 
     def options(self, s: Settings) -> P.LoadOptions:
-        """The load request's options: this choice, with the settings' draft threads and RPC servers."""
+        """The load request's options: this choice, with the settings' draft threads, sequences
+        (replies at once) and RPC servers."""
         return P.LoadOptions(path=self.path, n_ctx=self.n_ctx, n_threads=self.n_threads,
                              n_gpu_layers=self.n_gpu_layers, mtp=self.mtp, sidecar=self.sidecar,
-                             n_threads_draft=s.n_threads_draft,
+                             n_threads_draft=s.n_threads_draft, parallel=s.parallel,
                              rpc=tuple(r.strip() for r in s.rpc_servers.split(",") if r.strip()))
 
     def apply_to(self, s: Settings) -> None:

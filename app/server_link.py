@@ -7,10 +7,12 @@ How they share it without corrupting each other's state:
 - Every request carries its own id: the server's are ``h1, h2, …``, the chat's
   ``q1, q2, …``. The chat reads only events of its own request id, this link
   only events of the server's, and a cancel names its target id.
-- The worker runs generate requests one at a time, in the order they arrive
-  (its request queue): a server request sent while the chat is replying waits
-  until that reply ends, and a chat reply waits for a running server request
-  (the server's own queue bounds how many of its requests wait).
+- With one sequence (``Settings.parallel`` 1) the worker runs generate requests
+  one at a time, in the order they arrive: a server request sent while the chat
+  is replying waits until that reply ends, and the other way round (the
+  server's own queue bounds how many of its requests wait). With more, the
+  model is loaded with that many sequences and the worker decodes the chat's
+  reply and the server's requests together (engine/worker/together.py).
 - Loads go through the same queue, so a model switch happens between replies;
   the server then serves the new model (``/v1/models`` follows it).
 - If the worker dies, in-flight server requests end with a ``worker_died``

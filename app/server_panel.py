@@ -86,6 +86,12 @@ class ServerPanel(QDialog):
         self.port = QSpinBox()
         self.port.setRange(1, 65535)
         self.port.setValue(self.settings.server_port)
+        self.parallel = QSpinBox()
+        self.parallel.setRange(1, 16)
+        self.parallel.setValue(self.settings.parallel)
+        self.parallel.setToolTip("Requests decoded together, the chat's and the server's: the model is loaded with "
+                                 "this many sequences of the context size each. 1: one at a time, the others wait. "
+                                 "Applies when the model is next loaded (Model → Reload).")
         self.require_key = QCheckBox("Require the API key (always, when not on 127.0.0.1)")
         self.require_key.setChecked(self.settings.server_require_key)
         self.key = QLineEdit(self._key)
@@ -116,6 +122,7 @@ class ServerPanel(QDialog):
         form = QFormLayout()
         form.addRow("Address", self.host)
         form.addRow("Port", self.port)
+        form.addRow("Replies at once", self.parallel)
         form.addRow("", self.require_key)
         form.addRow("API key", key_row)
         form.addRow("", self.key_note)
@@ -135,6 +142,12 @@ class ServerPanel(QDialog):
         self.host.currentTextChanged.connect(lambda _t: self._update())
         self.port.valueChanged.connect(lambda _v: self._update())
         self.require_key.toggled.connect(lambda _on: self._update())
+        self.parallel.valueChanged.connect(self._parallel_changed)
+
+    def _parallel_changed(self, value: int) -> None:
+        """Remember it; the worker gets it with the next load (the load options carry it)."""
+        self.settings.parallel = value
+        self.settings.try_save()
 
     # -- actions ----------------------------------------------------------------
     def toggle(self) -> None:
@@ -151,7 +164,8 @@ class ServerPanel(QDialog):
         needs_key = self.require_key.isChecked() or not is_loopback(host)
         if needs_key and not self._key:
             self.new_key()
-        config = ServerConfig(host=host, port=port, api_key=self._key if needs_key else None)
+        config = ServerConfig(host=host, port=port, api_key=self._key if needs_key else None,
+                              parallel=self.settings.parallel)
         metrics = Metrics(on_record=self._relay.sig_record.emit)  # emitted on the server's thread: queued
         try:
             self.server = ServerThread(self.link, config, metrics).start()

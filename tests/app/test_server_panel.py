@@ -169,3 +169,25 @@ def test_a_stopped_engine_is_reported_unhealthy_and_healthy_again_when_it_runs(q
         os.kill(services.client.pid, signal.SIGCONT)
     qtbot.waitUntil(lambda: status() == 200, timeout=15000)
     panel.stop()
+
+
+def test_with_two_replies_at_once_a_server_request_does_not_wait_for_the_chats_reply(qtbot, services):
+    services.settings.parallel = 2  # the model is loaded with two sequences
+    panel = open_and_start(qtbot, services)
+    assert panel.parallel.value() == 2 and panel.server.config.parallel == 2
+    window, url = services.window, f"{panel.base_url.text()}/completions"
+    body = {"model": "combined", "prompt": "hello world the", "max_tokens": 16, "temperature": 0}
+    alone: list[httpx.Response] = []
+    post_in_thread(url, body, alone)
+    qtbot.waitUntil(lambda: bool(alone), timeout=60000)
+    services.settings.max_tokens = 2000
+    beside: list[httpx.Response] = []
+    type_and_send(qtbot, window, "river valley")
+    qtbot.waitUntil(lambda: window.chat.busy, timeout=10000)
+    post_in_thread(url, body, beside)
+    qtbot.waitUntil(lambda: bool(beside), timeout=60000)
+    assert window.chat.busy  # served while the chat's reply still streams, not after it
+    assert beside[0].json()["choices"][0]["text"] == alone[0].json()["choices"][0]["text"]
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
+        window.chat.stop()
+    panel.stop()
