@@ -108,3 +108,24 @@ def test_sampled_tokens_follow_the_target_as_often_as_plain_sampling() -> None:
     assert 0.15 < plain < 0.85  # the target really samples
     error = 4.0 * (plain * (1 - plain) * (1 / plain_total + 1 / total)) ** 0.5
     assert abs(sampled - plain) < error, (plain, sampled, error)
+
+
+def test_several_sequences_at_once_sample_their_drafts_as_each_would_alone() -> None:
+    """The multi-sequence engine runs the same Decoder steps: each seeded request's tokens and
+    acceptance are those it has alone (on a session whose cells are the shared pool's size)."""
+    from engine.generation.parallel import generate_together
+    from engine.generation.session import LoadOptions
+
+    path = str(model("glm4moe").path("combined"))
+    reqs = [GenerateRequest(prompt=p, max_tokens=24 + 8 * i, speculative=mtp(3, draft_sampling=PROBABILISTIC),
+                            sampling=SamplingParams(temperature=1.0, seed=i))
+            for i, p in enumerate([" the river model", " a quiet light", " numbers and words"])]
+    with Session(LoadOptions(path=path, n_ctx=512 * 3)) as session:
+        solo = [generate(session, r) for r in reqs]
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=3)) as session:
+        together = generate_together(session, reqs, starts=[0, 0, 2])
+    for s, t in zip(solo, together, strict=True):
+        assert t.tokens == s.tokens
+        assert t.accepted_per_round == s.accepted_per_round
+        assert t.stats.settings.label == "mtp n_max=3 probabilistic"
+    assert sum(sum(t.accepted_per_round) for t in together) > 0
