@@ -36,7 +36,7 @@ def run(session: Session, spec: SpeculativeSettings, skip: bool, monkeypatch, po
     return result.tokens, result.drafts_per_round, rows[0]
 
 
-@pytest.mark.parametrize("arch", ["glm4moe", "qwen35", "deepseek2", "qwen35moe", "deepseek4"])
+@pytest.mark.parametrize("arch", ["glm4moe", "qwen35", "deepseek2", "qwen35moe", "deepseek4", "qwen3next"])
 @pytest.mark.parametrize("spec", [mtp(3), mtp(3, p_min=0.6), SpeculativeSettings("mtp+ngram", 4)],
                          ids=["mtp", "gated", "mtp+ngram"])
 def test_drafts_are_those_of_decoding_the_row_again_with_fewer_rows(arch, spec, monkeypatch):

@@ -153,7 +153,8 @@ def test_deferring_and_settling_the_mtp_catch_up_leaves_mtp_drafts_unchanged(arc
             session._composed = None  # rebuilt with the patched constants
             session.ngram_drafter.forget()
             run(session, ngram(8), sampling=SAMPLED, max_tokens=64)
-            result = run(session, ngram(3, mtp_too=True), record_drafts=True, max_tokens=64)
+            # long enough that an MTP round keeps a draft right before an n-gram round: a backlog to settle
+            result = run(session, ngram(3, mtp_too=True), record_drafts=True, max_tokens=160)
             return result.drafts_per_round, result.tokens
 
         run(session, ngram(8))  # make the n-gram drafter
