@@ -45,6 +45,7 @@ from app.reply_values import ReplyValues, stored
 from app.server_status import ServerStatus
 from app.settings import Settings
 from app.settings_dialog import SettingsDialog
+from app.status_bar import StatusBar
 from app.theme import apply_qt_palette, palette_for
 from app.window_extras import apply_theme, install_window_extras, save_window_state
 
@@ -112,6 +113,7 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.models_page, "Models")
         self.tabs.addTab(self.hardware_page, "Hardware")
         self.setCentralWidget(self.tabs)
+        self.setStatusBar(StatusBar())  # its messages stop short of the fixed labels
         self.server_status = ServerStatus(self.open_server_panel)
         self.statusBar().addPermanentWidget(self.server_status)
         self.statusBar().addPermanentWidget(self.engine_status)

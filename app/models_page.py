@@ -1,12 +1,14 @@
-"""The Models page, assembled from the widgets in ``app/models/``: recommended MTP models, the hub search with
-its download rows over one download queue, the library on disk, and the target + sidecar pair."""
+"""The Models page, assembled from the widgets in ``app/models/``: the library (on disk and in the catalog) with
+the target + sidecar pair, the recommended MTP models, and the hub search with its download rows over one
+download queue — one tab each, so each has the page's whole height (at 1000×700 three stacked sections left
+the catalog one row and pushed the window past the screen)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import QGroupBox, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QTabWidget, QVBoxLayout, QWidget
 
 from app import background
 from app.models.catalog_view import RecommendedModels
@@ -40,15 +42,17 @@ class ModelsPage(QWidget):
         # 0 in the settings: "the model's own"; no header read yet
         self.library = LibraryView(n_ctx if n_ctx > 0 else 8192, records)
         self.pair = PairPanel(self.library)
-        lib_box = QGroupBox("On this computer")
+        lib_box = QWidget()
         lib_col = QVBoxLayout(lib_box)
         lib_col.addWidget(self.library, 1)
         lib_col.addWidget(self.pair)
-        split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(self.recommended)
-        split.addWidget(self.hub)
-        split.addWidget(lib_box)
-        QVBoxLayout(self).addWidget(split)
+        self.recommended.setTitle("")  # the tab names them
+        self.hub.setTitle("")
+        self.sections = QTabWidget()
+        self.sections.addTab(lib_box, "On this computer")
+        self.sections.addTab(self.recommended, "Recommended MTP models")
+        self.sections.addTab(self.hub, "Search Hugging Face")
+        QVBoxLayout(self).addWidget(self.sections)
 
         self.recommended.sig_download.connect(self.download_recommended)
         self.hub.sig_offline.connect(self.recommended.set_offline)
@@ -77,7 +81,7 @@ class ModelsPage(QWidget):
     # -- a recommended model: its files looked up, queued, and set as the pair --------------------------------
     def download_recommended(self, rec: catalog.Recommendation) -> None:
         """Look the recommendation's files up on the hub (the quantization's shards and the sidecar), then
-        download them all; when every one is verified, they become the pair below."""
+        download them all; when every one is verified, they become the pair (On this computer)."""
         self.recommended.set_row_status(rec, "Looking up files…")
         task = self._running.add(background.run(lambda r: catalog.resolve(r, None, credentials.get_token()), rec))
         task.sig_done.connect(lambda resolved: self._download_resolved(rec, resolved))
@@ -108,11 +112,12 @@ class ModelsPage(QWidget):
 
     def _recommended_downloaded(self, rec: catalog.Recommendation, target: Path, sidecar: Path | None) -> None:
         self.pair.set_pair(str(target), str(sidecar) if sidecar else None)
+        self.sections.setCurrentIndex(0)  # where the pair is, with Check pair and Use in chat
         self.recommended.set_row_status(rec, "Downloaded")
         self.recommended.status.setText(
-            f"{rec.name} is downloaded and set as the pair below. Check pair (doctor) to confirm the sidecar "
+            f"{rec.name} is downloaded and set as the pair. Check pair (doctor) to confirm the sidecar "
             "fits, then Use in chat." if sidecar else
-            f"{rec.name} is downloaded and set as the target below (its MTP head is in the file): Use in chat.")
+            f"{rec.name} is downloaded and set as the target (its MTP head is in the file): Use in chat.")
 
     def shutdown(self) -> None:
         self.pair.shutdown()

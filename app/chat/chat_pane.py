@@ -83,6 +83,10 @@ class ChatPane(QWidget):
         self._replying = False
         self.blocked_label = QLabel()
         self.blocked_label.setStyleSheet(f"color:{palette.muted};")
+        # on a line of its own above the buttons, wrapped: beside them, as one long line, it widened the window
+        # and squeezed the chat list (Model → Eject)
+        self.blocked_label.setWordWrap(True)
+        self.blocked_label.setAlignment(Qt.AlignmentFlag.AlignRight)
         self.blocked_label.hide()
         self.model_notice = QLabel()
         self.model_notice.setWordWrap(True)
@@ -115,7 +119,6 @@ class ChatPane(QWidget):
         buttons.addWidget(self.edit_button)
         buttons.addWidget(self.continue_button)
         buttons.addStretch(1)
-        buttons.addWidget(self.blocked_label)
         buttons.addWidget(self.stop_button)
         buttons.addWidget(self.send_button)
         col = QVBoxLayout(self)
@@ -131,6 +134,7 @@ class ChatPane(QWidget):
         self.edit_bar = EditBar(palette)
         col.addWidget(self.edit_bar)
         col.addWidget(self.composer)
+        col.addWidget(self.blocked_label)
         col.addLayout(buttons)
 
         self.composer.sig_submit.connect(self.send)

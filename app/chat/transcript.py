@@ -32,6 +32,7 @@ from PySide6.QtCore import QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QDesktopServices,
     QGuiApplication,
+    QPalette,
     QResizeEvent,
     QTextBlockFormat,
     QTextCharFormat,
@@ -80,6 +81,10 @@ class TranscriptView(QTextBrowser):
         super().__init__(parent)
         self.setOpenLinks(False)
         self.anchorClicked.connect(self._on_anchor)
+        # the margins beside the text column (resizeEvent) are the view's, not the viewport's: painted in the
+        # transcript's background, not the window's grey
+        self.setBackgroundRole(QPalette.ColorRole.Base)
+        self.setAutoFillBackground(True)
         self.palette_ = palette
         self.messages: list[ShownMessage] = []
         self.highlight_drafts = False

@@ -10,7 +10,7 @@ so an offline user learns it at once rather than from a search that retries for
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QGroupBox,
@@ -69,9 +69,15 @@ class RecommendedModels(QGroupBox):
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QTableWidget.SelectionBehavior.SelectRows)
+        # the rows reflow: the three text columns share the width and wrap, the figures and the button keep
+        # theirs, and no column hides the Download buttons behind a sideways scroll
+        self.table.setWordWrap(True)
+        self.table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for column in (0, 1, 2):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.Stretch)
+        header.sectionResized.connect(lambda *_a: self.table.resizeRowsToContents())
         self.buttons: list[QPushButton] = []
         col = QVBoxLayout(self)
         col.addWidget(self.status)
@@ -96,7 +102,7 @@ class RecommendedModels(QGroupBox):
         self.online = reason is None
         if reason is None:
             self.status.setText("Connected to Hugging Face. Download fetches a recommended model (and its MTP "
-                                "sidecar); search below for others.")
+                                "sidecar); Search Hugging Face for others.")
         else:
             self.set_offline(f"Hugging Face cannot be reached: {reason}.")
 
@@ -123,10 +129,11 @@ class RecommendedModels(QGroupBox):
             button = QPushButton("Download model + sidecar" if rec.sidecar else "Download")
             button.setToolTip("Downloads the target's files" + (" and its MTP sidecar" if rec.sidecar else
                                                                  " (its MTP head is inside)")
-                              + "; both are then set as the pair below.")
+                              + "; both are then set as the pair (On this computer).")
             button.clicked.connect(lambda _c=False, r=rec: self.sig_download.emit(r))
             self.table.setCellWidget(i, 5, button)
             self.buttons.append(button)
+        self.table.resizeRowsToContents()
 
     def _tooltip(self, rec: catalog.Recommendation, estimate: fit.MemoryEstimate | None,
                  basis: str | None = None) -> str:

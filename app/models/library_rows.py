@@ -139,7 +139,7 @@ def label(row: LibraryRow, now: float | None = None) -> str:
         return f"{row.name}  ·  {row.problem}"
     if row.architecture == "?" and row.on_disk:
         return f"{row.name}  ·  unreadable"
-    where = when_text(row.last_used, now) if row.on_disk else "in the catalog: download it above"
+    where = when_text(row.last_used, now) if row.on_disk else "in the catalog, not downloaded"
     fits = {True: "", False: " · does not fit this machine", None: ""}[row.fits]
     return (f"{row.name}  ·  {row.architecture} · {row.quantization} · {size_text(row.size)} · {row.mtp} · "
             f"{where}{fits}")

@@ -5,6 +5,7 @@ shared with the pair's doctor and repair, which claim it."""
 
 from __future__ import annotations
 
+import shiboken6
 from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtGui import QBrush, QPalette
 from PySide6.QtWidgets import (
@@ -51,7 +52,7 @@ def catalog_lines(row: LibraryRow) -> list[str]:
     return [row.name, f"repository    {row.repo}", f"architecture  {row.architecture}",
             f"quantization  {row.quantization}", f"size          about {size_text(row.size)}",
             f"MTP           {row.mtp}",
-            "", "Download it with its button under Recommended MTP models above."]
+            "", "Download it from the Recommended MTP models tab."]
 
 
 class LibraryView(QWidget):
@@ -146,8 +147,8 @@ class LibraryView(QWidget):
         task.sig_done.connect(lambda rows: self._show_library(rows, generation, select))
 
     def _show_library(self, rows: list[LibraryRow], generation: int, select: str | None = None) -> None:
-        if generation != self._scan_generation:
-            return  # a newer scan is under way; scans may finish out of order
+        if not shiboken6.isValid(self.entries) or generation != self._scan_generation:
+            return  # the page was closed meanwhile, or a newer scan is under way (scans may finish out of order)
         keep = select or self.selected_path()
         self._rows = rows
         self._fill_choices()
@@ -249,7 +250,8 @@ class LibraryView(QWidget):
         task.sig_done.connect(lambda lines: self._show_facts_lines(lines, generation))
 
     def _show_facts_lines(self, lines: list[str], generation: int) -> None:
-        if generation == self._facts_generation:  # a newer read is under way otherwise
+        # a newer read is under way otherwise; or the page was closed meanwhile
+        if generation == self._facts_generation and shiboken6.isValid(self.facts):
             self.facts.setPlainText("\n".join(lines))
 
     def _add_folder(self) -> None:
