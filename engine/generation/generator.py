@@ -49,6 +49,7 @@ from engine.generation.output import Output
 from engine.generation.session import Session
 from engine.runtime import Batch, Sampler, SamplingParams
 from engine.speculative.depth import DepthPolicy
+from engine.speculative.draft_penalties import DraftPenalties
 from engine.speculative.drafter import Drafter
 from engine.speculative.mtp import MTPDrafter
 from engine.speculative.mtp_images import HIDDEN, ImageCatchUp
@@ -369,6 +370,9 @@ class Decoder:
         # each round's drafts are judged by rejection sampling (engine/speculative/rejection.py)
         self.draft_sampler = sampler.draft_sampler() if spec.probabilistic and not request.sampling.greedy else None
         drafter.draft_sampler = self.draft_sampler
+        # repetition penalties: the head's rows are penalised as the target's (engine/speculative/draft_penalties.py)
+        drafter.penalties = DraftPenalties.of(request.sampling, self.target.n_ctx,
+                                              lambda: [*self.kept[-request.sampling.repeat_last_n - 1:], self.id_last])
 
     def prefill(self, tokens: list[int], on_prefill: PrefillCallback | None, should_stop: Callable[[], bool],
                 pictures: vision.ImagePrompt | None = None) -> None:
@@ -649,6 +653,6 @@ def generate(
         raise
     finally:
         # the session's drafter outlives this request
-        drafter.guide = drafter.draft_margins = drafter.draft_sampler = None
+        drafter.guide = drafter.draft_margins = drafter.draft_sampler = drafter.penalties = None
         sampler.close()
     return decoder.finish(prompt_mode, on_stats)

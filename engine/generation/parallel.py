@@ -402,7 +402,7 @@ class ParallelGenerator:
             except Exception as exc:  # a callback failed while finishing
                 r.job.error = exc
             finally:
-                d.drafter.guide = d.drafter.draft_margins = d.drafter.draft_sampler = None
+                d.drafter.guide = d.drafter.draft_margins = d.drafter.draft_sampler = d.drafter.penalties = None
                 d.sampler.close()
                 self.running.remove(r)
                 self.free.append(r.job.seq)

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from engine.runtime.distribution import DraftSampler
+from engine.speculative.draft_penalties import DraftPenalties
 from engine.speculative.mtp import MTPDrafter
 from engine.speculative.ngram import NgramDrafter, Yield
 from engine.speculative.settings import MAX_DRAFT, MTP, SPECULATION_OFF, SpeculativeSettings
@@ -70,6 +71,15 @@ class ComposeDrafter:
     @draft_sampler.setter
     def draft_sampler(self, value: DraftSampler | None) -> None:
         self.mtp.draft_sampler = value
+
+    @property
+    def penalties(self) -> DraftPenalties | None:
+        """The request's repetition penalties on MTP's rows (n-gram drafts are copied text)."""
+        return self.mtp.penalties
+
+    @penalties.setter
+    def penalties(self, value: DraftPenalties | None) -> None:
+        self.mtp.penalties = value
 
     @property
     def seconds(self) -> dict[str, float]:

@@ -15,6 +15,7 @@ from engine.speculative.settings import MAX_DRAFT, SpeculativeSettings
 if TYPE_CHECKING:
     from engine.runtime.distribution import DraftSampler
     from engine.runtime.sampler import DraftGuide
+    from engine.speculative.draft_penalties import DraftPenalties
 
 __all__ = ["MAX_DRAFT", "Drafter", "SpeculativeSettings"]
 
@@ -39,7 +40,9 @@ class Drafter(Protocol):
     it allows) and ``draft_margins`` (a list: record each draft token's top-2
     logit margin), and ``draft_sampler`` (probabilistic draft sampling: sample
     each draft from the request's processed distribution and keep it there for
-    the target's verification); a drafter that cannot use them ignores them.
+    the target's verification), and ``penalties`` (the request's repetition
+    penalties, applied to the drafter's rows as the target's sampler applies
+    them to its own); a drafter that cannot use them ignores them.
     ``shadow_probes``: adaptive depth may draft without verifying (the drafter
     is cheap to run alone, as the MTP head is).
     """
@@ -50,6 +53,7 @@ class Drafter(Protocol):
     guide: DraftGuide | None
     draft_margins: list[float] | None
     draft_sampler: DraftSampler | None
+    penalties: DraftPenalties | None
 
     def begin(self, settings: SpeculativeSettings) -> None: ...
 
@@ -75,6 +79,7 @@ class PlainDrafter:
         self.guide: DraftGuide | None = None
         self.draft_margins: list[float] | None = None
         self.draft_sampler: DraftSampler | None = None
+        self.penalties: DraftPenalties | None = None
 
     def begin(self, settings: SpeculativeSettings) -> None:
         pass

@@ -44,6 +44,7 @@ import numpy as np
 from engine.runtime import Batch, Context, ContextParams, Model
 from engine.runtime.distribution import DraftSampler
 from engine.runtime.sampler import DraftGuide
+from engine.speculative.draft_penalties import DraftPenalties
 from engine.speculative.settings import MAX_DRAFT, SPECULATION_OFF, SpeculativeSettings
 
 # llama.cpp's MTP driver gates a draft token by its probability in a softmax
@@ -182,6 +183,9 @@ class MTPDrafter:
         # set by the generator for a request under probabilistic draft sampling: drafts are sampled from
         # the head's processed distribution q, which it keeps for the target's verification (rejection.py)
         self.draft_sampler: DraftSampler | None = None
+        # set by the generator for a request with repetition penalties (drafts that are the head's top token):
+        # the head's rows are penalised as the target's will be (engine/speculative/draft_penalties.py)
+        self.penalties: DraftPenalties | None = None
         self._forbidden = False  # this round's last draft was sampled where the grammar forbids it
         # a list while a request records its drafts: each draft's top-1 minus top-2 logit (how close
         # the head was to drafting another token; tests tell a numeric near-tie from a wrong state)
@@ -298,6 +302,8 @@ class MTPDrafter:
         self._forbidden = False
         if self.draft_margins is not None:
             self.draft_margins.clear()  # this round's only
+        if self.penalties is not None:
+            self.penalties.start()
         try:
             if self.chained:
                 drafts = self._draft_chained(id_last, pos0, n_max, p_min)
@@ -398,6 +404,8 @@ class MTPDrafter:
         logits = np.ctypeslib.as_array(self.ctx.logits(row), shape=(self._n_vocab,))
         if p_min > 0.0 and not passes_p_min(logits, p_min):
             return None
+        if self.penalties is not None and self.draft_sampler is None:
+            self.penalties.apply(logits)  # the context's own buffer: read again only after the next decode
         if self.draft_sampler is not None:
             token: int | None = self.draft_sampler.sample(logits)
             if self.guide is not None and self.guide.choose([int(token)]) is None:
@@ -414,6 +422,8 @@ class MTPDrafter:
         if token is not None and self.draft_margins is not None:
             top2 = np.partition(logits, -2)[-2:]
             self.draft_margins.append(float(top2[1] - top2[0]))
+        if token is not None and self.penalties is not None and self.draft_sampler is None:
+            self.penalties.accept(token)
         return token
 
     def _draft_looped(self, id_last: int, pos0: int, n_max: int, p_min: float) -> list[int]:

@@ -228,6 +228,7 @@ class NgramDrafter:
         self.settings = SPECULATION_OFF
         self.guide = None  # drafts are copied text: a grammar is not consulted (the target rejects what breaks it)
         self.draft_margins: list[float] | None = None
+        self.penalties = None  # copied text is not re-ranked by the request's penalties
         self.draft_sampler: DraftSampler | None = None  # copied text is not sampled: its drafts match
         self.map = NgramMap(SPECULATION_OFF.ngram_min, SPECULATION_OFF.ngram_max, capacity)
         self.seconds = {"draft": 0.0, "catch_up": 0.0}
