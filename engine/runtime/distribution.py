@@ -18,10 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from engine.speculative.rejection import draw
-
 TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])  # llama_token_data
 
+
+
+def draw(p: np.ndarray, rng: np.random.Generator) -> int:
+    """A token drawn from the probabilities ``p`` (they need not sum to exactly 1)."""
+    cumulative = np.cumsum(p, dtype=np.float64)
+    total = float(cumulative[-1])
+    if not total > 0.0:
+        raise ValueError("the distribution has no mass")
+    return min(int(np.searchsorted(cumulative, rng.random() * total, side="right")), len(p) - 1)
 
 class TokenRow:
     """One whole row of logits as a ``llama_token_data_array``, kept between calls."""

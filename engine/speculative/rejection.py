@@ -32,14 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-
-def draw(p: np.ndarray, rng: np.random.Generator) -> int:
-    """A token drawn from the probabilities ``p`` (they need not sum to exactly 1)."""
-    cumulative = np.cumsum(p, dtype=np.float64)
-    total = float(cumulative[-1])
-    if not total > 0.0:
-        raise ValueError("the distribution has no mass")
-    return min(int(np.searchsorted(cumulative, rng.random() * total, side="right")), len(p) - 1)
+from engine.runtime.distribution import draw
 
 
 def judge(p: np.ndarray, q: np.ndarray, draft: int, rng: np.random.Generator) -> tuple[bool, int]:
