@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 from app.chat.chat_pane import ChatPane
 from app.chat.controller import ChatController
 from app.chat.reply_saver import refusal
-from app.chat.stats_panel import StatsPanel
+from app.chat.stats_panel import StatsPanel, scrolled
 from app.chat.store import ConversationStore, DiskFull, NotSaved
 from app.chat.transcript import TranscriptView
 from app.conversations import ConversationController, ConversationListModel, ConversationSidebar
@@ -96,7 +96,7 @@ class MainWindow(QMainWindow):
         rcol.setContentsMargins(4, 8, 8, 8)
         self.highlight_box = QCheckBox("Highlight text from accepted drafts")
         self.highlight_box.setChecked(self.settings.highlight_drafts)
-        rcol.addWidget(self.stats_panel, 1)
+        rcol.addWidget(scrolled(self.stats_panel), 1)  # a short window scrolls it, never cuts it
         rcol.addWidget(self.highlight_box)
 
         self.splitter = splitter = QSplitter()

@@ -4,7 +4,10 @@ per draft position, mean accepted length, and where the time goes. While
 the prompt is read, "Processing prompt (N tokens)…" with a bar.
 
 Painted by hand (QPainter) so it needs nothing beyond PySide6-Essentials and
-costs little per update. Every MTP term drawn has a tooltip in plain words
+costs little per update. Long lines wrap at the panel's width, and the panel is
+as tall as what it drew (``content_height``): in a window 700 px high a reply
+with eight draft positions runs past the bottom, so the panel sits in a
+vertical scroll area (:func:`scrolled`) instead of being cut. Every MTP term drawn has a tooltip in plain words
 (``stats_text.GLOSSARY``): the painter notes where it drew each term.
 """
 
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QHelpEvent, QPainter, QPen
-from PySide6.QtWidgets import QToolTip, QWidget
+from PySide6.QtWidgets import QFrame, QScrollArea, QToolTip, QWidget
 
 from app.theme import Palette
 from engine.speculative import stats_text
@@ -33,6 +36,7 @@ class StatsPanel(QWidget):
         self.speedup_source = ""
         self.prefill: tuple[int, int] | None = None  # prompt tokens read, of how many
         self.tips: list[tuple[QRectF, str]] = []  # where each explained term was drawn
+        self.content_height = 0  # how far down the last paint drew
         self.setMinimumWidth(250)
 
     def sizeHint(self) -> QSize:
@@ -92,6 +96,13 @@ class StatsPanel(QWidget):
 
     # -- painting ---------------------------------------------------------------
     def paintEvent(self, _event: object) -> None:
+        bottom = self._paint()
+        if bottom != self.content_height:  # taller or shorter: the scroll area follows
+            self.content_height = bottom
+            self.setMinimumHeight(bottom)
+
+    def _paint(self) -> int:
+        """Draw everything; return the bottom of what was drawn (with a margin)."""
         p = self.palette_
         qp = QPainter(self)
         qp.setRenderHint(QPainter.RenderHint.Antialiasing)
@@ -110,11 +121,11 @@ class StatsPanel(QWidget):
             qp.setFont(self.font())
             if self.prefill is not None:
                 self._prefill_bar(qp, x, y, w)
-                return
+                return y + 56
             qp.setPen(QColor(p.muted))
             qp.drawText(QRectF(x, y, w, 60), Qt.TextFlag.TextWordWrap,
                         "Statistics appear here while a reply streams.")
-            return
+            return y + 76
         qp.setFont(title)
         qp.setPen(QColor(p.accent if s.speculative else p.muted))
         line = self.headline()
@@ -147,7 +158,7 @@ class StatsPanel(QWidget):
 
         y += 8
         y = self._section(qp, x, y, "Where the time goes")
-        self._time_split(qp, x, y, w, s)
+        return self._time_split(qp, x, y, w, s) + 12
 
     def _section(self, qp: QPainter, x: int, y: int, text: str) -> int:
         f = QFont(self.font())
@@ -220,7 +231,7 @@ class StatsPanel(QWidget):
             y += 18
         return y
 
-    def _time_split(self, qp: QPainter, x: int, y: int, w: int, s: StatsSnapshot) -> None:
+    def _time_split(self, qp: QPainter, x: int, y: int, w: int, s: StatsSnapshot) -> int:
         phases = s.phase_seconds
         total = sum(phases.values()) or 1.0
         cx = float(x)
@@ -239,3 +250,17 @@ class StatsPanel(QWidget):
             height = self._wrapped(qp, x + 16, y, w - 16, f"{label}  {1000 * secs:.0f} ms ({100 * secs / total:.0f}%)")
             self._tip(x, y, w, height, label)
             y += int(height)
+        return y
+
+
+def scrolled(panel: StatsPanel) -> QScrollArea:
+    """``panel`` in a frameless scroll area that scrolls up and down only: a short
+    window shows the top and a scroll bar rather than cutting the bottom off."""
+    area = QScrollArea()
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    area.setWidgetResizable(True)
+    area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    area.setWidget(panel)
+    # never narrower than the panel plus a scroll bar (the splitter would otherwise cut its right edge)
+    area.setMinimumWidth(panel.minimumWidth() + area.verticalScrollBar().sizeHint().width())
+    return area
