@@ -104,10 +104,21 @@ class LibraryView(QWidget):
         split.addWidget(self.facts)
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 2)
-        filters = QHBoxLayout()
-        filters.addWidget(self.search, 2)
-        for widget in (self.where, self.architecture, self.quantization, self.mtp_only, self.fits_only):
-            filters.addWidget(widget)
+        # two rows, and combos sized by a few characters, not their longest entry: in one row the filters
+        # made the whole window at least 817 px wide (an 800 px screen could not hold it)
+        for combo in (self.where, self.architecture, self.quantization):
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(10)
+        search_row = QHBoxLayout()
+        search_row.addWidget(self.search, 1)
+        search_row.addWidget(self.where)
+        choice_row = QHBoxLayout()
+        for widget in (self.architecture, self.quantization, self.mtp_only, self.fits_only):
+            choice_row.addWidget(widget)
+        choice_row.addStretch(1)
+        filters = QVBoxLayout()
+        filters.addLayout(search_row)
+        filters.addLayout(choice_row)
         buttons = QHBoxLayout()
         buttons.addWidget(self.add_folder_button)
         buttons.addWidget(self.refresh_button)
