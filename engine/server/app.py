@@ -582,6 +582,7 @@ async def _server_error(request: Request, exc: Exception) -> Response:
 
 def create_app(link: EngineLink, config: ServerConfig, metrics: Metrics | None = None) -> Starlette:
     metrics = metrics or Metrics()
+    metrics.sequences = config.parallel
     api = Api(link, config, metrics)
     middleware = []
     if config.cors_origins:

@@ -65,7 +65,8 @@ class Metrics:
     accepted: int = 0
     drafted_per_pos: list[int] = field(default_factory=list)
     accepted_per_pos: list[int] = field(default_factory=list)
-    processing: int = 0
+    processing: int = 0  # requests running now: with serve --parallel N, up to N decoded together
+    sequences: int = 1  # how many may run at once (ServerConfig.parallel)
     deferred: int = 0
     recent: collections.deque[RequestRecord] = field(default_factory=lambda: collections.deque(maxlen=LOG_SIZE))
     on_record: Callable[[RequestRecord], None] | None = None
@@ -116,6 +117,8 @@ class Metrics:
                    [("", self.predicted_tokens / self.predicted_seconds if self.predicted_seconds else 0.0)])
             metric("llamacpp:requests_processing", "gauge", "Number of requests processing.",
                    [("", self.processing)])
+            metric("mtpstudio:sequences", "gauge", "Requests the engine decodes together at most (--parallel).",
+                   [("", self.sequences)])
             metric("llamacpp:requests_deferred", "gauge", "Number of requests deferred (waiting in the queue).",
                    [("", self.deferred)])
             metric("mtpstudio:requests_total", "counter", "Finished requests by endpoint and outcome.",

@@ -53,12 +53,12 @@ def stream(base_url: str, prompt: str, max_tokens: int, marks: dict[str, float] 
 
 
 def test_four_streaming_clients_are_served_together_each_as_alone(parallel_server: ServerThread):
-    alone = [stream(parallel_server.base_url, p, 48) for p in PROMPTS]
+    alone = [stream(parallel_server.base_url, p, 160) for p in PROMPTS]
     texts: list[str] = [""] * 4
     marks: list[dict[str, float]] = [{} for _ in PROMPTS]
 
     def client(i: int) -> None:
-        texts[i] = stream(parallel_server.base_url, PROMPTS[i], 48, marks[i])
+        texts[i] = stream(parallel_server.base_url, PROMPTS[i], 160, marks[i])
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
     for t in threads:
@@ -68,6 +68,8 @@ def test_four_streaming_clients_are_served_together_each_as_alone(parallel_serve
     assert texts == alone and all(alone)
     # together, not in line: every stream had begun before any had ended
     assert max(m["first"] for m in marks) < min(m["last"] for m in marks)
+    metrics = httpx.get(parallel_server.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
+    assert "mtpstudio:sequences 4" in metrics
 
 
 def test_a_worker_crash_with_four_running_fails_all_four_and_the_next_requests_are_served(
