@@ -248,13 +248,28 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         save_window_state(self)
+        if not self.server_may_stop():
+            event.ignore()
+            return
+        if self.chat.busy:  # the partial reply is written now, as stopped (it can be continued next time)
+            self.chat.stream.end_now()
         if not self.save_before_closing():
             event.ignore()
             return
-        if self.chat.busy:
-            self.chat.stop()
+        self.server_status.stop_server()
         self.models_page.shutdown()
         event.accept()
+
+    def server_may_stop(self) -> bool:
+        """While the local server runs, ask before quitting; True when it is stopped or the user said quit."""
+        question = self.server_status.quit_question()
+        if not question:
+            return True
+        box = QMessageBox(QMessageBox.Icon.Question, "Quit MTP Studio?", question, parent=self)
+        quit_button = box.addButton("Quit", QMessageBox.ButtonRole.DestructiveRole)
+        box.setDefaultButton(box.addButton("Cancel", QMessageBox.ButtonRole.RejectRole))  # Enter keeps it running
+        box.exec()
+        return box.clickedButton() is quit_button
 
     def save_before_closing(self) -> bool:
         """Write what waits for the disk; True when all of it is written or the user chose to lose it."""

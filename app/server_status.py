@@ -1,5 +1,7 @@
 """The local server's state in the status bar: stopped, or the address it serves on and the requests in
-flight. Once its panel is closed nothing else shows that the server runs; a click opens the panel."""
+flight. Once its panel is closed nothing else shows that the server runs; a click opens the panel. Quitting
+while it runs asks first (:meth:`ServerStatus.quit_question`): editors and agents using it would lose it
+without a word."""
 
 from __future__ import annotations
 
@@ -36,6 +38,19 @@ class ServerStatus(QToolButton):
         """``host:port`` while serving, else ""."""
         server = getattr(self._panel, "server", None)
         return f"{server.config.host}:{server.config.port}" if server is not None else ""
+
+    def quit_question(self) -> str:
+        """What to ask before quitting while the server runs ("" when it is stopped)."""
+        if not self.address:
+            return ""
+        n = self._in_flight
+        return (f"The local server is running at {self.address} with {n} request{'s' if n != 1 else ''} in flight; "
+                "quit anyway? Editors and agents using it lose their connection.")
+
+    def stop_server(self) -> None:
+        """Stop the server (quitting: its requests end now rather than with the engine)."""
+        if self._panel is not None and self._panel.running:
+            self._panel.stop()
 
     def _set_in_flight(self, count: int) -> None:
         self._in_flight = count

@@ -87,6 +87,14 @@ class ReplyStream(QObject):
             self._stopping = True  # also ends a retry the worker has not started yet
             self.client.cancel(self.request_id)
 
+    def end_now(self) -> None:
+        """Stop and end the reply at once, as stopped, with every token received so far written (the app
+        quits: the worker's answer to the cancel would come too late, and the last save could be a second
+        old)."""
+        if self.request_id is not None:
+            self.stop()
+            self._finish("cancelled", self.last_stats, unfinished=True)
+
     def _retry_shorter(self) -> bool:
         """After a prompt that did not fit: ask again without the oldest turn. False when nothing is left to drop."""
         assert self.turn is not None
