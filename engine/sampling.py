@@ -19,8 +19,10 @@ prompt, and the first reply token is already penalised like the hundredth.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 
 RANDOM_SEED = 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: a fresh seed per generation
 MAX_SEED = 0xFFFFFFFF
@@ -117,3 +119,24 @@ CREATIVE = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.05, repea
                           repeat_last_n=_WINDOW, presence_penalty=0.3)
 PRESETS = {"precise": PRECISE, "balanced": BALANCED, "creative": CREATIVE}
 DEFAULT_PRESET = "balanced"
+
+
+GREEDY_KEY = "greedy"
+CUSTOM_PREFIX = "custom-"
+
+
+def sampling_key(params: SamplingParams) -> str:
+    """What autotune profiles are keyed by: ``greedy`` (plain greedy decoding),
+    a :data:`PRESETS` name, or ``custom-<hash of the values>``. The seed is not
+    part of it: two seeds of one preset accept drafts alike."""
+    unseeded = replace(params, seed=RANDOM_SEED)
+    for name, preset in ((GREEDY_KEY, GREEDY), *PRESETS.items()):
+        if unseeded == replace(preset, seed=RANDOM_SEED):
+            return name
+    values = json.dumps(asdict(unseeded), sort_keys=True)
+    return CUSTOM_PREFIX + hashlib.sha256(values.encode()).hexdigest()[:8]
+
+
+def sampling_label(key: str) -> str:
+    """A key of :func:`sampling_key` in words: ``greedy``, ``balanced``, or ``custom`` for the rest."""
+    return "custom" if key.startswith(CUSTOM_PREFIX) else key

@@ -78,6 +78,25 @@ class ThreadsMessage:
 
 
 @dataclass(frozen=True)
+class ConcurrencyRow:
+    setting: str  # its label
+    tps: float  # total tokens/s of the N sequences
+    ratio: float  # vs "off" at the same N
+    lower: float
+
+
+@dataclass(frozen=True)
+class ConcurrencyMessage:
+    """The settings timed with ``n`` sequences decoded together, and the choice for ``n``."""
+
+    n: int
+    best: SpeculativeSettings
+    reason: str
+    rows: list[ConcurrencyRow]
+    type: str = "concurrency"
+
+
+@dataclass(frozen=True)
 class ResultMessage:
     best: SpeculativeSettings
     label: str
@@ -85,12 +104,13 @@ class ResultMessage:
     rows: list[ResultRow]
     threads: int = 0  # decode threads chosen (0: not measured)
     threads_draft: int = 0  # draft context threads chosen (0: the same as threads)
+    sampling: str = "greedy"  # the sampling the speeds were measured with (engine.sampling.sampling_key)
     type: str = "result"
 
 
-Message = HardwareMessage | ModelMessage | ProgressMessage | ThreadsMessage | ResultMessage
+Message = HardwareMessage | ModelMessage | ProgressMessage | ThreadsMessage | ConcurrencyMessage | ResultMessage
 MESSAGES: dict[str, type] = {"hardware": HardwareMessage, "model": ModelMessage, "progress": ProgressMessage,
-                             "threads": ThreadsMessage, "result": ResultMessage}
+                             "threads": ThreadsMessage, "concurrency": ConcurrencyMessage, "result": ResultMessage}
 
 
 def encode(message: Message) -> str:

@@ -11,7 +11,16 @@ offer to tune again.
 
 Versions: 1 (no field): off and fixed MTP depths. 2: also adaptive depth,
 n-gram drafting, MTP + n-gram, and the thread counts (``threads``,
-``threads_draft``; 0 = not measured, keep the load settings).
+``threads_draft``; 0 = not measured, keep the load settings). 3: measured
+with a sampling preset (``sampling``, a key of
+:func:`engine.sampling.sampling_key`; earlier files were greedy) and, where
+asked, at several concurrencies (``concurrency``: the choice for N sequences
+decoded together; earlier files hold only N = 1, ``setting``).
+
+Profiles are keyed by sampling too: drafts are accepted differently at
+temperature 0.6 with penalties than greedily, so a speedup measured with one
+does not hold for the other. The key of a greedy profile is the key files
+had before sampling was part of it, so old profiles read as greedy ones.
 """
 
 from __future__ import annotations
@@ -20,17 +29,23 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from engine import paths
+from engine.sampling import GREEDY_KEY
 from engine.speculative.settings import SpeculativeSettings
 
 HASH_SPAN = 8 << 20  # bytes read from each end of the file
-PROFILE_VERSION = 2
+PROFILE_VERSION = 3
 OUTDATED_TEXT = ("made by an older autotune that tried only fixed MTP depths (not adaptive depth, n-gram drafting "
                  "or thread counts); it still applies — tune again to try the rest")
+OUTDATED_TEXTS = {  # by the version that made it
+    1: OUTDATED_TEXT,
+    2: ("made by an older autotune that measured greedy decoding only, one reply at a time; it still applies — "
+        "tune again to measure with the chat's sampling and with several requests at once"),
+}
 
 
 def model_identity(path: str | Path) -> str:
@@ -48,6 +63,27 @@ def model_identity(path: str | Path) -> str:
 
 
 @dataclass(frozen=True)
+class ConcurrencyChoice:
+    """What autotune chose for N sequences decoded together, and its total speed relative to "off"."""
+
+    setting: SpeculativeSettings
+    speedup: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"setting": self.setting.to_json(), "speedup": self.speedup}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ConcurrencyChoice:
+        return cls(SpeculativeSettings.from_json(data.get("setting") or {}), float(data.get("speedup") or 1.0))
+
+
+def profile_key(fingerprint: str, model_hash: str, engine: str, sampling: str = GREEDY_KEY) -> str:
+    """The store's key; a greedy profile's is the key made before sampling was part of it."""
+    base = f"{fingerprint}:{model_hash}:{engine}"
+    return base if sampling == GREEDY_KEY else f"{base}:{sampling}"
+
+
+@dataclass(frozen=True)
 class Profile:
     fingerprint: str
     model_hash: str
@@ -60,6 +96,15 @@ class Profile:
     threads: int = 0  # decode/verify threads autotune chose; 0: not measured
     threads_draft: int = 0  # MTP draft context threads; 0: the same as threads
     version: int = 1  # the search that made it (PROFILE_VERSION); files without the field are 1
+    sampling: str = GREEDY_KEY  # the sampling it was measured with (sampling_key); files without it: greedy
+    # N sequences decoded together -> the choice for N, where measured (N = 1 is ``setting``)
+    concurrency: dict[int, ConcurrencyChoice] = field(default_factory=dict)
+
+    def setting_for(self, parallel: int) -> SpeculativeSettings:
+        """The choice for ``parallel`` sequences at once: the one measured at the largest concurrency not
+        above it (a server with 3 slots gets the choice for 2), else ``setting`` (measured alone)."""
+        measured = [n for n in self.concurrency if n <= parallel]
+        return self.concurrency[max(measured)].setting if measured else self.setting
 
     @property
     def outdated(self) -> bool:
@@ -67,18 +112,28 @@ class Profile:
         return self.version < PROFILE_VERSION
 
     @property
+    def outdated_text(self) -> str:
+        """What an outdated profile did not measure, in words ("" when it is current)."""
+        return OUTDATED_TEXTS.get(self.version, OUTDATED_TEXT) if self.outdated else ""
+
+    @property
     def key(self) -> str:
-        return f"{self.fingerprint}:{self.model_hash}:{self.engine}"
+        return profile_key(self.fingerprint, self.model_hash, self.engine, self.sampling)
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "setting": self.setting.to_json()}
+        return {**asdict(self), "setting": self.setting.to_json(),
+                "concurrency": {str(n): c.to_json() for n, c in sorted(self.concurrency.items())}}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Profile:
-        """A stored profile; files written before the settings had one type still read."""
-        known = {f.name for f in fields(cls)}
+        """A stored profile; files written before the settings had one type, before sampling or before
+        concurrency was measured still read (as greedy, concurrency 1)."""
+        known = {f.name for f in fields(cls)} - {"setting", "concurrency"}
+        concurrency = data.get("concurrency") or {}
         return replace(cls(**{**{k: v for k, v in data.items() if k in known}, "setting": SpeculativeSettings()}),
-                       setting=SpeculativeSettings.from_json(data.get("setting") or {}))
+                       setting=SpeculativeSettings.from_json(data.get("setting") or {}),
+                       concurrency={int(n): ConcurrencyChoice.from_json(c) for n, c in concurrency.items()}
+                       if isinstance(concurrency, dict) else {})
 
 
 @dataclass(frozen=True)
@@ -107,27 +162,43 @@ class ProfileStore:
         tmp.write_text(json.dumps(data, indent=2))
         os.replace(tmp, self.path)
 
-    def find(self, fingerprint: str, model_hash: str, engine: str) -> Profile | None:
-        raw = self._load().get(f"{fingerprint}:{model_hash}:{engine}")
-        return Profile.from_json(raw) if raw else None
+    def find(self, fingerprint: str, model_hash: str, engine: str, sampling: str | None = GREEDY_KEY,
+             ) -> Profile | None:
+        """The profile measured with ``sampling``; with ``sampling`` None, the newest one of any sampling."""
+        if sampling is not None:
+            raw = self._load().get(profile_key(fingerprint, model_hash, engine, sampling))
+            return Profile.from_json(raw) if raw else None
+        return max(self.all_for(fingerprint, model_hash, engine), key=lambda p: p.created, default=None)
+
+    def all_for(self, fingerprint: str, model_hash: str, engine: str) -> list[Profile]:
+        """Every sampling's profile for this machine, model contents and engine build."""
+        return [p for p in map(Profile.from_json, self._load().values())
+                if (p.fingerprint, p.model_hash, p.engine) == (fingerprint, model_hash, engine)]
 
     def stale_for(self, model_path: str, fingerprint: str, model_hash: str, engine: str) -> list[Profile]:
         """Profiles of this model file made on other hardware, engine or file contents."""
-        current = f"{fingerprint}:{model_hash}:{engine}"
-        return [Profile.from_json(p) for k, p in self._load().items()
-                if p.get("model_path") == model_path and k != current]
+        return [p for p in map(Profile.from_json, self._load().values()) if p.model_path == model_path
+                and (p.fingerprint, p.model_hash, p.engine) != (fingerprint, model_hash, engine)]
 
-    def lookup(self, model_path: str, fingerprint: str, engine: str) -> ProfileMatch:
+    def lookup(self, model_path: str, fingerprint: str, engine: str, sampling: str | None = GREEDY_KEY,
+               ) -> ProfileMatch:
         """The profile for this model file, machine and engine build, and whether
         an older one went stale. Hashes the file (reads 16 MiB): call it off the
-        GUI thread."""
+        GUI thread.
+
+        The profile measured with ``sampling`` when there is one; else the newest
+        one measured with another sampling: its setting is still the best guess
+        (its ``sampling`` says what its speedup holds for).
+        """
         model_hash = model_identity(model_path)
-        profile = self.find(fingerprint, model_hash, engine)
+        profile = (self.find(fingerprint, model_hash, engine, sampling) if sampling is not None else None) \
+            or self.find(fingerprint, model_hash, engine, None)
         stale = profile is None and bool(self.stale_for(model_path, fingerprint, model_hash, engine))
         return ProfileMatch(profile, stale)
 
 
 def new_profile(fingerprint: str, model_path: str, engine: str, setting: SpeculativeSettings, speedup: float,
-                reason: str, threads: int = 0, threads_draft: int = 0) -> Profile:
+                reason: str, threads: int = 0, threads_draft: int = 0, sampling: str = GREEDY_KEY,
+                concurrency: dict[int, ConcurrencyChoice] | None = None) -> Profile:
     return Profile(fingerprint, model_identity(model_path), engine, model_path, setting, speedup, reason, time.time(),
-                   threads, threads_draft, PROFILE_VERSION)
+                   threads, threads_draft, PROFILE_VERSION, sampling, dict(concurrency or {}))

@@ -20,6 +20,13 @@ Steps:
    from "off" at a near tie (plain's top-2 margin inside the measured
    batch-vs-single noise) is still correct; one that parts beyond it is a
    defect, and that setting can never win.
+
+Speeds are measured with the sampling the chat will use (``sampling``, e.g.
+the Balanced preset): acceptance at temperature 0.6 with penalties is not
+greedy acceptance. Each prompt gets one seed, the same for "off" and every
+setting, so the paired runs sample alike. The identity check stays greedy
+(only greedy output is defined exactly): with any other sampling it runs on
+greedy runs of its own, untimed.
 """
 
 from __future__ import annotations
@@ -27,13 +34,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.generation import identity
 from engine.generation.generator import GenerateRequest, GenerateResult, generate, render_prompt
 from engine.generation.identity import IdentityVerdict
 from engine.generation.session import Session
+from engine.sampling import GREEDY, GREEDY_KEY, RANDOM_SEED, SamplingParams, sampling_key
 from engine.speculative.settings import (
     ADAPTIVE,
     MAX_DRAFT,
@@ -48,6 +56,15 @@ from engine.speculative.settings import (
 Z_LOWER = 1.64  # one-sided 95 % bound on the mean ratio
 CLEARLY_WORSE = 0.75  # a mean speed ratio this far below "off" is dropped at once
 RARELY_ACCEPTED = 0.05  # below this share of drafts accepted, the verdict blames the head, not the hardware
+TUNE_SEED = 1234  # prompt i is sampled with seed TUNE_SEED + i, by "off" and every setting alike
+
+
+def seeded(sampling: SamplingParams, i: int) -> SamplingParams:
+    """``sampling`` with a fixed seed for prompt ``i`` (its own seed kept when it has one)."""
+    if sampling.greedy and not sampling.penalised:
+        return sampling
+    base = TUNE_SEED if sampling.seed == RANDOM_SEED else sampling.seed
+    return replace(sampling, seed=(base + i) % RANDOM_SEED)
 
 
 def setting(n_max: int = 0, p_min: float = 0.0) -> SpeculativeSettings:
@@ -130,6 +147,12 @@ class TuneResult:
     best: SpeculativeSettings
     measurements: list[Measurement]
     reason: str
+    sampling: str = GREEDY_KEY  # what the speeds were measured with (engine.sampling.sampling_key)
+
+    def finalists(self) -> list[SpeculativeSettings]:
+        """Settings still measured at the end whose output was correct, fastest first ("off" not among them)."""
+        kept = [m for m in self.measurements if m.setting.enabled and m.dropped_after is None and m.identical]
+        return [m.setting for m in sorted(kept, key=lambda m: -m.mean_ratio)]
 
     def table(self) -> str:
         head = f"{'setting':<28} {'tok/s':>7} {'vs off':>7} {'low 95%':>8} {'accept':>7} {'prompts':>7}  identical"
@@ -188,8 +211,9 @@ IDENTITY_LABELS = {identity.IDENTICAL: "yes", identity.NEAR_TIE: "near tie", ide
 
 def tune(session: Session, prompts: list[list[dict[str, str]]], *, max_tokens: int = 96,
          first_round: int = 2, settings: list[SpeculativeSettings] | None = None, progress: ProgressFn | None = None,
-         ) -> TuneResult:
-    """Successive halving over ``settings`` (default: :func:`candidates`) on ``prompts`` (chat messages)."""
+         sampling: SamplingParams = GREEDY) -> TuneResult:
+    """Successive halving over ``settings`` (default: :func:`candidates`) on ``prompts`` (chat messages),
+    timed with ``sampling`` (seeded per prompt)."""
     if settings is None:
         settings = candidates_for(session)
     measurements = {s: Measurement(s) for s in settings}
@@ -198,6 +222,7 @@ def tune(session: Session, prompts: list[list[dict[str, str]]], *, max_tokens: i
     batch = first_round
     total_steps = _planned_steps(len(settings), len(prompts), first_round)
     step = 0
+    timed_is_greedy = sampling_key(sampling) == GREEDY_KEY  # then the timed runs are the identity's runs too
     _run(session, prompts[0], 8, SPECULATION_OFF)  # warm-up
     noise = identity.measure_noise(session)
     while used < len(prompts) and alive:
@@ -205,22 +230,27 @@ def tune(session: Session, prompts: list[list[dict[str, str]]], *, max_tokens: i
         for i, prompt in enumerate(chunk):
             if len(alive) == 1:  # only "off" is left: nothing to compare
                 break
-            off = _run(session, prompt, max_tokens, SPECULATION_OFF)
+            prompt_sampling = seeded(sampling, used + i)
+            off = _run(session, prompt, max_tokens, SPECULATION_OFF, sampling=prompt_sampling)
             measurements[SPECULATION_OFF].add(off, off)
+            off_greedy = off if timed_is_greedy else None
             off_margins: list[float] | None = None
             for s in list(alive):
                 if not s.enabled:
                     continue
                 m = measurements[s]
-                result = _run(session, prompt, max_tokens, s)
-                if result.tokens != off.tokens and off_margins is None:
+                result = _run(session, prompt, max_tokens, s, sampling=prompt_sampling)
+                if off_greedy is None:
+                    off_greedy = _run(session, prompt, max_tokens, SPECULATION_OFF)
+                greedy = result if timed_is_greedy else _run(session, prompt, max_tokens, s)
+                if greedy.tokens != off_greedy.tokens and off_margins is None:
                     # margins cost a pass over the vocabulary per token: only
                     # when needed, and never inside a timed "off" run
                     off_margins = _run(session, prompt, max_tokens, SPECULATION_OFF, margins=True).margins
                 prompt_tokens = render_prompt(session, GenerateRequest(messages=tuple(prompt)))[0]
                 # a parting beyond the noise is measured again where it happened (MoE router ties)
-                m.add(result, off, identity.classify_along(session, prompt_tokens, off.tokens, off_margins or [],
-                                                           result.tokens, noise))
+                m.add(result, off, identity.classify_along(session, prompt_tokens, off_greedy.tokens,
+                                                           off_margins or [], greedy.tokens, noise))
                 step += 1
                 if progress:
                     progress({"step": step, "total": total_steps, "setting": s.label, "tps": m.tps[-1],
@@ -238,7 +268,7 @@ def tune(session: Session, prompts: list[list[dict[str, str]]], *, max_tokens: i
                 measurements[s].dropped_after = used
         alive = [SPECULATION_OFF, *keep]
         batch *= 2
-    return _decide(list(measurements.values()))
+    return replace(_decide(list(measurements.values())), sampling=sampling_key(sampling))
 
 
 def _planned_steps(n_settings: int, n_prompts: int, first: int) -> int:
@@ -253,8 +283,8 @@ def _planned_steps(n_settings: int, n_prompts: int, first: int) -> int:
 
 
 def _run(session: Session, messages: list[dict[str, str]], max_tokens: int, setting: SpeculativeSettings,
-         margins: bool = False) -> GenerateResult:
-    return generate(session, GenerateRequest(messages=tuple(messages), max_tokens=max_tokens,
+         margins: bool = False, sampling: SamplingParams = GREEDY) -> GenerateResult:
+    return generate(session, GenerateRequest(messages=tuple(messages), max_tokens=max_tokens, sampling=sampling,
                                              speculative=setting, record_margins=margins))
 
 

@@ -84,7 +84,7 @@ def start_link(args: argparse.Namespace) -> tuple[object, str]:
         link.set_default_speculative(SPECULATION_OFF)
         line = "speculation by default: off"
     else:
-        profile, line = profile_speculative(model, link.hello.engine)
+        profile, line = profile_speculative(model, link.hello.engine, getattr(args, "parallel", 1))
         link.set_default_speculative(profile or SPECULATION_OFF)
     if not model.can_draft and not link.default_speculative().enabled:
         line = f"speculation off: {model.mtp_unavailable_reason or 'this model has no MTP head'}"

@@ -221,19 +221,31 @@ def load_request_for(path: str | None, *, sidecar: str | None = None, n_ctx: int
                                                           mmproj=mmproj, parallel=parallel))
 
 
-def profile_speculative(model: P.ModelInfo, engine: P.EngineBuild) -> tuple[SpeculativeSettings | None, str]:
-    """The autotune profile for this model, machine and engine build, and a line saying what was found.
+def profile_speculative(model: P.ModelInfo, engine: P.EngineBuild, parallel: int = 1,
+                        ) -> tuple[SpeculativeSettings | None, str]:
+    """The autotune profile's choice for this model, machine and engine build with ``parallel`` sequences at
+    once (``serve --parallel N``), and a line saying what was found.
 
-    Probes the hardware in a short-lived child process (as the app does) for the fingerprint.
+    Requests choose their own sampling, so the newest profile is used whatever sampling it was measured with
+    (the line names it). Probes the hardware in a short-lived child process (as the app does) for the
+    fingerprint.
     """
     from engine.autotune.profiles import ProfileStore
     from engine.hardware.probe import probe
+    from engine.sampling import sampling_label
 
     if not model.can_draft:
         return None, "this model has no MTP head: speculation off"
-    match = ProfileStore().lookup(model.path, probe().fingerprint(), engine.key)
-    if match.profile is not None:
-        return match.profile.setting, f"autotune profile: {match.profile.setting.label} ({match.profile.reason})"
+    match = ProfileStore().lookup(model.path, probe().fingerprint(), engine.key, sampling=None)
+    profile = match.profile
+    if profile is not None:
+        setting = profile.setting_for(parallel)
+        measured = max((n for n in profile.concurrency if n <= parallel), default=1)
+        why = profile.reason if measured == 1 else \
+            f"{profile.concurrency[measured].speedup:.2f}x the total speed of off with {measured} at once"
+        at = f" for --parallel {parallel}" if parallel > 1 else ""
+        return setting, (f"autotune profile: {setting.label}{at} ({why}); timed with "
+                         f"{sampling_label(profile.sampling)} sampling")
     stale = " (a profile exists for other hardware or another engine build: run mtp-studio autotune)" \
         if match.stale else ""
     return None, f"no autotune profile for this model{stale}: speculation off unless a request asks"

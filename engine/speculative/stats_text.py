@@ -4,6 +4,7 @@ wherever it is shown (definitions in docs/statistics.md)."""
 
 from __future__ import annotations
 
+from engine.sampling import sampling_label
 from engine.speculative.stats import StatsSnapshot
 
 PHASE_NAMES = {"catch_up": "catch-up"}
@@ -11,7 +12,9 @@ PHASE_NAMES = {"catch_up": "catch-up"}
 # Every MTP term the app shows, in plain words (the panel's tooltips; docs/statistics.md defines them exactly).
 GLOSSARY = {
     "speedup": "How much faster replies are with MTP than plain decoding of the same model on this machine. "
-               "Stated only where it was measured: autotune timed both on this model.",
+               "Stated only where it was measured: autotune timed both on this model, with this reply's "
+               "sampling. With another sampling (drafts are accepted differently) the panel gives this reply's "
+               "tokens per step and names the sampling autotune used.",
     "draft depth": "n_max: the most tokens MTP drafts per step. Deeper drafts pay off only when most are accepted. "
                    "Adaptive depth chooses each step's length from the acceptance and timings it measures.",
     "gate": "p_min: drafting stops at a token the MTP head is less sure of than this.",
@@ -93,12 +96,24 @@ def depth_text(s: StatsSnapshot) -> str:
     return str(s.settings.n_max)
 
 
-def headline(s: StatsSnapshot, speedup: float | None = None, source: str = "autotuned") -> str:
+def headline(s: StatsSnapshot, speedup: float | None = None, source: str = "autotuned", *,
+             measured_with: str | None = None, sampling: str | None = None) -> str:
     """The first line about MTP: the speedup where one was measured (``source`` says
-    how), else what was measured in this reply; never a guess."""
+    how), else what was measured in this reply; never a guess.
+
+    A speedup holds for the sampling it was measured with (acceptance at
+    temperature 0.6 with penalties is not greedy acceptance): when
+    ``measured_with`` and this reply's ``sampling`` (keys of
+    :func:`engine.sampling.sampling_key`) differ, the line gives this reply's
+    own tokens per step and says which sampling the figure was tuned for.
+    """
     if not s.speculative:
         return "MTP off: plain decoding"
     who = drafting(s)
+    if speedup and measured_with is not None and sampling is not None and measured_with != sampling:
+        tuned = f"{source} for {sampling_label(measured_with)}"
+        return f"{who}: {s.tokens_per_step or 1:.2f} tokens per step ({tuned})" if s.rounds \
+            else f"{who}: no drafts yet ({tuned})"
     if speedup:
         if speedup >= 1.05:
             return f"{who}: {speedup:.1f}× faster than without ({source})"
