@@ -203,10 +203,11 @@ def run(args: argparse.Namespace) -> int:
         print("(llama-server not built: `python packaging/build_reference_driver.py --server`; ours only)",
               flush=True)
     else:
+        extra = tuple(args.llama_server_arg)
         configs += [servers.ServerSpec("llama-server", model, n_ctx=args.ctx, threads=args.threads, n_max=0,
-                                       binary=str(binary)),
+                                       binary=str(binary), extra=extra),
                     servers.ServerSpec("llama-server", model, n_ctx=args.ctx, threads=args.threads,
-                                       n_max=args.n_max, binary=str(binary))]
+                                       n_max=args.n_max, binary=str(binary), extra=extra)]
     print(f"# several requests at once — {time.strftime('%Y-%m-%d %H:%M')}, {Path(model).parent.name}/"
           f"{Path(model).name}; {args.threads} thread(s) per server, {args.ctx} tokens of context per sequence, "
           f"{args.requests} request(s) of {args.max_tokens} tokens per client, greedy", flush=True)
@@ -251,6 +252,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--adaptive", action="store_true", help="also ours with adaptive depth (at most --n-max)")
     p.add_argument("--llama-server", help="llama-server binary (default: the one build_reference_driver.py "
                    "--server built for this engine)")
+    servers.add_llama_server_args(p)
     p.add_argument("--json", action="store_true", help="print the figures as JSON")
     p.set_defaults(func=run)
 

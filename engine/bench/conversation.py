@@ -153,7 +153,7 @@ def _servers(args: argparse.Namespace, path: str, prompts: list[str], mtp_on: bo
     n_max = args.n_max if mtp_on else 0
     specs = [servers.ServerSpec("ours", path, n_ctx=args.n_ctx, threads=args.threads, n_max=n_max),
              servers.ServerSpec("llama-server", path, n_ctx=args.n_ctx, threads=args.threads, n_max=n_max,
-                                binary=str(binary))]
+                                binary=str(binary), extra=tuple(args.llama_server_arg))]
     print(f"\n# the same {len(prompts)} prompts over HTTP (streamed /v1/completions, cache_prompt on), "
           f"{args.threads} thread(s) each", flush=True)
     rows = [replay(s, prompts, args.tokens) for s in specs]
@@ -178,4 +178,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--llama-server", nargs="?", const="", default=None, metavar="PATH",
                    help="then replay the prompts over HTTP to mtp-studio serve and llama-server (default PATH: "
                    "the one build_reference_driver.py --server built)")
+    servers.add_llama_server_args(p)
     p.set_defaults(func=run)

@@ -10,6 +10,7 @@ Used by ``bench-concurrency`` (engine/bench/concurrency.py) and
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import json
 import socket
@@ -36,11 +37,12 @@ class ServerSpec:
     n_max: int = 0
     adaptive: bool = False  # ours only: choose each round's depth (at most n_max)
     binary: str = ""  # llama-server's path
+    extra: tuple[str, ...] = ()  # more llama-server arguments (e.g. --swa-full), as given
 
     @property
     def label(self) -> str:
         mtp = f"MTP n_max {self.n_max}{' adaptive' if self.adaptive else ''}" if self.n_max else "MTP off"
-        return f"{self.engine}, {mtp}"
+        return f"{self.engine}{' ' + ' '.join(self.extra) if self.extra else ''}, {mtp}"
 
 
 def free_port() -> int:
@@ -70,7 +72,7 @@ def command(spec: ServerSpec, port: int) -> list[str]:
                "-t", str(spec.threads), "-tb", str(spec.threads)]
         if spec.n_max:  # llama.cpp's own MTP: the head of the same GGUF, p_min 0 as ours
             cmd += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(spec.n_max), "--spec-draft-p-min", "0"]
-        return cmd
+        return [*cmd, *spec.extra]
     raise ValueError(f"unknown server {spec.engine!r}")
 
 
@@ -189,6 +191,12 @@ def complete(port: int, prompt: str, max_tokens: int, timeout: float = 900.0) ->
                       tokens=int(usage.get("completion_tokens") or timings.get("predicted_n") or 0),
                       prompt_tokens=int(usage.get("prompt_tokens") or 0), cached=int(timings.get("cache_n") or 0),
                       drafted=drafted, accepted=accepted)
+
+
+def add_llama_server_args(p: argparse.ArgumentParser) -> None:
+    """The options both comparison benchmarks take for llama-server."""
+    p.add_argument("--llama-server-arg", action="append", default=[], metavar="ARG",
+                   help="pass ARG to llama-server too (repeatable; e.g. --llama-server-arg=--swa-full)")
 
 
 def llama_server_binary(explicit: str | None = None) -> Path | None:

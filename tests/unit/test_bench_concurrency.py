@@ -120,3 +120,9 @@ def test_the_conversation_table_puts_the_servers_side_by_side():
                         "llama-server, MTP off / ours, MTP off |")
     assert lines[1].count("---:") == 7
     assert lines[3] == "| 2 | 50 | 40 | 100 ms | 45 | 200 ms | 2.00x |"
+
+
+def test_extra_llama_server_arguments_go_last_and_name_the_row():
+    spec = S.ServerSpec("llama-server", "m.gguf", binary="b", extra=("--swa-full",))
+    assert S.command(spec, 9000)[-1] == "--swa-full"
+    assert spec.label == "llama-server --swa-full, MTP off"
