@@ -41,8 +41,11 @@ from typing import Any
 
 from engine.errors import ContextError
 from engine.generation import chat_template
-from engine.generation.generator import (
-    Decoder,
+from engine.generation.decoder import Decoder, ended_early, request_sampler
+from engine.generation.output import Output
+from engine.generation.prefix_cache import common_prefix
+from engine.generation.prompt import render_request
+from engine.generation.request import (
     GenerateRequest,
     GenerateResult,
     PrefillCallback,
@@ -50,12 +53,7 @@ from engine.generation.generator import (
     StatsCallback,
     TextCallback,
     TextLogprobsCallback,
-    ended_early,
-    render_request,
-    request_sampler,
 )
-from engine.generation.output import Output
-from engine.generation.prefix_cache import common_prefix
 from engine.generation.session import Session
 from engine.runtime import Batch
 from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams, Costs

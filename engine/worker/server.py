@@ -325,7 +325,7 @@ class Worker:
 
     def _tokenize(self, request: TokenizeRequest) -> None:
         from engine.errors import NoModelLoaded
-        from engine.generation.generator import check_prompt_chars
+        from engine.generation.prompt import check_prompt_chars
 
         if self.session is None:
             raise NoModelLoaded("No model is loaded; send a load request first.")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from engine.generation import identity
-from engine.generation.generator import accepts_draft
+from engine.generation.decoder import accepts_draft
 from engine.generation.session import LoadOptions, Session
 from engine.runtime import native
 from engine.speculative.drafter import MAX_DRAFT
