@@ -2,11 +2,16 @@
 speed by setting) → results → apply.
 
 The measuring runs in a child process (``python -m engine autotune --jsonl``);
-the wizard only draws what it reports.
+the wizard only draws what it reports. It times with the chat's sampling
+(``--sampling``): a speedup measured greedily does not hold at temperature
+0.6 with penalties, and the chat shows the figure only for the sampling it
+was measured with.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +45,7 @@ from engine.errors import ModelFileError, ProtocolError
 from engine.gguf.facts import GGUFFacts
 from engine.hardware.probe import HardwareReport
 from engine.hardware.recommend import recommend
+from engine.sampling import GREEDY_KEY, PRESETS, SamplingParams, sampling_key, sampling_label
 from engine.speculative.settings import SpeculativeSettings
 
 # How the output of a setting compared with no speculation (engine/generation/identity.py).
@@ -187,7 +193,10 @@ class RunPage(QWizardPage):
         assert isinstance(wizard, AutotuneWizard)
         page = wizard.model_page
         args = ["autotune", page.path.text().strip(), "--jsonl", "--prompts", str(page.prompts.value()),
-                "--tokens", str(page.tokens.value()), "--threads", str(wizard.settings.n_threads)]
+                "--tokens", str(page.tokens.value()), "--threads", str(wizard.settings.n_threads),
+                "--sampling", sampling_argument(wizard.sampling)]
+        self.setSubTitle(f"Each setting generates on the prompt suite with {wizard.sampling_text}; clearly slower "
+                         "settings stop early.")
         if page.sidecar.text().strip():
             args += ["--sidecar", page.sidecar.text().strip()]
         if wizard.n_max:
@@ -256,7 +265,7 @@ class ResultsPage(QWizardPage):
         result = wizard.run_page.result
         label, reason = (result.label, result.reason) if result else ("off", "")
         threads = "".join(f"<br>{note}" for note in wizard.run_page.thread_notes)
-        self.decision.setText(f"<b>Use: {label}</b><br>{reason}{threads}<br>"
+        self.decision.setText(f"<b>Use: {label}</b><br>{reason}{threads}<br>Timed with {wizard.sampling_text}.<br>"
                               "Apply makes it the default for this model on this machine.")
         rows = sorted(result.rows if result else [], key=lambda r: -r.ratio)
         self.table.setRowCount(len(rows))
@@ -269,17 +278,30 @@ class ResultsPage(QWizardPage):
         self.table.resizeColumnsToContents()
 
 
+def sampling_argument(sampling: SamplingParams) -> str:
+    """``--sampling``: a preset's name, or the values as JSON (the seed left to autotune)."""
+    key = sampling_key(sampling)
+    if key == GREEDY_KEY or key in PRESETS:
+        return key
+    return json.dumps({k: v for k, v in asdict(sampling).items() if k != "seed"})
+
+
 class AutotuneWizard(QWizard):
     """Args:
         n_max: the deepest draft to try (default: whatever the model drafts).
+        sampling: what to time with: the chat's (default: the preferences' sampling).
     """
 
     def __init__(self, settings: Settings, palette: Palette, probe: HardwareProbe, parent: QWidget | None = None,
-                 n_max: int | None = None) -> None:
+                 n_max: int | None = None, sampling: SamplingParams | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Autotune speculative decoding")
         self.settings = settings
         self.n_max = n_max
+        self.sampling = sampling or settings.sampling
+        key = sampling_key(self.sampling)
+        self.sampling_text = f"the chat's sampling ({sampling_label(key)}" + (
+            ", seeded; the same output is checked greedily)" if key != GREEDY_KEY else ")")
         self.hardware_page = HardwarePage(probe)
         self.model_page = ModelPage(settings)
         self.run_page = RunPage(palette)

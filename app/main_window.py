@@ -225,7 +225,8 @@ class MainWindow(QMainWindow):
     def open_autotune(self) -> None:
         from app.autotune_wizard import AutotuneWizard
 
-        if AutotuneWizard(self.settings, self.palette_, self.probe, self).exec():
+        if AutotuneWizard(self.settings, self.palette_, self.probe, self, sampling=self.chat.chat_values().sampling
+                          ).exec():
             self.models.load()
 
     def open_server_panel(self) -> None:

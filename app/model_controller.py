@@ -33,8 +33,9 @@ from app.hardware_probe import HardwareProbe
 from app.load_sheet import LoadChoice, LoadSheet
 from app.models.presets import ModelRecords, key
 from app.settings import Settings
-from engine.autotune.profiles import OUTDATED_TEXT, ProfileMatch, ProfileStore
+from engine.autotune.profiles import ProfileMatch, ProfileStore
 from engine.default_model import DESCRIPTION as DEFAULT_MODEL_DESCRIPTION
+from engine.sampling import sampling_key
 from engine.worker.events import ErrorEvent, LoadedEvent, ModelInfo
 
 RECENT_MODELS = 8
@@ -298,7 +299,10 @@ class ModelController(QObject):
         if model is None or not fingerprint or engine is None or not model.can_draft:
             return
         lookup = self._lookups
-        self._task = background.run(self.profiles.lookup, model.path, fingerprint, engine.key)
+        # the profile measured with the sampling replies get by default (the model's preset, else the
+        # preferences'), else another sampling's: a best guess, whose speedup the panel does not claim
+        sampling = self.chat.model_preset.sampling or self.settings.sampling
+        self._task = background.run(self.profiles.lookup, model.path, fingerprint, engine.key, sampling_key(sampling))
         self._task.sig_done.connect(lambda match: self._on_profile(match, lookup))
 
     def _on_profile(self, match: ProfileMatch, lookup: int) -> None:
@@ -307,8 +311,10 @@ class ModelController(QObject):
         if match.profile is not None:
             self.chat.profile_speculative = match.profile.setting
             self.chat.profile_speedup = match.profile.speedup  # the panel states it: it was measured
+            self.chat.profile_sampling = match.profile.sampling  # … for replies with this sampling
             self.sig_message.emit(f"Using the autotune profile: {match.profile.reason}", 8000)
             if match.profile.outdated:  # still valid; say what it did not try
-                self.sig_notice.emit(f"This model's autotune profile was {OUTDATED_TEXT} (Tools → Autotune).")
+                self.sig_notice.emit(f"This model's autotune profile was {match.profile.outdated_text} "
+                                     "(Tools → Autotune).")
         elif match.stale:
             self.sig_notice.emit((self._notice + " " + STALE_NOTICE).lstrip())

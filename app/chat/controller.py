@@ -48,6 +48,7 @@ from app.models.presets import ModelPreset
 from app.reply_values import ReplyValues, effective
 from app.settings import Settings
 from app.text_check import is_text
+from engine.sampling import GREEDY_KEY, sampling_key
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 from engine.speculative.stats import StatsSnapshot
 from engine.worker.events import stats_from_json
@@ -85,6 +86,7 @@ class ChatController(QObject):
         self.model_preset = ModelPreset()
         self._profile: SpeculativeSettings | None = None  # from autotune, when there is one
         self.profile_speedup: float | None = None  # what autotune measured for it against plain decoding
+        self.profile_sampling: str | None = None  # the sampling that was measured with (None: greedy, as of old)
         self.model_has_mtp = True  # "auto" asks for MTP only when the loaded model can draft
         self.saver = ReplySaver(store, self)
         self.saver.sig_notice.connect(self.sig_save_notice)
@@ -125,6 +127,7 @@ class ChatController(QObject):
         # another profile (or none): its measured speedup is set after it, never kept from the last one
         self._profile = setting
         self.profile_speedup = None
+        self.profile_sampling = None
 
     # -- conversations ------------------------------------------------------
     def model_loaded(self, n_ctx: int) -> None:
@@ -335,7 +338,10 @@ class ChatController(QObject):
         v = self.chat_values()
         speculative = self.speculative_settings(v)
         measured = speculative == self._profile and speculative.enabled and self.profile_speedup
-        self.stats_panel.set_speedup(self.profile_speedup if measured else None, "autotuned")
+        # the figure holds for the sampling autotune measured with; the panel says so for another one
+        self.stats_panel.set_speedup(self.profile_speedup if measured else None, "autotuned",
+                                     measured_with=self.profile_sampling or GREEDY_KEY,
+                                     sampling=sampling_key(v.sampling))
         return self.client.generate(
             messages=turn.request_messages(), max_tokens=v.max_tokens, speculative=speculative,
             continue_final_message=turn.continuing,

@@ -34,6 +34,7 @@ class StatsPanel(QWidget):
         self.final = False
         self.speedup: float | None = None  # measured MTP speedup for this reply's settings
         self.speedup_source = ""
+        self.speedup_sampling: tuple[str | None, str | None] = (None, None)  # measured with, this reply's
         self.prefill: tuple[int, int] | None = None  # prompt tokens read, of how many
         self.tips: list[tuple[QRectF, str]] = []  # where each explained term was drawn
         self.content_height = 0  # how far down the last paint drew
@@ -51,9 +52,12 @@ class StatsPanel(QWidget):
         self.prefill = None
         self.update()
 
-    def set_speedup(self, speedup: float | None, source: str = "autotuned") -> None:
-        """The measured speedup of the settings this reply uses (None: not measured)."""
+    def set_speedup(self, speedup: float | None, source: str = "autotuned", *, measured_with: str | None = None,
+                    sampling: str | None = None) -> None:
+        """The measured speedup of the settings this reply uses (None: not measured), and the sampling it was
+        measured with and this reply's (keys of engine.sampling.sampling_key): shown only where they match."""
         self.speedup, self.speedup_source = speedup, source
+        self.speedup_sampling = (measured_with, sampling)
         self.update()
 
     def show_prefill(self, done: int, total: int) -> None:
@@ -64,7 +68,9 @@ class StatsPanel(QWidget):
         """The first line: what MTP gains, or prompt progress before there are figures."""
         if self.stats is None:
             return stats_text.prefill_progress(*self.prefill) if self.prefill else ""
-        return stats_text.headline(self.stats, self.speedup, self.speedup_source)
+        measured_with, sampling = self.speedup_sampling
+        return stats_text.headline(self.stats, self.speedup, self.speedup_source, measured_with=measured_with,
+                                   sampling=sampling)
 
     def update_stats(self, stats: StatsSnapshot, final: bool = False) -> None:
         self.stats = stats

@@ -12,7 +12,7 @@ from app.reply_fields import ReplyFields
 from app.reply_values import ReplyValues, effective
 from app.settings import Settings
 from app.settings_dialog import SettingsDialog
-from engine.sampling import BALANCED, PRECISE, RANDOM_SEED
+from engine.sampling import BALANCED, PRECISE, RANDOM_SEED, sampling_key
 from engine.speculative.settings import mtp
 from tests.app.conftest import start_and_load
 from tests.engine.conftest import synth
@@ -141,7 +141,8 @@ def test_the_panel_states_the_measured_speedup_first_and_clears_on_a_model_chang
     start_and_load(qtbot, services)
     window, panel = services.window, services.window.stats_panel
     window.chat.profile_speculative = mtp(3)
-    window.chat.profile_speedup = 1.4  # as autotune measured it
+    window.chat.profile_speedup = 1.4  # as autotune measured it …
+    window.chat.profile_sampling = sampling_key(services.settings.sampling)  # … with this chat's sampling
     with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
         window.composer.setPlainText(" the river model")
         window.send()
