@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from app.chat.chat_pane import ChatPane
 from app.chat.controller import ChatController
+from app.chat.message_actions import MessageActions, UndoBar
 from app.chat.reply_saver import refusal
 from app.chat.stats_panel import StatsPanel, scrolled
 from app.chat.store import ConversationStore, DiskFull, NotSaved
@@ -72,6 +73,7 @@ class MainWindow(QMainWindow):
         self._build_menus()
         self._connect()
         install_window_extras(self)  # shortcuts, remembered size, the OS's theme followed
+        self._install_message_actions()
         self.conversation_list.open_latest()
         self.file_notice.show_notices(notices)
         if store.recovered:
@@ -85,8 +87,9 @@ class MainWindow(QMainWindow):
         self.conversations = self.sidebar.list
         self.conversation_list = ConversationController(self.store, self.chat, self.sidebar, model)
         self.model_picker = ModelPicker(self.settings.recent_models)
+        self.undo_bar = UndoBar(self.palette_)  # "Message deleted. [Undo]"
         self.chat_pane = ChatPane(self.chat, self.transcript, self.models.send_blocked_reason, self.palette_,
-                                  above=[self.model_picker, self.banner, self.file_notice])
+                                  above=[self.model_picker, self.banner, self.file_notice, self.undo_bar])
         self.composer = self.chat_pane.composer
         self.send_button = self.chat_pane.send_button
         self.stop_button = self.chat_pane.stop_button
@@ -149,6 +152,21 @@ class MainWindow(QMainWindow):
         action.triggered.connect(slot)
         menu.addAction(action)
         return action
+
+    def _install_message_actions(self) -> None:
+        """Each message's Copy, Delete (undone by the bar or Chat → Undo delete, Ctrl+Z) and Fork."""
+        self.message_actions = actions = MessageActions(self.chat, self.conversation_list, self)
+        actions.sig_message.connect(self._message)
+        self.undo_bar.follow(actions.deletions)
+        self.undo_bar.sig_undo.connect(actions.undo)
+        chat_menu = next(a.menu() for a in self.menuBar().actions() if a.text() == "&Chat")
+        chat_menu.addSeparator()
+        self.undo_delete = self._action(chat_menu, "Undo delete", actions.undo, QKeySequence.StandardKey.Undo)
+        self.undo_delete.setEnabled(False)
+        actions.deletions.sig_changed.connect(lambda: self.undo_delete.setEnabled(bool(actions.deletions.undoable)))
+        restored = actions.deletions.restore_leftovers()
+        if restored:
+            self._message(f"{restored} message(s) deleted just before MTP Studio stopped were brought back.", 8000)
 
     def _connect(self) -> None:
         for source in (self.conversation_list, self.chat_pane, self.models):
@@ -258,6 +276,7 @@ class MainWindow(QMainWindow):
             event.ignore()
             return
         self.server_status.stop_server()
+        self.message_actions.deletions.purge()  # quitting ends the undo window
         self.models_page.shutdown()
         event.accept()
 

@@ -11,7 +11,8 @@ A regenerated reply keeps its earlier versions, and an edited message its
 earlier branches: the footer shows ``‹ 2/3 ›``, and the arrows are links the
 chat controller answers (``sig_version``). A user message's footer has an
 Edit link (``sig_edit``), and a reply that ended before its end (Stop, the
-length limit, a dead engine) a Continue link (``sig_continue``). Web links in
+length limit, a dead engine) a Continue link (``sig_continue``); every stored
+message has Copy, Delete and Fork links (``sig_message_action``). Web links in
 replies open in the browser; nothing else is followed.
 
 On a wide window the text keeps a readable width (``MAX_LINE_CHARS``
@@ -46,6 +47,7 @@ from engine.speculative import stats_text
 from engine.speculative.stats import StatsSnapshot
 
 FLUSH_MS = 33
+MESSAGE_ACTIONS = ("copy", "delete", "fork")  # each message's links (app/chat/message_actions.py answers)
 MAX_LINE_CHARS = 90  # a readable measure: on a wide window the text column is centred, this wide at most
 
 
@@ -70,12 +72,14 @@ class TranscriptView(QTextBrowser):
         sig_version(int, int): the message at this position wants its previous (-1) or next (+1) version.
         sig_edit(int): the user message at this position is to be edited.
         sig_continue(): the last reply is to go on from where it ended.
+        sig_message_action(str, int): "copy", "delete" or "fork" for the message at this position.
     """
 
     sig_copied = Signal(str)
     sig_version = Signal(int, int)
     sig_edit = Signal(int)
     sig_continue = Signal()
+    sig_message_action = Signal(str, int)
 
     def __init__(self, palette: Palette, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -305,6 +309,8 @@ class TranscriptView(QTextBrowser):
             links.append(f'<a href="edit:{index}">Edit</a>')
         if m.unfinished and index == len(self.messages) - 1 and m.status != "streaming":
             links.append('<a href="continue:">Continue</a>')
+        if m.id is not None and m.status != "streaming":
+            links += [f'<a href="message-{action}:{index}">{action.capitalize()}</a>' for action in MESSAGE_ACTIONS]
         foot = " &nbsp;·&nbsp; ".join(links + ([html.escape(foot)] if foot else []))
         footer = f'<p style="color:{p.muted};font-size:small;margin-top:0">{foot}</p>' if foot else ""
         return head + body + footer
@@ -324,6 +330,9 @@ class TranscriptView(QTextBrowser):
             self.sig_edit.emit(int(text.split(":")[1]))
         elif text.startswith("continue:"):
             self.sig_continue.emit()
+        elif text.startswith("message-"):  # message-delete:3 (a code block's Copy is copy:3:0)
+            action, msg_index = text.removeprefix("message-").split(":")
+            self.sig_message_action.emit(action, int(msg_index))
         elif text.startswith("copy:"):
             _, msg_index, block_index = text.split(":")
             blocks = markdown.code_blocks(self.messages[int(msg_index)].content)
