@@ -36,14 +36,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from engine.errors import ContextError
 from engine.generation import chat_template
 from engine.generation.decoder import Decoder, ended_early, request_sampler
 from engine.generation.output import Output
-from engine.generation.prefix_cache import common_prefix
 from engine.generation.prompt import render_request
 from engine.generation.request import (
     GenerateRequest,
@@ -54,17 +52,13 @@ from engine.generation.request import (
     TextCallback,
     TextLogprobsCallback,
 )
+from engine.generation.sequences import Sequences
 from engine.generation.session import Session
 from engine.runtime import Batch
 from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams, Costs
 from engine.speculative.adaptive.batch import choose_depths
-from engine.speculative.compose import ComposeDrafter
-from engine.speculative.depth import PLAIN, DepthPolicy, FixedDepth
-from engine.speculative.drafter import Drafter, PlainDrafter
 from engine.speculative.mtp import MTPDrafter
-from engine.speculative.ngram import NgramDrafter
-from engine.speculative.rollback import PARTIAL_ONLY
-from engine.speculative.settings import MAX_DRAFT, MTP, MTP_NGRAM, SPECULATION_OFF, SpeculativeSettings
+from engine.speculative.settings import MAX_DRAFT
 from engine.speculative.stats import GenerationStats
 
 
@@ -104,21 +98,6 @@ class _Running:
         return self.cursor >= len(self.prompt)
 
 
-@dataclass
-class _Lane:
-    """What one sequence keeps between its generations: its drafters and adaptive policies."""
-
-    plain: PlainDrafter = field(default_factory=PlainDrafter)
-    ngram: NgramDrafter | None = None
-    composed: ComposeDrafter | None = None
-    policies: dict[tuple[str, int], AdaptiveDepth] = field(default_factory=dict)
-    held: list[int] = field(default_factory=list)  # what the target holds for it, position by position
-    mtp_held: list[int] = field(default_factory=list)  # of those, what its MTP lane holds exactly
-    # a hybrid's recurrent state after ``checkpoint_pos`` prompt tokens (the prompt's all but last)
-    checkpoint: Any = None
-    checkpoint_pos: int = 0
-
-
 class ParallelGenerator:
     """Runs up to ``session.n_seq`` generations together (see the module docstring)."""
 
@@ -130,9 +109,8 @@ class ParallelGenerator:
         session.prepare(mtp=session.mtp_drafter is not None, drafts=True)
         self.target = session.target
         session.prefix.forget()  # the single-sequence prefix cache does not describe these sequences
-        self.free = list(range(session.n_seq - 1, -1, -1))  # pop() gives the lowest id
+        self.sequences = Sequences(session)
         self.running: list[_Running] = []
-        self.lanes = [_Lane() for _ in range(session.n_seq)]
         self.batch = Batch(max(self.target.n_batch, session.n_seq * (MAX_DRAFT + 1)))
         self.prefill_chunk = session.options.n_batch
         # the cost of a verify by its total rows, whoever's they are (adaptive/batch.py)
@@ -144,7 +122,7 @@ class ParallelGenerator:
 
     @property
     def has_room(self) -> bool:
-        return bool(self.free)
+        return self.sequences.has_room
 
     # -- admitting ----------------------------------------------------------
     def add(self, job: Job) -> None:
@@ -154,40 +132,40 @@ class ParallelGenerator:
         Raises:
             RuntimeError: no sequence is free (check :attr:`has_room`).
         """
-        if not self.free:
+        if not self.sequences.has_room:
             raise RuntimeError("every sequence is busy")
-        seq = self._choose_sequence(job.request)
-        self.free.remove(seq)
-        job.seq = seq
         try:
-            running = self._start(job, seq)
+            running = self._start(job)
         except Exception as exc:
             job.error = exc
             running = None
         if running is None:
-            self.free.append(seq)
-            self.free.sort(reverse=True)
+            if job.seq >= 0:
+                self.sequences.give_back(job.seq)
         else:
             self.running.append(running)
 
-    def _start(self, job: Job, seq: int) -> _Running | None:
+    def _start(self, job: Job) -> _Running | None:
         request, session = job.request, self.session
         if request.hold_last_prompt_token:
             raise ContextError("hold_last_prompt_token is a single-sequence benchmark option")
-        spec, drafter, policy = self._speculation(request.speculative.for_sampling(request.sampling.greedy), seq)
-        policy.new_reply(drafter.shadow_probes)
-        stats = GenerationStats(settings=spec, rollback=session.rollback_strategy if spec.enabled else "none")
+        asked = request.speculative.for_sampling(request.sampling.greedy)
         try:
             if job.should_stop():
                 raise chat_template.RenderCancelled()
             tokens, prompt_mode, opens_thinking = render_request(session, request, job.should_stop)
         except chat_template.RenderCancelled:
+            stats = GenerationStats(settings=asked.limited_to(session.max_draft))
             job.result = ended_early(stats, "cancelled", chat_template.COMPLETION, job.on_stats)
             return None
         tokens = tokens or [session.model.bos]
         if len(tokens) + 1 >= self.target.n_ctx:
             raise ContextError(f"The prompt has {len(tokens)} tokens; a sequence holds {self.target.n_ctx}. "
                                "Shorten the conversation or raise the context size.")
+        seq = job.seq = self.sequences.take(tokens)  # the one holding the longest start of the prompt
+        spec, drafter, policy = self.sequences.speculation(asked, seq)
+        policy.new_reply(drafter.shadow_probes)
+        stats = GenerationStats(settings=spec, rollback=session.rollback_strategy if spec.enabled else "none")
         stats.prompt_tokens = len(tokens)
         if request.max_tokens <= 0:
             job.result = ended_early(stats, "length", prompt_mode, job.on_stats)
@@ -198,81 +176,11 @@ class ParallelGenerator:
         drafter.guide = sampler.draft_guide() if request.guided_drafts else None
         drafter.draft_margins = [] if request.record_drafts else None
         decoder = Decoder(session, request, spec, drafter, policy, sampler, out, stats, seq=seq)
-        reused = self._reuse(seq, tokens, spec, drafter)
+        reused = self.sequences.reuse(seq, tokens, spec, drafter)
         decoder.kept, stats.prompt_reused = tokens[:reused], reused
         if job.on_prefill is not None:
             job.on_prefill(0, len(tokens) - reused)
         return _Running(job, decoder, tokens, prompt_mode, cursor=reused, reused=reused)
-
-    def _choose_sequence(self, request: GenerateRequest) -> int:
-        """The free sequence holding the longest common prefix with the request's text (its
-        tokens are not known before rendering: the held text's start is compared instead)."""
-        prompt = request.prompt or "".join(str(m.get("content") or "") for m in request.messages or ())
-        model = self.session.model
-
-        def shared(seq: int) -> int:
-            held = self.lanes[seq].held
-            return common_prefix(held, model.tokenize(prompt[:4 * len(held)], add_special=True,
-                                                      parse_special=True)) if held else 0
-
-        return max(sorted(self.free), key=shared) if len(self.free) > 1 else self.free[0]
-
-    def _reuse(self, seq: int, tokens: list[int], spec: SpeculativeSettings, drafter: Drafter) -> int:
-        """Keep the longest prefix of ``tokens`` sequence ``seq`` still holds; start its drafter.
-
-        The MTP lane needs the row after the reused ones kept too (it resumes there); a hybrid's
-        recurrent state cannot be cut back, so it is reused only where ``tokens`` extend all of it."""
-        lane = self.lanes[seq]
-        held, mtp_held, lane.held, lane.mtp_held = lane.held, lane.mtp_held, [], []
-        n = min(common_prefix(held, tokens), len(tokens) - 1)
-        if isinstance(drafter, MTPDrafter):
-            n = min(n, max(0, common_prefix(mtp_held, tokens) - 1))
-        elif spec.mode == MTP_NGRAM:
-            n = 0  # the composition's MTP part starts empty, as in a single sequence
-        checkpoint, lane.checkpoint_pos = lane.checkpoint_pos, 0
-        if self.session.is_hybrid and n < len(held):
-            n = checkpoint if 0 < checkpoint <= n and self._restore(seq) else 0
-        if n <= 0 or not self.target.seq_rm(n, -1, seq):
-            n = 0
-            self.target.seq_clear(seq)
-        if isinstance(drafter, MTPDrafter):
-            drafter.begin(spec, keep=n + 1 if n else 0)
-        else:
-            drafter.begin(spec)
-            if n:
-                drafter.process(tokens[:n], 0)  # the n-gram drafter reads tokens only
-        return n
-
-    def _restore(self, seq: int) -> bool:
-        """Put sequence ``seq``'s recurrent state back to its checkpoint; whether it could."""
-        try:
-            self.target.state_restore(self.lanes[seq].checkpoint, seq, flags=PARTIAL_ONLY)
-        except ContextError:
-            return False
-        return True
-
-    def _speculation(self, settings: SpeculativeSettings, seq: int) -> tuple[SpeculativeSettings, Drafter,
-                                                                             DepthPolicy]:
-        """As :meth:`Session.speculation`, with this sequence's drafters and policies."""
-        session, lane = self.session, self.lanes[seq]
-        spec = settings.limited_to(session.max_draft)
-        mtp = session.mtp_lane(seq)
-        drafter: Drafter | None = None
-        if spec.mode == MTP:
-            drafter = mtp
-        elif spec.uses_ngram:
-            lane.ngram = lane.ngram or NgramDrafter()
-            drafter = lane.ngram
-            if spec.mode == MTP_NGRAM and mtp is not None:
-                lane.composed = lane.composed or ComposeDrafter(mtp, lane.ngram, session.max_draft)
-                drafter = lane.composed
-        if drafter is None:
-            return SPECULATION_OFF, lane.plain, PLAIN
-        if not spec.adaptive:
-            return spec, drafter, FixedDepth(MAX_DRAFT)
-        key = (spec.mode, spec.n_max)
-        lane.policies.setdefault(key, AdaptiveDepth(spec.n_max))
-        return spec, drafter, lane.policies[key]
 
     # -- running --------------------------------------------------------------
     def step(self) -> list[Job]:
@@ -314,7 +222,7 @@ class ParallelGenerator:
         d.stats.phase_seconds["prefill"] += time.perf_counter() - t0 - caught_up
         r.cursor = end
         if end == checkpoint_at:
-            self._save_checkpoint(d.seq, end)
+            self.sequences.save_checkpoint(d.seq, end)
         if r.job.on_prefill is not None:
             r.job.on_prefill(end - r.reused, len(r.prompt) - r.reused)
         if r.prefilled:
@@ -323,14 +231,6 @@ class ParallelGenerator:
             row = batch.n - 1
             d.id_last = d.sampler.sample(self.target.handle, row)
             d.out.push(d.id_last, False, d.margin(row), d.logprob(row, d.id_last))
-
-    def _save_checkpoint(self, seq: int, pos: int) -> None:
-        lane = self.lanes[seq]
-        try:
-            lane.checkpoint = self.target.state_save(seq, flags=PARTIAL_ONLY, into=lane.checkpoint)
-            lane.checkpoint_pos = pos
-        except ContextError:
-            lane.checkpoint_pos = 0  # the next prompt on this sequence prefills from the start
 
     def _verify_step(self) -> None:
         rooms: list[tuple[_Running, int]] = []
@@ -389,22 +289,18 @@ class ParallelGenerator:
     def _reap(self) -> list[Job]:
         ended = [r for r in self.running if r.job.error is not None or r.decoder.out.finish is not None]
         for r in ended:
-            d = r.decoder
-            lane = self.lanes[r.job.seq]
+            d, held = r.decoder, None
             try:
                 if r.job.error is None:
                     r.job.result = d.finish(r.prompt_mode, r.job.on_stats, keep_prefix=False)
-                    lane.held = list(d.kept)  # the next request on this sequence may start from it
-                    exact = d.drafter.exact_end if isinstance(d.drafter, MTPDrafter) else 0
-                    lane.mtp_held = lane.held[:exact]
+                    held = d.kept  # the next request on this sequence may start from it
             except Exception as exc:  # a callback failed while finishing
                 r.job.error = exc
             finally:
                 d.drafter.guide = d.drafter.draft_margins = d.drafter.draft_sampler = d.drafter.penalties = None
                 d.sampler.close()
                 self.running.remove(r)
-                self.free.append(r.job.seq)
-        self.free.sort(reverse=True)
+                self.sequences.give_back(r.job.seq, held, d.drafter)
         return [r.job for r in ended]
 
     def cancel_all(self, error: BaseException) -> list[Job]:
