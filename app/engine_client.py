@@ -122,12 +122,15 @@ class EngineClient(QObject):
 
     def generate(self, *, messages: list[dict[str, str]] | None = None, prompt: str | None = None,
                  speculative: SpeculativeSettings, max_tokens: int, sampling: SamplingParams = GREEDY,
-                 continue_final_message: bool = False, template: str | None = None) -> str:
-        """``template``: a chat template over the model's own (a model preset's), None for the model's."""
+                 continue_final_message: bool = False, template: str | None = None,
+                 images: list[str] | None = None) -> str:
+        """``template``: a chat template over the model's own (a model preset's), None for the model's;
+        ``images``: base64 encoded images, one per ``IMAGE_MARKER`` in the messages' text, in order."""
         rid = self._new_id()
         self._write(P.GenerateRequestMsg(id=rid, messages=messages, prompt=prompt, speculative=speculative,
                                          max_tokens=max_tokens, sampling=sampling,
-                                         continue_final_message=continue_final_message, template=template))
+                                         continue_final_message=continue_final_message, template=template,
+                                         images=list(images or ())))
         self._set_state("busy")
         return rid
 

@@ -195,6 +195,7 @@ class ModelController(QObject):
     # -- what was loaded ------------------------------------------------------
     def _set_model(self, model: ModelInfo | None) -> None:
         self.model = model
+        self.chat.set_model(model)
         if model is None:
             self._good = None
             self._notice = ""

@@ -43,6 +43,7 @@ FILE_NAME = "settings.json"
 class Settings:
     model_path: str | None = None  # None: the embedded default model
     sidecar_path: str | None = None
+    mmproj_path: str | None = None  # the vision projector loaded with the model (None: none)
     recent_models: list[str] = field(default_factory=list)  # loaded successfully, newest first (the picker)
     n_threads: int = field(default_factory=default_threads)
     n_threads_draft: int = 0  # threads of the MTP draft context; 0: n_threads (autotune may choose fewer)

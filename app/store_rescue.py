@@ -23,7 +23,7 @@ from app.chat.store import ConversationStore, writing
 from app.set_aside import set_aside
 from engine.store.sqlite_salvage import padded_copy, recover_with_cli
 
-TABLES = ("conversations", "messages")  # parents first: a message needs its conversation
+TABLES = ("conversations", "messages", "images")  # parents first: a message needs its conversation
 MAX_SKIPS = 1000  # unreadable rows jumped over in one table before the rest of it is given up
 
 
@@ -74,7 +74,7 @@ def salvage(damaged: Path, store: ConversationStore) -> tuple[int, int]:
     Returns:
         How many conversations and messages were copied.
     """
-    counts = [0, 0]
+    counts = [0] * len(TABLES)
     with tempfile.TemporaryDirectory(prefix="mtp-studio-recover-") as tmp:
         recovered = recover_with_cli(damaged, Path(tmp) / "recovered.sqlite3")
         # .recover first (it reads past broken pages), then the file itself for what .recover missed:

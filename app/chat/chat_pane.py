@@ -9,22 +9,29 @@ ask again or to edit, and a button that does nothing reads as broken.
 
 Tab and Shift+Tab leave the input box (keyboard users could not get out of
 it); Ctrl+Tab puts a tab character in it for whoever wants one.
+
+Images go with a message through the Attach button beside the input box, or
+pasted or dropped into it (``app/chat/attach_strip.py``), when the loaded
+model has a vision projector.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import QEvent, Qt, Signal
-from PySide6.QtGui import QKeyEvent
+from PySide6.QtCore import QEvent, QMimeData, Qt, Signal
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeyEvent
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPlainTextEdit, QPushButton, QVBoxLayout, QWidget
 
+from app.chat import image_input
+from app.chat.attach_strip import NO_MODEL, NO_PROJECTOR, AttachStrip
 from app.chat.context_bar import ContextBar
 from app.chat.controller import ChatController
 from app.chat.editing import EditBar
 from app.chat.store import Message
 from app.chat.transcript import TranscriptView
 from app.theme import Palette
+from engine.worker.events import ModelInfo
 
 
 def _is_ctrl_tab(event: QKeyEvent) -> bool:
@@ -37,9 +44,11 @@ class Composer(QPlainTextEdit):
 
     Signals:
         sig_submit(): the user pressed Enter.
+        sig_images(list, list): images pasted or dropped (Attachments), and why others were refused.
     """
 
     sig_submit = Signal()
+    sig_images = Signal(list, list)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -62,6 +71,17 @@ class Composer(QPlainTextEdit):
             self.sig_submit.emit()
             return
         super().keyPressEvent(event)
+
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:
+        return image_input.carries_image(source) or super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QMimeData) -> None:
+        """A pasted or dropped image is attached, never inserted as text (its file name or nothing)."""
+        if not image_input.carries_image(source):
+            super().insertFromMimeData(source)
+            return
+        found, refused = image_input.from_mime(source)
+        self.sig_images.emit(found, refused)
 
 
 class ChatPane(QWidget):
@@ -105,6 +125,7 @@ class ChatPane(QWidget):
         self.composer = Composer()
         self.composer.setPlaceholderText("Message the model — Enter sends, Shift+Enter for a new line")
         self.composer.setFixedHeight(84)
+        self.attachments = AttachStrip(palette)
         self.send_button = QPushButton("Send")
         self.send_button.setDefault(True)
         self.stop_button = QPushButton("Stop")
@@ -133,11 +154,17 @@ class ChatPane(QWidget):
         col.addWidget(self.save_notice)
         self.edit_bar = EditBar(palette)
         col.addWidget(self.edit_bar)
+        col.addWidget(self.attachments)
         col.addWidget(self.composer)
+        self.attachments.place_button_in(self.composer)
         col.addWidget(self.blocked_label)
         col.addLayout(buttons)
 
         self.composer.sig_submit.connect(self.send)
+        self.composer.sig_images.connect(self.attachments.add)
+        self.attachments.sig_message.connect(self.sig_message)
+        chat.sig_model_changed.connect(self.set_model)
+        self.setAcceptDrops(True)  # an image dropped anywhere on the chat, not only on the input box
         self.send_button.clicked.connect(self.send)
         self.stop_button.clicked.connect(chat.stop)
         self.regen_button.clicked.connect(chat.regenerate)
@@ -158,13 +185,26 @@ class ChatPane(QWidget):
         if reason:  # Enter in the composer reaches here with Send disabled
             self.sig_message.emit(reason, 4000)
             return
-        text = self.composer.toPlainText()
-        sent = (self.chat.send_edited(self.edit_bar.message_id, text) if self.edit_bar.message_id is not None
-                else self.chat.send(text))
+        text, images = self.composer.toPlainText(), tuple(self.attachments.images)
+        if images and self.attachments.refusal:  # attached for a model that is no longer loaded
+            self.sig_message.emit(self.attachments.refusal, 6000)
+            return
+        sent = (self.chat.send_edited(self.edit_bar.message_id, text, images) if self.edit_bar.message_id is not None
+                else self.chat.send(text, images))
         if sent:
             self.edit_bar.end()
             self.composer.clear()
+            self.attachments.take()
             self.sig_sent.emit()
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if image_input.carries_image(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        found, refused = image_input.from_mime(event.mimeData())
+        self.attachments.add(found, refused)
+        event.acceptProposedAction()
 
     def edit_last(self) -> None:
         """Put the last message in the composer to edit; nothing changes until it is sent."""
@@ -186,6 +226,7 @@ class ChatPane(QWidget):
             return
         self.edit_bar.begin(message.id, self.edit_bar.draft if self.edit_bar.editing else self.composer.toPlainText())
         self.composer.setPlainText(message.content)
+        self.attachments.set_images(list(self.chat.images_of(message)))
         self.composer.setFocus()
 
     def cancel_edit(self) -> bool:
@@ -194,6 +235,10 @@ class ChatPane(QWidget):
             return False
         self.composer.setPlainText(self.edit_bar.end())
         return True
+
+    def set_model(self, model: ModelInfo | None) -> None:
+        """The loaded model (None: none): images can be attached only when it has a vision projector."""
+        self.attachments.set_refusal(NO_MODEL if model is None else "" if model.vision else NO_PROJECTOR)
 
     def show_notice(self, text: str) -> None:
         self.model_notice.setText(text)

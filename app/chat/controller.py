@@ -36,7 +36,9 @@ from dataclasses import replace
 
 from PySide6.QtCore import QObject, Signal
 
+from app.chat.attachments import Attachment
 from app.chat.context_fit import Turn
+from app.chat.image_request import with_images
 from app.chat.reply_saver import ReplySaver, refusal
 from app.chat.reply_stream import ReplyStream
 from app.chat.speculative_choice import speculative_for
@@ -51,7 +53,7 @@ from app.text_check import is_text
 from engine.sampling import GREEDY_KEY, sampling_key
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 from engine.speculative.stats import StatsSnapshot
-from engine.worker.events import stats_from_json
+from engine.worker.events import ModelInfo, stats_from_json
 
 
 class ChatController(QObject):
@@ -63,6 +65,7 @@ class ChatController(QObject):
         sig_conversation_opened(): another conversation (or none) is shown; what can be edited changed.
         sig_save_notice(str): why a reply is not saved yet ("" once it is).
         sig_version_shown(): a reply's other version replaced the one shown; whether it can be continued changed.
+        sig_model_changed(object): the loaded model's ModelInfo (None: none); whether it takes images changed.
     """
 
     sig_reply_started = Signal()
@@ -72,6 +75,7 @@ class ChatController(QObject):
     sig_conversation_opened = Signal()
     sig_save_notice = Signal(str)
     sig_version_shown = Signal()
+    sig_model_changed = Signal(object)
 
     def __init__(self, store: ConversationStore, client: EngineClient, transcript: TranscriptView,
                  stats_panel: StatsPanel, settings: Settings) -> None:
@@ -88,6 +92,7 @@ class ChatController(QObject):
         self.profile_speedup: float | None = None  # what autotune measured for it against plain decoding
         self.profile_sampling: str | None = None  # the sampling that was measured with (None: greedy, as of old)
         self.model_has_mtp = True  # "auto" asks for MTP only when the loaded model can draft
+        self.model_has_vision = False  # images go to the model only when a projector is loaded with it
         self.saver = ReplySaver(store, self)
         self.saver.sig_notice.connect(self.sig_save_notice)
         self.saver.sig_saved.connect(lambda: self.sig_notice.emit("The reply waiting for disk space is saved."))
@@ -130,6 +135,11 @@ class ChatController(QObject):
         self.profile_sampling = None
 
     # -- conversations ------------------------------------------------------
+    def set_model(self, model: ModelInfo | None) -> None:
+        """The model loaded now (None: none): images are sent only to one with a vision projector."""
+        self.model_has_vision = model is not None and model.vision
+        self.sig_model_changed.emit(model)
+
     def model_loaded(self, n_ctx: int) -> None:
         """A model was loaded with ``n_ctx`` tokens of context: another size or
         tokenizer may fit what was left out before, so the next reply tries it all.
@@ -160,7 +170,12 @@ class ChatController(QObject):
         status = waiting.get("status", m.status)
         stats = stats_from_json(waiting.get("stats", m.stats))
         return ShownMessage(m.role, waiting.get("content", m.content), status, stats, id=m.id, version=m.version,
-                            version_count=m.version_count, unfinished=last and self._unfinished(m.role, status, stats))
+                            version_count=m.version_count, unfinished=last and self._unfinished(m.role, status, stats),
+                            images=self.images_of(m))
+
+    def images_of(self, m: Message) -> tuple[Attachment, ...]:
+        """The images attached to ``m`` that the store holds."""
+        return tuple(a for a in (self.store.image(h) for h in m.images) if a is not None)
 
     def _unfinished(self, role: str, status: str, stats: StatsSnapshot | None) -> bool:
         """Whether a reply ended before its end: stopped, interrupted, or at the length limit
@@ -190,17 +205,17 @@ class ChatController(QObject):
         return self.request_id is not None
 
     # -- a turn -----------------------------------------------------------------
-    def send(self, text: str) -> bool:
-        """Store the user's message and ask the engine for a reply."""
-        return self._send(text)
+    def send(self, text: str, images: tuple[Attachment, ...] = ()) -> bool:
+        """Store the user's message (with its attached ``images``) and ask the engine for a reply."""
+        return self._send(text, images=images)
 
-    def _send(self, text: str, edit: int | None = None) -> bool:
-        """Store ``text`` (as a new version of message ``edit``, a branch) and ask for a reply.
+    def _send(self, text: str, edit: int | None = None, images: tuple[Attachment, ...] = ()) -> bool:
+        """Store ``text`` and ``images`` (as a new version of message ``edit``, a branch) and ask for a reply.
 
         False, with the reason on the status bar, when nothing was stored or asked: the caller
         keeps the text (it stays in the composer)."""
         text = text.strip()
-        if not text or self.busy:
+        if not (text or images) or self.busy:
             return False
         if not is_text(text):  # SQLite and the worker's pipe would both refuse it, inside Qt
             self.sig_notice.emit("The message holds a character that is not valid text (a lone surrogate, "
@@ -212,16 +227,16 @@ class ChatController(QObject):
                 self.new_conversation()
             assert self.conversation_id is not None
             earlier = [m for m in self.store.messages(self.conversation_id) if edit is None or m.id < edit]
-            title = None if earlier else _title_from(text)
-            user, reply = (self.store.add_turn(self.conversation_id, text, title=title) if edit is None
-                           else self.store.branch(edit, text, title=title))
+            title = None if earlier else _title_from(text or "Image")
+            user, reply = (self.store.add_turn(self.conversation_id, text, title=title, images=images) if edit is None
+                           else self.store.branch(edit, text, title=title, images=images))
         except NotSaved as exc:  # the message stays in the composer; nothing was sent
             self.sig_notice.emit(refusal(exc, "the message was not sent. Free some space and send it again."))
             return False
         if edit is not None:
             self.open(self.conversation_id, but=reply.id)  # the new branch shows; its reply streams below
         else:
-            self.transcript.append(ShownMessage("user", text, id=user.id))
+            self.transcript.append(ShownMessage("user", text, id=user.id, images=images))
         self._start_reply(reply)
         return True
 
@@ -275,15 +290,15 @@ class ChatController(QObject):
             return None
         return next((m for m in self.store.messages(self.conversation_id) if m.id == shown.id), None)
 
-    def send_edited(self, message_id: int, text: str) -> bool:
+    def send_edited(self, message_id: int, text: str, images: tuple[Attachment, ...] = ()) -> bool:
         """Send ``text`` as a new version of the edited message, a branch: what followed the old
         version is kept with it (‹1/2› switches back). Refused (False, nothing changed) when
         ``text`` cannot be sent or stored."""
-        if not text.strip() or self.busy or self.conversation_id is None:
+        if not (text.strip() or images) or self.busy or self.conversation_id is None:
             return False
         if not any(m.id == message_id and m.role == "user" for m in self.store.messages(self.conversation_id)):
-            return self.send(text)  # another chat was opened meanwhile: a new message
-        return self._send(text, edit=message_id)
+            return self.send(text, images)  # another chat was opened meanwhile: a new message
+        return self._send(text, edit=message_id, images=images)
 
     def show_version(self, index: int, step: int) -> None:
         """Show the previous (``step`` -1) or next (+1) version of the message at transcript position
@@ -328,7 +343,7 @@ class ChatController(QObject):
         from) from the conversation before it."""
         assert self.conversation_id is not None
         conv = self.store.get(self.conversation_id)
-        history = [m for m in self.store.messages(self.conversation_id) if m.content and m.id != reply.id]
+        history = [m for m in self.store.messages(self.conversation_id) if (m.content or m.images) and m.id != reply.id]
         self.stream.start(reply, Turn(conv.system_prompt, history + ([reply] if continuing else []),
                                       continuing=continuing))
         self.sig_reply_started.emit()
@@ -342,10 +357,14 @@ class ChatController(QObject):
         self.stats_panel.set_speedup(self.profile_speedup if measured else None, "autotuned",
                                      measured_with=self.profile_sampling or GREEDY_KEY,
                                      sampling=sampling_key(v.sampling))
+        asked = with_images(turn, self.store.image, self.model_has_vision)
+        if asked.left_out:
+            self.sig_notice.emit(f"{asked.left_out} image(s) in this chat were not sent: the model has no vision "
+                                 "projector loaded (load one with the model: Models → pair panel).")
         return self.client.generate(
-            messages=turn.request_messages(), max_tokens=v.max_tokens, speculative=speculative,
+            messages=asked.messages, max_tokens=v.max_tokens, speculative=speculative,
             continue_final_message=turn.continuing,
-            sampling=v.sampling, template=self.model_preset.chat_template,
+            sampling=v.sampling, template=self.model_preset.chat_template, images=asked.images,
         )
 
 

@@ -40,6 +40,7 @@ class Message:
     created: float
     version: int = 0  # which of the message's versions is shown (0-based): a reply's regenerations, an edit's branches
     version_count: int = 1
+    images: tuple[str, ...] = ()  # attached images (the store's ``images`` table, by content hash), in order
 
 
 def decoded(raw: bytes) -> str:
@@ -64,6 +65,12 @@ def text_value(value: object) -> str:
     return "" if value is None else storable(str(value))
 
 
+def image_hashes(value: object) -> list[str]:
+    """A message's (or a stored version's) attached images: their content hashes, whatever a damaged row holds."""
+    found = json_value(value, list, []) if not isinstance(value, list) else value
+    return [h for h in found if isinstance(h, str) and h]
+
+
 def shown_index(r: sqlite3.Row) -> int:
     return r["version"] if isinstance(r["version"], int) else 0
 
@@ -76,7 +83,8 @@ def conversation(r: sqlite3.Row) -> Conversation:
 def message(r: sqlite3.Row) -> Message:
     count = len(stored_versions(r)) or 1
     return Message(r["id"], r["conversation_id"], text_value(r["role"]), text_value(r["content"]),
-                   text_value(r["status"]), json_value(r["stats"], dict, None), r["created"], shown_index(r), count)
+                   text_value(r["status"]), json_value(r["stats"], dict, None), r["created"], shown_index(r), count,
+                   tuple(image_hashes(r["images"])))
 
 
 def stored_versions(r: sqlite3.Row) -> list[dict[str, Any]]:
@@ -87,7 +95,7 @@ def stored_versions(r: sqlite3.Row) -> list[dict[str, Any]]:
 def versions(r: sqlite3.Row) -> list[dict[str, Any]]:
     """Every version of a message, the shown one as the row holds it now (it may have streamed on since)."""
     shown = {"content": text_value(r["content"]), "status": text_value(r["status"]),
-             "stats": json_value(r["stats"], dict, None), "created": r["created"]}
+             "stats": json_value(r["stats"], dict, None), "created": r["created"], "images": image_hashes(r["images"])}
     every = stored_versions(r) or [shown]
     every[max(0, min(shown_index(r), len(every) - 1))] = shown
     return every
@@ -97,4 +105,4 @@ def as_record(r: sqlite3.Row) -> dict[str, Any]:
     """A message row as JSON keeps it inside an edited message's version (the branch below it)."""
     return {"role": text_value(r["role"]), "content": text_value(r["content"]), "status": text_value(r["status"]),
             "stats": json_value(r["stats"], dict, None), "created": r["created"],
-            "versions": stored_versions(r), "version": shown_index(r)}
+            "versions": stored_versions(r), "version": shown_index(r), "images": image_hashes(r["images"])}

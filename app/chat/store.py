@@ -16,6 +16,9 @@ Every write goes through ``app/chat/disk.py``: one the disk cannot take raises
 message and its empty reply) are written in one transaction, and so is an
 edit (the branch kept, the new version and its reply row), so a full disk
 never leaves a message without its reply row or an edit half done.
+
+Images attached to a user message are kept in the database, by hash
+(``app/chat/attachments.py`` says why), written in the turn's transaction.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from app.chat import export, rows, versions
+from app.chat.attachments import Attachment
 from app.chat.disk import DiskFull, NotSaved, storable, transaction, writing
 from app.chat.rows import Conversation, Message
 
@@ -51,18 +55,27 @@ CREATE TABLE IF NOT EXISTS messages (
     stats TEXT,
     created REAL NOT NULL,
     versions TEXT NOT NULL DEFAULT '[]',
-    version INTEGER NOT NULL DEFAULT 0
+    version INTEGER NOT NULL DEFAULT 0,
+    images TEXT NOT NULL DEFAULT '[]'
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
+CREATE TABLE IF NOT EXISTS images (
+    id INTEGER PRIMARY KEY,
+    hash TEXT NOT NULL UNIQUE,
+    mime TEXT NOT NULL,
+    data BLOB NOT NULL,
+    created REAL NOT NULL
+);
 """
 
 STATUSES = ("complete", "streaming", "interrupted", "error", "cancelled")
-SCHEMA_VERSION = 2  # 1: no reply versions, no model per conversation
+SCHEMA_VERSION = 3  # 1: no reply versions, no model per conversation; 2: no images
 # columns added since version 1: (table, column, definition); ALTER TABLE keeps every row
 ADDED_COLUMNS = (
     ("conversations", "model", "TEXT NOT NULL DEFAULT ''"),
     ("messages", "versions", "TEXT NOT NULL DEFAULT '[]'"),
     ("messages", "version", "INTEGER NOT NULL DEFAULT 0"),
+    ("messages", "images", "TEXT NOT NULL DEFAULT '[]'"),
 )
 
 
@@ -154,8 +167,9 @@ class ConversationStore:
             self.db.execute(f"UPDATE conversations SET {', '.join(fields)} WHERE id=?", (*values, conversation_id))
 
     def delete(self, conversation_id: int) -> None:
-        with writing():
+        with transaction(self.db):
             self.db.execute("DELETE FROM conversations WHERE id=?", (conversation_id,))
+            self._prune_images()
 
     # -- messages -------------------------------------------------------------
     def messages(self, conversation_id: int) -> list[Message]:
@@ -191,8 +205,10 @@ class ConversationStore:
             with writing():
                 self.db.execute(f"UPDATE messages SET {', '.join(fields)} WHERE id=?", (*values, message_id))
 
-    def add_turn(self, conversation_id: int, text: str, *, title: str | None = None) -> tuple[Message, Message]:
-        """The user's message and its empty ``streaming`` reply, written together (both or neither).
+    def add_turn(self, conversation_id: int, text: str, *, title: str | None = None,
+                 images: tuple[Attachment, ...] = ()) -> tuple[Message, Message]:
+        """The user's message (with its attached ``images``) and its empty ``streaming`` reply, written
+        together (all or nothing).
 
         ``title``: the conversation's new title (its first message).
 
@@ -203,10 +219,12 @@ class ConversationStore:
         with transaction(self.db):
             if title is not None:
                 self.db.execute("UPDATE conversations SET title=? WHERE id=?", (storable(title), conversation_id))
+            hashes = self._put_images(images)
             ids = [self.db.execute(
-                "INSERT INTO messages(conversation_id, role, content, status, created) VALUES (?,?,?,?,?)",
-                (conversation_id, role, content, status, now)).lastrowid
-                for role, content, status in (("user", storable(text), "complete"), ("assistant", "", "streaming"))]
+                "INSERT INTO messages(conversation_id, role, content, status, created, images) VALUES (?,?,?,?,?,?)",
+                (conversation_id, role, content, status, now, json.dumps(attached))).lastrowid
+                for role, content, status, attached in (("user", storable(text), "complete", hashes),
+                                                        ("assistant", "", "streaming", []))]
             self.db.execute("UPDATE conversations SET updated=? WHERE id=?", (now, conversation_id))
         user, reply = (self.message(int(i or 0)) for i in ids)
         return user, reply
@@ -228,15 +246,44 @@ class ConversationStore:
         versions.select_version(self.db, message_id, index)
         return self.message(message_id)
 
-    def branch(self, message_id: int, text: str, *, title: str | None = None) -> tuple[Message, Message]:
-        """Edit a user message: ``text`` is its new version, with an empty ``streaming`` reply; the
-        version shown before keeps what followed it (``title``: the conversation's new title).
+    def branch(self, message_id: int, text: str, *, title: str | None = None,
+               images: tuple[Attachment, ...] = ()) -> tuple[Message, Message]:
+        """Edit a user message: ``text`` (with ``images``) is its new version, with an empty ``streaming``
+        reply; the version shown before keeps what followed it (``title``: the conversation's new title).
 
         Returns:
             The edited message and the reply's row.
         """
-        reply = versions.branch(self.db, message_id, text, title)
+        with transaction(self.db):  # first: a refused edit leaves at most images nothing names (pruned later)
+            hashes = self._put_images(images)
+        reply = versions.branch(self.db, message_id, text, title, tuple(hashes))
         return self.message(message_id), self.message(reply)
+
+    # -- images (app/chat/attachments.py) ------------------------------------------
+    def image(self, image_hash: str) -> Attachment | None:
+        """An attached image by its hash (None when the database does not hold it: a damaged row)."""
+        row = self.db.execute("SELECT mime, data FROM images WHERE hash=?", (image_hash,)).fetchone()
+        if row is None or not isinstance(row["data"], bytes):
+            return None
+        return Attachment(row["data"], rows.text_value(row["mime"]))
+
+    def _put_images(self, images: tuple[Attachment, ...]) -> list[str]:
+        """Store ``images`` (inside the caller's transaction); their hashes, in order."""
+        now = time.time()
+        for image in images:
+            self.db.execute("INSERT OR IGNORE INTO images(hash, mime, data, created) VALUES (?,?,?,?)",
+                            (image.hash, image.mime, image.data, now))
+        return [image.hash for image in images]
+
+    def _prune_images(self) -> None:
+        """Drop the images no message names any more, in any version or branch (inside a transaction)."""
+        named: set[str] = set()
+        for r in self.db.execute("SELECT images, versions FROM messages WHERE images != '[]' OR versions != '[]'"):
+            named.update(rows.image_hashes(r["images"]))
+            _named_in(rows.json_value(r["versions"], list, []), named)
+        for (image_hash,) in self.db.execute("SELECT hash FROM images").fetchall():
+            if image_hash not in named:
+                self.db.execute("DELETE FROM images WHERE hash=?", (image_hash,))
 
     def mark_streaming_interrupted(self) -> int:
         with writing():
@@ -252,3 +299,14 @@ class ConversationStore:
 
     def export_text(self, conversation_id: int) -> str:
         return export.text(self, conversation_id)
+
+
+def _named_in(value: object, named: set[str]) -> None:
+    """Every image hash a stored version (and the branch it carries, at any depth) names."""
+    if isinstance(value, list):
+        for item in value:
+            _named_in(item, named)
+    elif isinstance(value, dict):
+        named.update(rows.image_hashes(value.get("images")))
+        for key in ("tail", "versions"):
+            _named_in(value.get(key), named)

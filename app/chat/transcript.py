@@ -33,6 +33,7 @@ from PySide6.QtCore import QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QDesktopServices,
     QGuiApplication,
+    QImage,
     QPalette,
     QResizeEvent,
     QTextBlockFormat,
@@ -41,7 +42,8 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
-from app.chat import markdown
+from app.chat import image_input, markdown
+from app.chat.attachments import Attachment
 from app.theme import Palette
 from engine.speculative import stats_text
 from engine.speculative.stats import StatsSnapshot
@@ -62,6 +64,7 @@ class ShownMessage:
     version: int = 0  # which of the message's versions this is (0-based): regenerations, or an edit's branches
     version_count: int = 1
     unfinished: bool = False  # ended before its end (stopped, interrupted, the length limit): Continue goes on
+    images: tuple[Attachment, ...] = ()  # attached images, shown as thumbnails above the text
 
 
 class TranscriptView(QTextBrowser):
@@ -104,6 +107,7 @@ class TranscriptView(QTextBrowser):
         self._timer.setInterval(FLUSH_MS)
         self._timer.timeout.connect(self._flush)
         self.flushes = 0
+        self._thumbnails: dict[str, QImage] = {}  # "thumb:<hash>" -> QImage, drawn once per image
         self._to_warm = list(markdown.COMMON_LANGUAGES)
         QTimer.singleShot(200, self, self._warm_up)  # the view as context: no call after it is gone
 
@@ -313,7 +317,26 @@ class TranscriptView(QTextBrowser):
             links += [f'<a href="message-{action}:{index}">{action.capitalize()}</a>' for action in MESSAGE_ACTIONS]
         foot = " &nbsp;·&nbsp; ".join(links + ([html.escape(foot)] if foot else []))
         footer = f'<p style="color:{p.muted};font-size:small;margin-top:0">{foot}</p>' if foot else ""
-        return head + body + footer
+        return head + self._images_html(m) + body + footer
+
+    def _images_html(self, m: ShownMessage) -> str:
+        """A message's images as thumbnails (drawn by :meth:`loadResource`)."""
+        if not m.images:
+            return ""
+        cells = []
+        for image in m.images:
+            name = f"thumb:{image.hash}"
+            if name not in self._thumbnails:
+                self._thumbnails[name] = image_input.thumbnail(image)
+            thumb = self._thumbnails[name]
+            cells.append(f'<img src="{name}" width="{thumb.width()}" height="{thumb.height()}"> ')
+        return f'<p style="margin-top:2px;margin-bottom:2px">{"".join(cells)}</p>'
+
+    def loadResource(self, kind: int, name: QUrl) -> object:
+        """Thumbnails come from memory, drawn once; anything else as before."""
+        if name.scheme() == "thumb":
+            return self._thumbnails.get(name.toString())
+        return super().loadResource(kind, name)
 
     def _scroll_to_end(self) -> None:
         bar = self.verticalScrollBar()

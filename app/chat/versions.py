@@ -60,14 +60,17 @@ def select_version(db: sqlite3.Connection, message_id: int, index: int) -> None:
             _put_tail(db, row["conversation_id"], every[index].pop("tail", []))
         chosen = every[index]
         stats = json.dumps(chosen["stats"]) if chosen.get("stats") is not None else None
-        db.execute("UPDATE messages SET content=?, status=?, stats=?, created=?, versions=?, version=? WHERE id=?",
-                   (chosen["content"], chosen["status"], stats, chosen["created"],
-                    json.dumps(every) if len(every) > 1 else "[]", index, message_id))
+        db.execute("UPDATE messages SET content=?, status=?, stats=?, created=?, versions=?, version=?, images=? "
+                   "WHERE id=?", (chosen["content"], chosen["status"], stats, chosen["created"],
+                                  json.dumps(every) if len(every) > 1 else "[]", index,
+                                  json.dumps(rows.image_hashes(chosen.get("images"))), message_id))
 
 
-def branch(db: sqlite3.Connection, message_id: int, text: str, title: str | None) -> int:
-    """Edit a user message: ``text`` becomes its newest version, shown, with an empty
-    ``streaming`` reply; the version shown before keeps its branch. One transaction.
+def branch(db: sqlite3.Connection, message_id: int, text: str, title: str | None,
+           images: tuple[str, ...] = ()) -> int:
+    """Edit a user message: ``text`` (with the attached ``images``, by hash, already stored) becomes its
+    newest version, shown, with an empty ``streaming`` reply; the version shown before keeps its branch
+    and its images. One transaction.
 
     Returns:
         The new reply's id.
@@ -78,9 +81,11 @@ def branch(db: sqlite3.Connection, message_id: int, text: str, title: str | None
     conversation_id = row["conversation_id"]
     with transaction(db):
         every[min(rows.shown_index(row), len(every) - 1)]["tail"] = _take_tail(db, row)
-        every.append({"content": storable(text), "status": "complete", "stats": None, "created": now})
-        db.execute("UPDATE messages SET content=?, status='complete', stats=NULL, created=?, versions=?, version=? "
-                   "WHERE id=?", (storable(text), now, json.dumps(every), len(every) - 1, message_id))
+        every.append({"content": storable(text), "status": "complete", "stats": None, "created": now,
+                      "images": list(images)})
+        db.execute("UPDATE messages SET content=?, status='complete', stats=NULL, created=?, versions=?, version=?, "
+                   "images=? WHERE id=?", (storable(text), now, json.dumps(every), len(every) - 1,
+                                           json.dumps(list(images)), message_id))
         reply = db.execute("INSERT INTO messages(conversation_id, role, content, status, created) "
                            "VALUES (?, 'assistant', '', 'streaming', ?)", (conversation_id, now)).lastrowid
         if title is not None:
@@ -103,10 +108,11 @@ def _put_tail(db: sqlite3.Connection, conversation_id: int, tail: object) -> Non
         if not isinstance(record, dict) or not rows.VERSION_KEYS <= record.keys():
             continue  # a damaged record spoils itself, never the branch
         stats = record.get("stats")
-        db.execute("INSERT INTO messages(conversation_id, role, content, status, stats, created, versions, version) "
-                   "VALUES (?,?,?,?,?,?,?,?)",
+        db.execute("INSERT INTO messages(conversation_id, role, content, status, stats, created, versions, version, "
+                   "images) VALUES (?,?,?,?,?,?,?,?,?)",
                    (conversation_id, rows.text_value(record.get("role", "user")), rows.text_value(record["content"]),
                     rows.text_value(record["status"]), json.dumps(stats) if isinstance(stats, dict) else None,
                     record["created"] if isinstance(record["created"], int | float) else time.time(),
                     json.dumps(record.get("versions") or []),
-                    record.get("version") if isinstance(record.get("version"), int) else 0))
+                    record.get("version") if isinstance(record.get("version"), int) else 0,
+                    json.dumps(rows.image_hashes(record.get("images")))))

@@ -1,0 +1,249 @@
+"""Images in the chat: attached (button, paste, drop), stored with the conversation, sent to the real
+worker with their markers, shown as thumbnails before and after a restart; refused with the reason
+on a model without a vision projector; databases from before images open and gain them."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from PySide6.QtCore import QMimeData, QUrl
+from PySide6.QtGui import QImage
+from PySide6.QtWidgets import QFileDialog
+
+from app.chat import image_input
+from app.chat.attach_strip import NO_PROJECTOR
+from app.chat.attachments import Attachment
+from app.chat.context_fit import Turn
+from app.chat.controller import ChatController
+from app.chat.image_request import TYPED_MARKER, with_images
+from app.chat.stats_panel import StatsPanel
+from app.chat.store import ConversationStore
+from app.chat.transcript import TranscriptView
+from app.engine_client import EngineClient
+from app.settings import Settings
+from app.theme import LIGHT
+from engine.synth import SynthModel, SynthSpec
+from engine.synth.images import BLACK, BLUE, GREEN, RED, WHITE, YELLOW, field_png
+from engine.synth.projector import ProjectorSpec, projector_path
+from engine.worker.protocol import IMAGE_MARKER
+from tests.app.conftest import start_and_load
+
+QUADRANTS = field_png([[RED, GREEN], [BLUE, YELLOW]])
+STRIPES = field_png([[BLACK, WHITE, BLACK, WHITE]], width=48, height=32)
+SPEC = SynthSpec(arch="qwen35", weights="random", seed=1)
+
+
+@pytest.fixture(scope="module")
+def vision_files() -> tuple[str, str]:
+    return str(SynthModel(SPEC).path("combined")), str(projector_path(ProjectorSpec(target=SPEC)))
+
+
+# -- the store -------------------------------------------------------------------------------
+def test_a_turns_images_are_stored_once_by_hash_and_read_back_in_order(tmp_path):
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    try:
+        conv = store.create().id
+        a, b = Attachment.of(QUADRANTS), Attachment.of(STRIPES)
+        user, reply = store.add_turn(conv, "What are these?", images=(a, b, a))
+        assert user.images == (a.hash, b.hash, a.hash) and reply.images == ()
+        assert store.image(a.hash) == a and store.image(b.hash).mime == "image/png"
+        assert store.db.execute("SELECT COUNT(*) FROM images").fetchone()[0] == 2
+        assert store.messages(conv)[0].images == (a.hash, b.hash, a.hash)
+    finally:
+        store.close()
+
+
+def test_an_edit_keeps_each_versions_images_and_deleting_the_chat_drops_them(tmp_path):
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    try:
+        conv = store.create().id
+        a, b = Attachment.of(QUADRANTS), Attachment.of(STRIPES)
+        user, reply = store.add_turn(conv, "first", images=(a,))
+        store.update_message(reply.id, content="an answer", status="complete")
+        edited, _ = store.branch(user.id, "second", images=(b,))
+        assert edited.images == (b.hash,)
+        assert store.select_version(user.id, 0).images == (a.hash,)  # the old branch with its image
+        assert [m.content for m in store.messages(conv)] == ["first", "an answer"]
+        assert store.select_version(user.id, 1).images == (b.hash,)
+        other = store.create().id
+        store.add_turn(other, "kept", images=(b,))
+        store.delete(conv)
+        assert store.image(a.hash) is None  # named by nothing left
+        assert store.image(b.hash) == b  # the other chat still shows it
+    finally:
+        store.close()
+
+
+V2_SCHEMA = """
+CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, system_prompt TEXT NOT NULL DEFAULT '',
+    settings TEXT NOT NULL DEFAULT '{}', created REAL NOT NULL, updated REAL NOT NULL,
+    model TEXT NOT NULL DEFAULT '');
+CREATE TABLE messages (id INTEGER PRIMARY KEY,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE, role TEXT NOT NULL,
+    content TEXT NOT NULL, status TEXT NOT NULL DEFAULT 'complete', stats TEXT, created REAL NOT NULL,
+    versions TEXT NOT NULL DEFAULT '[]', version INTEGER NOT NULL DEFAULT 0);
+INSERT INTO conversations VALUES (1, 'Before images', '', '{}', 1.0, 2.0, 'm.gguf');
+INSERT INTO messages VALUES (1, 1, 'user', 'hi', 'complete', NULL, 1.0, '[]', 0);
+INSERT INTO messages VALUES (2, 1, 'assistant', 'hello', 'complete', NULL, 1.5, '[]', 0);
+PRAGMA user_version=2;
+"""
+
+
+def test_a_database_from_before_images_opens_and_takes_them(tmp_path):
+    path = tmp_path / "v2.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript(V2_SCHEMA)
+    db.commit()
+    db.close()
+    store = ConversationStore(path)
+    try:
+        assert [(m.content, m.images) for m in store.messages(1)] == [("hi", ()), ("hello", ())]
+        user, _ = store.add_turn(1, "and this?", images=(Attachment.of(QUADRANTS),))
+        assert store.message(user.id).images == (Attachment.of(QUADRANTS).hash,)
+        assert store.db.execute("PRAGMA user_version").fetchone()[0] == 3
+    finally:
+        store.close()
+
+
+def test_a_damaged_images_column_spoils_only_that_message(tmp_path):
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    try:
+        conv = store.create().id
+        user, _ = store.add_turn(conv, "hi")
+        store.db.execute("UPDATE messages SET images='{not json' WHERE id=?", (user.id,))
+        assert store.message(user.id).images == ()
+        store.db.execute("UPDATE messages SET images='[\"no-such-hash\", 3]' WHERE id=?", (user.id,))
+        assert store.message(user.id).images == ("no-such-hash",) and store.image("no-such-hash") is None
+    finally:
+        store.close()
+
+
+# -- the request -----------------------------------------------------------------------------
+def test_each_kept_image_becomes_a_marker_before_its_messages_text(tmp_path):
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    try:
+        conv = store.create().id
+        a, b = Attachment.of(QUADRANTS), Attachment.of(STRIPES)
+        first, _ = store.add_turn(conv, f"old {IMAGE_MARKER} typed", images=(a,))
+        second, _ = store.add_turn(conv, "new", images=(b, a))
+        turn = Turn("Be brief.", [store.message(first.id), store.message(second.id)])
+        asked = with_images(turn, store.image, vision=True)
+        assert [m["content"] for m in asked.messages] == [
+            "Be brief.", f"{IMAGE_MARKER}\nold {TYPED_MARKER} typed", f"{IMAGE_MARKER}\n{IMAGE_MARKER}\nnew"]
+        assert asked.images == [a.base64(), b.base64(), a.base64()] and asked.left_out == 0
+        turn.dropped = 1  # the oldest message left out to fit: its image with it
+        assert with_images(turn, store.image, vision=True).images == [b.base64(), a.base64()]
+        text_only = with_images(turn, store.image, vision=False)
+        assert text_only.images == [] and text_only.left_out == 2 and text_only.messages[-1]["content"] == "new"
+    finally:
+        store.close()
+
+
+def test_images_are_kept_as_mtmd_reads_them_and_others_become_png(qtbot, tmp_path):
+    assert image_input.from_bytes(QUADRANTS).data == QUADRANTS
+    webp = tmp_path / "field.webp"
+    QImage.fromData(QUADRANTS).save(str(webp))
+    if webp.exists():  # Qt's WebP plugin is there
+        assert image_input.from_file(webp).mime == "image/png"
+    big = QImage(5000, 100, QImage.Format.Format_RGB32)
+    big.fill(0x336699)
+    scaled = QImage.fromData(image_input.from_qimage(big).data)
+    assert (scaled.width(), scaled.height()) == (image_input.MAX_SIDE, 40)
+    (tmp_path / "notes.png").write_text("not an image")
+    with pytest.raises(image_input.ImageRefused, match="notes.png is not an image"):
+        image_input.from_file(tmp_path / "notes.png")
+
+
+# -- the app, with the real worker -------------------------------------------------------------
+def _mime_with_file(path) -> QMimeData:
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(path))])
+    return mime
+
+
+def _ask(qtbot, window, text: str) -> str:
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=120000) as finished:
+        window.composer.setPlainText(text)
+        window.send()
+    assert finished.args == ["complete"]
+    return window.transcript.messages[-1].content
+
+
+def test_attached_images_reach_the_model_and_come_back_after_a_restart(qtbot, services, vision_files, tmp_path,
+                                                                      monkeypatch):
+    services.settings.model_path, services.settings.mmproj_path = vision_files
+    services.settings.speculative = "off"
+    services.settings.max_tokens = 12
+    start_and_load(qtbot, services)
+    window = services.window
+    pane = window.chat_pane
+    assert pane.attachments.attach_button.isEnabled()
+
+    # a paste: pixels on the clipboard
+    pasted = QMimeData()
+    pasted.setImageData(QImage.fromData(QUADRANTS))
+    assert pane.composer.canInsertFromMimeData(pasted)
+    pane.composer.insertFromMimeData(pasted)
+    assert len(pane.attachments.images) == 1 and pane.attachments.isVisible()
+    assert window.composer.toPlainText() == ""  # attached, not pasted as text
+    assert pane.grab().save(str(tmp_path / "attached_before_sending.png"))
+    first = _ask(qtbot, window, "It shows")
+    assert pane.attachments.images == [] and not pane.attachments.isVisible()
+    conv = window.chat.conversation_id
+    shown = window.transcript.messages[-2]
+    assert shown.role == "user" and len(shown.images) == 1
+    assert QImage.fromData(shown.images[0].data).pixel(4, 4) == QImage.fromData(QUADRANTS).pixel(4, 4)
+
+    # the same words with another image, dropped as a file into a new chat, then the first one by the button
+    window.chat.new_conversation()
+    stripes = tmp_path / "stripes.png"
+    stripes.write_bytes(STRIPES)
+    pane.composer.insertFromMimeData(_mime_with_file(stripes))
+    second = _ask(qtbot, window, "It shows")
+    assert first and second and first != second  # the image reached the model
+
+    window.chat.new_conversation()
+    quadrants = tmp_path / "quadrants.png"
+    quadrants.write_bytes(QUADRANTS)
+    monkeypatch.setattr(QFileDialog, "getOpenFileNames", lambda *_a, **_k: ([str(quadrants)], ""))
+    pane.attachments.attach_button.click()
+    assert _ask(qtbot, window, "It shows") == first  # greedy: the same image, the same reply
+
+    grab = window.grab()
+    assert grab.save(str(tmp_path / "chat_with_image.png"))
+    services.client.stop()
+    services.store.close()
+
+    # the next start: a new store, controller and transcript on the same database
+    again = ConversationStore(services.store.path)
+    transcript = TranscriptView(LIGHT)
+    qtbot.addWidget(transcript)
+    try:
+        ChatController(again, EngineClient(), transcript, StatsPanel(LIGHT), Settings()).open(conv)
+        user = transcript.messages[0]
+        assert user.content == "It shows" and len(user.images) == 1  # the paste, as Qt encoded its pixels
+        assert QImage.fromData(user.images[0].data) == QImage.fromData(QUADRANTS).convertToFormat(
+            QImage.fromData(user.images[0].data).format())
+        assert f"thumb:{user.images[0].hash}" in transcript.toHtml()
+        thumb = transcript.loadResource(0, QUrl(f"thumb:{user.images[0].hash}"))
+        assert thumb.pixel(4, 4) == QImage.fromData(QUADRANTS).pixel(4, 4)
+        transcript.resize(500, 300)
+        assert transcript.grab().save(str(tmp_path / "transcript_after_restart.png"))
+    finally:
+        again.close()
+        services.store = ConversationStore(services.store.path)  # the fixture closes it
+
+
+def test_without_a_projector_attach_is_disabled_and_a_pasted_image_is_refused(qtbot, services):
+    messages: list[str] = []
+    start_and_load(qtbot, services)  # the built-in model: no projector
+    pane = services.window.chat_pane
+    pane.sig_message.connect(lambda text, _ms: messages.append(text))
+    button = pane.attachments.attach_button
+    assert not button.isEnabled() and button.toolTip() == NO_PROJECTOR
+    assert "Models → pair panel" in NO_PROJECTOR
+    pasted = QMimeData()
+    pasted.setImageData(QImage.fromData(QUADRANTS))
+    pane.composer.insertFromMimeData(pasted)
+    assert pane.attachments.images == [] and messages == [NO_PROJECTOR]
