@@ -109,6 +109,7 @@ class MainWindow(QMainWindow):
         splitter.setStretchFactor(1, 1)
         self.models_page = ModelsPage(n_ctx=self.settings.n_ctx, records=self.models.records)
         self.models_page.library.preferences = self.settings
+        self.models_page.library.fingerprint = lambda: self.probe.fingerprint  # the library's autotune column
         self.hardware_page = HardwarePage(self.probe)
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
@@ -184,6 +185,8 @@ class MainWindow(QMainWindow):
         self.model_picker.sig_pick.connect(self.models.open_sheet)
         self.model_picker.sig_open.connect(self.models.choose_model)
         self.model_picker.sig_eject.connect(self.models.eject)
+        self.models_page.library.sig_rows.connect(self.model_picker.set_library)  # the picker searches the library
+        self.model_picker.sig_library_wanted.connect(self.models_page.refresh_library)
         self.transcript.sig_copied.connect(lambda _code: self._message("Code copied", 2000))
         self.highlight_box.toggled.connect(self._set_highlight)
         self._set_highlight(self.settings.highlight_drafts)

@@ -60,6 +60,7 @@ class ModelsPage(QWidget):
         self.pair.sig_use_model.connect(self.sig_use_model)
         self.library.sig_preset.connect(self.sig_preset)
         self.library.sig_use_model.connect(self.sig_use_model)
+        self.library.sig_download.connect(self.download_from_library)
 
     def follow_chat_context(self, n_ctx: int) -> None:
         self.library.follow_chat_context(n_ctx)
@@ -86,6 +87,12 @@ class ModelsPage(QWidget):
         task = self._running.add(background.run(lambda r: catalog.resolve(r, None, credentials.get_token()), rec))
         task.sig_done.connect(lambda resolved: self._download_resolved(rec, resolved))
         task.sig_failed.connect(lambda msg: self._recommended_failed(rec, msg))
+
+    def download_from_library(self, repo: str) -> None:
+        """A catalog row's Download in the library: the same download as its Recommended row's."""
+        rec = next((r for r in self.recommended.recommendations or catalog.load() if r.repo == repo), None)
+        if rec is not None:
+            self.download_recommended(rec)
 
     def _recommended_failed(self, rec: catalog.Recommendation, msg: str) -> None:
         self.recommended.set_row_status(rec, "Download model + sidecar" if rec.sidecar else "Download")

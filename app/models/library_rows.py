@@ -1,15 +1,25 @@
 """The library's rows: every model on disk and every catalog model not downloaded yet, each with what a
-user picks a model by (architecture, quantization, size, MTP head or sidecar, fits this machine, last used),
-and the filters over them. No Qt: the rows are made on the background runner and tested as plain values."""
+user picks a model by (architecture, quantization, size, MTP head or sidecar, fits this machine, last used,
+the autotune profile, the doctor's word on a sidecar pair), and the filters over them. No Qt: the rows are
+made on the background runner and tested as plain values.
+
+The doctor's word comes from the headers already read for the list (``engine.store.doctor``, the load
+check's own rules): a model without a head is paired with each sidecar of its
+architecture on disk, and a sidecar with each such model; the best verdict is shown. The autotune profile
+is found by the file's path (no 16 MiB hash per file): the newest one, and whether it was measured on
+another machine."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from engine.autotune.profiles import Profile, ProfileStore
 from engine.store import catalog, fit, library
+from engine.store.doctor import diagnose_facts
 
 # the quantization a file's name states, as the converters and uploaders write it
 _QUANT = re.compile(r"(?<![A-Za-z0-9])(UD-)?(I?Q\d(?:_[0-9A-Z]+)*|BF16|F16|F32|MXFP4(?:_MOE)?)(?![A-Za-z0-9])",
@@ -30,6 +40,8 @@ class LibraryRow:
     last_used: float | None = None
     problem: str | None = None  # why the file could not be read
     repo: str | None = None  # the catalog's repository
+    autotune: str = ""  # the autotune profile in words ("" when none was made)
+    doctor: str = ""  # the doctor's word on this file's sidecar pairing ("" where there is none to give)
 
     @property
     def on_disk(self) -> bool:
@@ -53,7 +65,8 @@ class LibraryFilter:
         if (self.architecture and row.architecture != self.architecture) or \
                 (self.quantization and row.quantization != self.quantization):
             return False
-        haystack = " ".join((row.name, row.architecture, row.quantization, row.mtp, row.repo or "")).lower()
+        haystack = " ".join((row.name, row.architecture, row.quantization, row.mtp, row.repo or "", row.autotune,
+                             row.doctor)).lower()
         return all(word in haystack for word in self.text.lower().split())
 
 
@@ -97,25 +110,83 @@ def _fits(estimate: fit.MemoryEstimate | None) -> bool | None:
     return estimate.verdict != "won't fit"
 
 
+def _is_sidecar(entry: library.LibraryEntry) -> bool:
+    return entry.facts is not None and entry.layout.startswith("MTP sidecar")
+
+
+def doctor_notes(entries: Iterable[library.LibraryEntry]) -> dict[str, str]:
+    """Path -> the doctor's word, for models without a head that have a sidecar of their architecture on disk
+    (and trunk-only exports, which need one) and for sidecars: the best pairing found."""
+    readable = [e for e in entries if e.facts is not None and not e.is_projector]
+    sidecars = [e for e in readable if _is_sidecar(e)]
+    targets = [e for e in readable if not _is_sidecar(e) and e.layout in ("plain", "trunk-only")]
+    ranked: dict[str, tuple[int, str]] = {}  # path -> (0 fits, 1 Repair fixes it, 2 does not fit; the other)
+    for target in targets:
+        for sidecar in sidecars:
+            assert target.facts is not None and sidecar.facts is not None
+            if target.facts.architecture != sidecar.facts.architecture:
+                continue
+            diagnosis = diagnose_facts(target.facts, sidecar.facts)
+            rank = 0 if diagnosis.ok else 1 if diagnosis.repairable else 2
+            for one, other in ((target, sidecar), (sidecar, target)):
+                key_ = str(one.path)
+                if key_ not in ranked or rank < ranked[key_][0]:
+                    ranked[key_] = (rank, other.path.name)
+    notes = {}
+    for entry in targets + sidecars:
+        found = ranked.get(str(entry.path))
+        if found is None:
+            if _is_sidecar(entry) or entry.layout == "trunk-only":
+                notes[str(entry.path)] = "doctor: no model on disk to pair with" if _is_sidecar(entry) \
+                    else "doctor: no sidecar for it on disk"
+            continue
+        rank, other = found
+        pairing = f"with {other}" if _is_sidecar(entry) else f"sidecar {other}"
+        notes[str(entry.path)] = ("doctor: " + pairing + (" fits", " needs Repair", " does not fit")[rank])
+    return notes
+
+
+def autotune_notes(profiles: Iterable[Profile], fingerprint: str | None) -> dict[str, str]:
+    """Model path -> its newest autotune profile in words: the speedup and setting, or that it was measured on
+    another machine (``fingerprint``: this one's, when known)."""
+    newest: dict[str, Profile] = {}
+    for p in profiles:
+        if p.model_path not in newest or p.created > newest[p.model_path].created:
+            newest[p.model_path] = p
+    notes = {}
+    for path, p in newest.items():
+        if fingerprint and p.fingerprint != fingerprint:
+            notes[path] = "autotuned on another machine"
+        else:
+            notes[path] = f"autotuned {p.speedup:.2f}× ({p.setting.label})"
+    return notes
+
+
 def make_rows(entries: Iterable[library.LibraryEntry], recommendations: Iterable[catalog.Recommendation],
-              used: Mapping[str, float], available: int | None) -> list[LibraryRow]:
+              used: Mapping[str, float], available: int | None, autotune: Mapping[str, str] | None = None,
+              ) -> list[LibraryRow]:
     """The files on disk (most recently used first, then by name), then the catalog's models whose
-    repository has no file on disk yet."""
-    disk = [_disk_row(e, available, used) for e in entries]
+    repository has no file on disk yet. ``autotune``: path -> the profile in words (:func:`autotune_notes`)."""
+    entries = list(entries)
+    doctor = doctor_notes(entries)
+    disk = [replace(_disk_row(e, available, used), autotune=(autotune or {}).get(str(e.path), ""),
+                    doctor=doctor.get(str(e.path), "")) for e in entries]
     disk.sort(key=lambda r: (-(r.last_used or 0.0), r.name.lower()))
     have = " ".join(r.path or "" for r in disk)
-    # the hub cache keeps a repository's files under models--owner--name
-    wanted = [rec for rec in recommendations if "models--" + rec.repo.replace("/", "--") not in have]
+    # the hub cache keeps a repository's files under models--owner--name, the app's downloads under owner__name
+    wanted = [rec for rec in recommendations if "models--" + rec.repo.replace("/", "--") not in have
+              and f"{os.sep}{rec.repo.replace('/', '__')}{os.sep}" not in have]
     return disk + [_catalog_row(rec, available) for rec in wanted]
 
 
-def scan_rows(used: Mapping[str, float]) -> list[LibraryRow]:
-    """Scan the disk and read the catalog (slow: run it on the background runner)."""
+def scan_rows(used: Mapping[str, float], fingerprint: str | None = None) -> list[LibraryRow]:
+    """Scan the disk and read the catalog and the autotune profiles (slow: run it on the background runner)."""
     try:
         recommendations = catalog.load()
     except catalog.CatalogError:
         recommendations = []  # the Recommended list says why
-    return make_rows(library.scan(), recommendations, used, fit.available_memory())
+    return make_rows(library.scan(), recommendations, used, fit.available_memory(),
+                     autotune_notes(ProfileStore().profiles(), fingerprint))
 
 
 def size_text(size: int | None) -> str:
@@ -141,5 +212,6 @@ def label(row: LibraryRow, now: float | None = None) -> str:
         return f"{row.name}  ·  unreadable"
     where = when_text(row.last_used, now) if row.on_disk else "in the catalog, not downloaded"
     fits = {True: "", False: " · does not fit this machine", None: ""}[row.fits]
+    extra = "".join(f" · {note}" for note in (row.doctor, row.autotune) if note)
     return (f"{row.name}  ·  {row.architecture} · {row.quantization} · {size_text(row.size)} · {row.mtp} · "
-            f"{where}{fits}")
+            f"{where}{fits}{extra}")

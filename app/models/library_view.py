@@ -5,6 +5,8 @@ shared with the pair's doctor and repair, which claim it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import shiboken6
 from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtGui import QBrush, QPalette
@@ -52,25 +54,30 @@ def catalog_lines(row: LibraryRow) -> list[str]:
     return [row.name, f"repository    {row.repo}", f"architecture  {row.architecture}",
             f"quantization  {row.quantization}", f"size          about {size_text(row.size)}",
             f"MTP           {row.mtp}",
-            "", "Download it from the Recommended MTP models tab."]
+            "", "Download fetches it (and its sidecar)."]
 
 
 class LibraryView(QWidget):
-    """The library list beside the facts panel: search and filters above, Add folder…, Refresh, Preset…
-    and the estimate's context below.
+    """The library list beside the facts panel: search and filters above, Add folder…, Refresh, Preset…,
+    Download (a catalog model) and the estimate's context below.
 
     Signals:
         sig_preset(str): the preset of the model at this path was saved.
         sig_use_model(str, str): load this file in the chat (no sidecar: "").
+        sig_download(str): download the catalog's model from this repository (its Download button).
+        sig_rows(list): a scan ended: every LibraryRow (the chat's model picker searches them).
     """
 
     sig_preset = Signal(str)
     sig_use_model = Signal(str, str)
+    sig_download = Signal(str)
+    sig_rows = Signal(list)
 
     def __init__(self, n_ctx: int, records: ModelRecords | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.records = records or ModelRecords()
         self.preferences: Settings | None = None  # the app's (main_window sets them): a new preset starts there
+        self.fingerprint: Callable[[], str | None] = lambda: None  # this machine's (main_window sets it): autotune
         self._running = background.Running()
         self._scan_generation = 0
         self._facts_generation = 0
@@ -96,6 +103,10 @@ class LibraryView(QWidget):
         self.preset_button.setToolTip("Sampling, context, threads, system prompt and chat template this model "
                                       "brings when it loads")
         self.preset_button.setEnabled(False)
+        self.download_button = QPushButton("Download")
+        self.download_button.setToolTip("Download the selected catalog model (and its MTP sidecar); it is listed "
+                                        "here when it is done")
+        self.download_button.setEnabled(False)
         self.ctx = QSpinBox(minimum=256, maximum=1_048_576, singleStep=4096, value=n_ctx)
         self.ctx.setToolTip("The context the memory estimate assumes. It starts at the chat's context (the load "
                             "sheet's setting) and follows it; change it here to see what another size would need.")
@@ -123,6 +134,7 @@ class LibraryView(QWidget):
         buttons.addWidget(self.add_folder_button)
         buttons.addWidget(self.refresh_button)
         buttons.addWidget(self.preset_button)
+        buttons.addWidget(self.download_button)
         buttons.addStretch(1)
         buttons.addWidget(QLabel("Context"))
         buttons.addWidget(self.ctx)
@@ -136,6 +148,7 @@ class LibraryView(QWidget):
         self.add_folder_button.clicked.connect(self._add_folder)
         self.refresh_button.clicked.connect(lambda: self.refresh())
         self.preset_button.clicked.connect(lambda: self.edit_preset())
+        self.download_button.clicked.connect(self._download)
         self.entries.currentItemChanged.connect(self._show_facts)
         self.entries.itemActivated.connect(self._use)  # Enter or a double click on a file loads it
         self.ctx.valueChanged.connect(lambda _v: self._show_facts(self.entries.currentItem(), None))
@@ -154,7 +167,7 @@ class LibraryView(QWidget):
         """Rescan the library; ``select`` (a path) becomes the selected row, else the selection is kept."""
         self._scan_generation += 1
         generation = self._scan_generation
-        task = self._running.add(background.run(scan_rows, self.records.last_used()))
+        task = self._running.add(background.run(scan_rows, self.records.last_used(), self.fingerprint()))
         task.sig_done.connect(lambda rows: self._show_library(rows, generation, select))
 
     def _show_library(self, rows: list[LibraryRow], generation: int, select: str | None = None) -> None:
@@ -164,6 +177,7 @@ class LibraryView(QWidget):
         self._rows = rows
         self._fill_choices()
         self._fill(keep)
+        self.sig_rows.emit(rows)
 
     def _fill_choices(self) -> None:
         """The architecture and quantization filters offer what the rows hold (the choice made is kept)."""
@@ -204,7 +218,7 @@ class LibraryView(QWidget):
                 self.entries.addItem(item)
                 if keep and row.path == keep:  # strings: no filesystem call per row on the GUI thread
                     self.entries.setCurrentItem(item)
-        self.preset_button.setEnabled(self.selected_path() is not None)
+        self._enable_buttons(self.entries.currentItem())
 
     def rows_shown(self) -> list[LibraryRow]:
         return [self.entries.item(i).data(ROW_ROLE) for i in range(self.entries.count())]
@@ -213,6 +227,20 @@ class LibraryView(QWidget):
         path = item.data(Qt.ItemDataRole.UserRole)
         if path and item.data(ROW_ROLE).architecture != "?":
             self.sig_use_model.emit(path, "")
+
+    def _enable_buttons(self, item: QListWidgetItem | None) -> None:
+        row = item.data(ROW_ROLE) if item else None
+        self.preset_button.setEnabled(row is not None and row.on_disk)
+        self.download_button.setEnabled(row is not None and not row.on_disk and row.repo is not None)
+
+    def _download(self) -> None:
+        item = self.entries.currentItem()
+        row = item.data(ROW_ROLE) if item else None
+        if row is not None and not row.on_disk and row.repo:
+            self.claim_facts()
+            self.facts.setPlainText(f"Downloading {row.name} from {row.repo}… Its progress is under Search Hugging "
+                                    "Face; it is listed here when it is done.")
+            self.sig_download.emit(row.repo)
 
     def selected_path(self) -> str | None:
         item = self.entries.currentItem()
@@ -247,7 +275,7 @@ class LibraryView(QWidget):
     def _show_facts(self, item: QListWidgetItem | None, _prev: object) -> None:
         """Header facts and the memory fit, read on the background runner (a
         spin of the context box must not read a header on the GUI thread)."""
-        self.preset_button.setEnabled(bool(item and item.data(Qt.ItemDataRole.UserRole)))
+        self._enable_buttons(item)
         path = item.data(Qt.ItemDataRole.UserRole) if item else None
         if not path:
             row = item.data(ROW_ROLE) if item else None

@@ -170,6 +170,10 @@ class ProfileStore:
             return Profile.from_json(raw) if raw else None
         return max(self.all_for(fingerprint, model_hash, engine), key=lambda p: p.created, default=None)
 
+    def profiles(self) -> list[Profile]:
+        """Every stored profile (the model library names each file's, by path, without hashing it)."""
+        return [Profile.from_json(raw) for raw in self._load().values() if isinstance(raw, dict)]
+
     def all_for(self, fingerprint: str, model_hash: str, engine: str) -> list[Profile]:
         """Every sampling's profile for this machine, model contents and engine build."""
         return [p for p in map(Profile.from_json, self._load().values())

@@ -20,8 +20,8 @@ from engine.gguf.sidecar import Finding, RepairPlan, assess
 from engine.store.probe import ProbeError, ProbeResult, probe
 from engine.store.projectors import ProjectorDiagnosis, diagnose_projector, is_projector_name
 
-__all__ = ["Diagnosis", "Finding", "ProjectorDiagnosis", "diagnose", "diagnose_projector", "is_projector_name",
-           "run_probe"]
+__all__ = ["Diagnosis", "Finding", "ProjectorDiagnosis", "diagnose", "diagnose_facts", "diagnose_projector",
+           "is_projector_name", "run_probe"]
 
 
 @dataclass
@@ -73,7 +73,11 @@ class Diagnosis:
 
 
 def diagnose(target_path: str | Path, sidecar_path: str | Path) -> Diagnosis:
-    target, sidecar = read_facts(target_path), read_facts(sidecar_path)
+    return diagnose_facts(read_facts(target_path), read_facts(sidecar_path))
+
+
+def diagnose_facts(target: GGUFFacts, sidecar: GGUFFacts) -> Diagnosis:
+    """The diagnosis from headers already read (the model library judges every pair on disk)."""
     a = assess(target, sidecar)
     return Diagnosis(target, sidecar, a.findings, a.plan)
 
