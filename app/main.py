@@ -27,6 +27,12 @@ def main(argv: list[str] | None = None) -> int:
         from engine.cli import main as cli_main
 
         return cli_main(args)
+    from app.platform_check import missing_library
+
+    missing = missing_library()
+    if missing:  # Qt would abort with a generic "reinstall" message
+        print(missing, file=sys.stderr)
+        return 1
     from app.application import run
 
     return run(args[1:] if args else [])
