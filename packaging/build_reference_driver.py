@@ -149,7 +149,7 @@ def main() -> int:
     if args.server:
         if not server_path(args.backend).exists():
             print(f"reference server: building {SERVER_TARGET} for {build_engine.cache_key(args.backend)} "
-                  "(about 10 minutes on two cores)", flush=True)
+                  "(10-20 minutes on two cores)", flush=True)
         print(build_server(args.backend))
         return 0
     cached = all(tool_path(args.backend, target).exists() for target in TARGETS)
