@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.jsonl and any(p.outdated for p in old):
         print(f"An existing profile for this model was {next(p for p in old if p.outdated).outdated_text}; "
               "tuning again.")
-    session = Session(LoadOptions(path=str(args.model), n_ctx=2048, n_threads=args.threads,
+    session = Session(LoadOptions(path=str(args.model), n_ctx=1024, n_threads=args.threads,  # per sequence
                                   n_gpu_layers=args.gpu_layers, sidecar=str(args.sidecar) if args.sidecar else None))
     thread_choices = []
     try:
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
             thread_choices.append(threads.choose(session, prompts[:3], [1, *counts], what="draft",
                                                  spec=result.best, max_tokens=min(48, args.tokens)))
             emit(_threads_message(thread_choices[-1]))
-        deepest = session.max_draft if session.mtp_drafter is not None else 0
+        deepest = min(session.max_draft, args.n_max or session.max_draft)  # adaptive depth's ceiling under N
     finally:
         session.close()
     at_once = _measure_concurrency(args, prompts, counts_at_once[1:], result, deepest, sampling, emit)
@@ -169,7 +169,7 @@ def _measure_concurrency(args: argparse.Namespace, prompts: list[list[dict[str, 
     if len(settings) == 1:  # nothing but "off" to try: no head and no n-gram finalist
         return [concurrency.ConcurrencyResult(n, settings[0], [], "nothing to try; speculation stays off.")
                 for n in counts]
-    session = Session(LoadOptions(path=str(args.model), n_ctx=2048, n_threads=args.threads,
+    session = Session(LoadOptions(path=str(args.model), n_ctx=1024, n_threads=args.threads,  # per sequence
                                   n_gpu_layers=args.gpu_layers, sidecar=str(args.sidecar) if args.sidecar else None,
                                   parallel=max(counts)))
     out = []

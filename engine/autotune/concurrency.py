@@ -44,10 +44,16 @@ class ConcurrencyMeasurement(RatioStats):
     setting: SpeculativeSettings
     tps: list[float] = field(default_factory=list)
     ratios: list[float] = field(default_factory=list)
+    drafted: int = 0  # over every sequence and round
+    accepted: int = 0
 
     @property
     def mean_tps(self) -> float:
         return sum(self.tps) / len(self.tps) if self.tps else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
 
 
 @dataclass
@@ -64,12 +70,14 @@ class ConcurrencyResult:
         return next((m.mean_ratio for m in self.measurements if m.setting == self.best), 1.0)
 
     def table(self) -> str:
-        head = f"{'N=' + str(self.n) + ' setting':<28} {'total tok/s':>11} {'vs off':>7} {'low 95%':>8} {'rounds':>6}"
+        head = (f"{'N=' + str(self.n) + ' setting':<28} {'total tok/s':>11} {'vs off':>7} {'low 95%':>8} "
+                f"{'accept':>7} {'rounds':>6}")
         lines = [head, "-" * len(head)]
         for m in sorted(self.measurements, key=lambda m: -m.mean_ratio):
             mark = " <- chosen" if m.setting == self.best else ""
+            acc = f"{100 * m.acceptance:.0f}%" if m.acceptance is not None else "-"
             lines.append(f"{m.setting.label:<28} {m.mean_tps:11.1f} {m.mean_ratio:6.2f}x {m.lower_bound:7.2f}x "
-                         f"{len(m.tps):6d}{mark}")
+                         f"{acc:>7} {len(m.tps):6d}{mark}")
         return "\n".join(lines)
 
 
@@ -101,7 +109,7 @@ def measure(session: Session, prompts: list[list[dict[str, str]]], n: int, setti
         for s in order:
             requests = [GenerateRequest(messages=tuple(prompts[p]), max_tokens=max_tokens, speculative=s,
                                         sampling=seeded(sampling, r * n + i)) for i, p in enumerate(picks)]
-            tps[s] = _total_tps(session, requests)
+            tps[s] = _total_tps(session, requests, rows[s])
             if progress:
                 progress(f"{n} at once, {s.label}: {tps[s]:.1f} tok/s in all")
         for s in settings:
@@ -111,10 +119,13 @@ def measure(session: Session, prompts: list[list[dict[str, str]]], n: int, setti
     return ConcurrencyResult(n, best, list(rows.values()), reason)
 
 
-def _total_tps(session: Session, requests: list[GenerateRequest]) -> float:
+def _total_tps(session: Session, requests: list[GenerateRequest], row: ConcurrencyMeasurement) -> float:
+    """Generated tokens of all ``requests`` run together over the wall-clock time; counts drafts into ``row``."""
     start = time.perf_counter()
     results = generate_together(session, requests)
     elapsed = time.perf_counter() - start
+    row.drafted += sum(r.stats.drafted for r in results)
+    row.accepted += sum(r.stats.accepted for r in results)
     return sum(len(r.tokens) for r in results) / elapsed if elapsed > 0 else 0.0
 
 

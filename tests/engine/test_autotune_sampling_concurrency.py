@@ -57,6 +57,7 @@ def test_concurrency_measures_total_speed_of_n_requests_together_for_each_settin
         assert set(rows) == {SPECULATION_OFF, mtp(2)}
         assert all(len(m.tps) == 2 and all(t > 0 for t in m.tps) for m in rows.values())
         assert rows[SPECULATION_OFF].ratios == [1.0, 1.0]
+        assert rows[mtp(2)].drafted > 0 and rows[SPECULATION_OFF].acceptance is None
         assert f"N={n} setting" in result.table()
 
 
