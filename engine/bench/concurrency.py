@@ -6,7 +6,9 @@ with ``--parallel N`` on the same GGUF, the same per-sequence context and the
 same thread count, warmed up with one request, and then N streaming clients
 each send their requests back to back (greedy, the same prompts for every
 server). Per server and N: total tokens/s over the wall time, time to first
-token p50 / p95 as the clients see it, and acceptance per sequence (each
+token p50 / p95 as the clients see it, the server's CPU time per token (its
+process and children: for ours the worker too; other load on the machine
+barely moves it, unlike wall time), and acceptance per sequence (each
 client's drafted and accepted tokens, from our ``speculative`` extension or
 llama-server's ``timings.draft_n`` / ``draft_n_accepted``).
 
@@ -71,16 +73,21 @@ class LoadFigures:
     drafted: int
     accepted: int
     per_sequence: list[float | None] = field(default_factory=list)  # each client's acceptance, in client order
+    server_cpu_s: float = 0.0  # CPU time the server (and its worker) spent on the run
+
+    @property
+    def cpu_ms_per_token(self) -> float:
+        return 1000 * self.server_cpu_s / self.tokens if self.tokens else math.nan
 
     @property
     def acceptance(self) -> float | None:
         return rate(self.accepted, self.drafted)
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.__dict__, "acceptance": self.acceptance}
+        return {**self.__dict__, "acceptance": self.acceptance, "cpu_ms_per_token": self.cpu_ms_per_token}
 
 
-def summarize(records: list[dict[str, Any]], wall_s: float, clients: int) -> LoadFigures:
+def summarize(records: list[dict[str, Any]], wall_s: float, clients: int, server_cpu_s: float = 0.0) -> LoadFigures:
     """Figures from one load run: ``records`` are completions (``servers.Completion.to_json()``) with
     their ``client`` index. Acceptance per sequence is per client: a client's requests all ran in one
     slot at a time, and a slot that drafts badly (llama.cpp's slots above 0, #27572) shows there."""
@@ -93,6 +100,7 @@ def summarize(records: list[dict[str, Any]], wall_s: float, clients: int) -> Loa
         ttft_p95_s=percentile([r["ttft"] for r in records], 0.95),
         drafted=sum(r["drafted"] for r in records), accepted=sum(r["accepted"] for r in records),
         per_sequence=[rate(sum(r["accepted"] for r in rs), sum(r["drafted"] for r in rs)) for rs in per_client],
+        server_cpu_s=server_cpu_s,
     )
 
 
@@ -107,11 +115,13 @@ def format_acceptance(fig: LoadFigures) -> str:
 
 def format_table(rows: list[tuple[int, str, LoadFigures, str]]) -> str:
     """Markdown: one row per (N, server); the last column says whether the texts match the reference's."""
-    out = ["| clients | server | total tok/s | TTFT p50 | TTFT p95 | acceptance (per sequence) | texts |",
-           "|---:|---|---:|---:|---:|---|---|"]
+    out = ["| clients | server | total tok/s | TTFT p50 | TTFT p95 | acceptance (per sequence) | "
+           "server CPU per token | texts |",
+           "|---:|---|---:|---:|---:|---|---:|---|"]
     for n, label, fig, same in rows:
         out.append(f"| {n} | {label} | {fig.total_tps:.1f} | {1000 * fig.ttft_p50_s:.0f} ms | "
-                   f"{1000 * fig.ttft_p95_s:.0f} ms | {format_acceptance(fig)} | {same} |")
+                   f"{1000 * fig.ttft_p95_s:.0f} ms | {format_acceptance(fig)} | {fig.cpu_ms_per_token:.1f} ms | "
+                   f"{same} |")
     return "\n".join(out)
 
 
@@ -221,8 +231,10 @@ def run(args: argparse.Namespace) -> int:
                 spec = servers.ServerSpec(**{**base.__dict__, "parallel": n})
                 with servers.RunningServer(spec) as server:
                     servers.complete(server.port, "warm up", 8)
+                    cpu0 = server.cpu_seconds()
                     records, wall = clients.load(server.port, n, args.requests, args.max_tokens)
-                fig = summarize(records, wall, n)
+                    cpu = server.cpu_seconds() - cpu0
+                fig = summarize(records, wall, n, cpu)
                 same = texts_match(records, reference)
                 if not reference:
                     reference = {r["prompt"]: r["text"] for r in records}
@@ -230,7 +242,8 @@ def run(args: argparse.Namespace) -> int:
                 dump.append({"clients": n, "server": spec.label, **fig.to_json(), "texts": same})
                 print(f"{n} client(s), {spec.label}: {fig.total_tps:.1f} tok/s, TTFT p50 "
                       f"{1000 * fig.ttft_p50_s:.0f} ms, p95 {1000 * fig.ttft_p95_s:.0f} ms, acceptance "
-                      f"{format_acceptance(fig)}, {fig.tokens} tokens in {fig.wall_s:.1f} s; texts {same}",
+                      f"{format_acceptance(fig)}, {fig.tokens} tokens in {fig.wall_s:.1f} s, server CPU "
+                      f"{fig.cpu_ms_per_token:.1f} ms/token; texts {same}",
                       flush=True)
     finally:
         clients.close()

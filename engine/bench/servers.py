@@ -109,6 +109,21 @@ class RunningServer:
             time.sleep(0.25)
         raise RuntimeError(f"{self.spec.label} was not ready within {READY_TIMEOUT_S:.0f} s:\n{self.log_tail()}")
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) of the server and its children so far (ours: the server and its
+        worker). Other load on the machine barely moves it, unlike wall time."""
+        import psutil
+
+        total = 0.0
+        root = psutil.Process(self.proc.pid)
+        for p in (root, *root.children(recursive=True)):
+            try:
+                t = p.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += t.user + t.system
+        return total
+
     def log_tail(self, chars: int = 3000) -> str:
         self.log.flush()
         return Path(self.log.name).read_text(errors="replace")[-chars:]

@@ -19,11 +19,14 @@ def test_the_benchmark_reads_our_stream_and_two_clients_run_on_two_sequences(mod
         again = S.complete(server.port, "hello world the", 12)
         assert again.text == first.text and again.cached > 0  # the sequence kept the prompt
         clients = C._Clients()
+        cpu0 = server.cpu_seconds()
         try:
             records, wall = clients.load(server.port, clients=2, requests=2, max_tokens=8)
         finally:
             clients.close()
-    fig = C.summarize(records, wall, clients=2)
+        cpu = server.cpu_seconds() - cpu0
+    fig = C.summarize(records, wall, clients=2, server_cpu_s=cpu)
+    assert cpu > 0 and fig.cpu_ms_per_token > 0  # the worker's decoding counts: it is the server's child
     assert fig.requests == 4 and fig.tokens == 32 and fig.total_tps > 0
     assert {r["client"] for r in records} == {0, 1}
     assert len(fig.per_sequence) == 2 and all(a is not None and a > 0 for a in fig.per_sequence)

@@ -61,10 +61,10 @@ def test_prompts_are_the_same_for_every_server_and_differ_between_clients():
 
 
 def test_table_has_one_row_per_server_and_count():
-    fig = C.summarize([record(0, 0.05, drafted=3, accepted=3)], wall_s=1.0, clients=1)
+    fig = C.summarize([record(0, 0.05, drafted=3, accepted=3)], wall_s=1.0, clients=1, server_cpu_s=0.25)
     table = C.format_table([(1, "ours, MTP n_max 3", fig, "reference")]).splitlines()
     assert len(table) == 3
-    assert table[2] == "| 1 | ours, MTP n_max 3 | 10.0 | 50 ms | 50 ms | 100 % | reference |"
+    assert table[2] == "| 1 | ours, MTP n_max 3 | 10.0 | 50 ms | 50 ms | 100 % | 25.0 ms | reference |"
 
 
 def test_draft_counts_prefer_our_extension_and_fall_back_to_llama_servers_timings():
