@@ -33,13 +33,17 @@ def test_speeds_are_timed_with_the_chats_sampling_seeded_alike_and_identity_is_c
     assert result.sampling == "balanced"
     sampled = [r for r in asked if not r.sampling.greedy]
     assert sampled and all(r.sampling.temperature == BALANCED.temperature for r in sampled)
-    for prompt in PROMPTS[:2]:  # "off" and the setting sampled the prompt with one seed
-        seeds = {(r.speculative, r.sampling.seed) for r in sampled if r.messages == tuple(prompt)}
+    # "off" and the setting sampled each prompt with one seed (a setting clearly slower on this tiny model
+    # may stop after the first prompt: how many prompts ran is timing, not asserted)
+    ran = [p for p in PROMPTS[:2] if any(r.messages == tuple(p) for r in sampled)]
+    assert ran == PROMPTS[:len(ran)] and ran
+    for messages in map(tuple, ran):
+        seeds = {(r.speculative, r.sampling.seed) for r in sampled if r.messages == messages}
         assert {s for s, _ in seeds} == {SPECULATION_OFF, mtp(2)} and len({seed for _, seed in seeds}) == 1
     greedy = [r for r in asked if r.sampling.greedy and r.max_tokens == 12]
     assert {r.speculative for r in greedy} >= {SPECULATION_OFF, mtp(2)}  # the identity check's own runs
     (m,) = [m for m in result.measurements if m.setting == mtp(2)]
-    assert m.identical and len(m.ratios) == 2 and m.drafted > 0
+    assert m.identical and len(m.ratios) == len(ran) and m.drafted > 0
 
 
 def test_concurrency_measures_total_speed_of_n_requests_together_for_each_setting():
