@@ -13,8 +13,11 @@ from typing import Any
 
 import engine.gguf.facts
 from engine import default_model
+from engine.errors import ModelFileError
 from engine.hardware.probe import HardwareReport
 from engine.store import fit
+from engine.store.library import projectors_beside
+from engine.store.projectors import diagnose_projector
 
 GPU_BACKENDS = ("cuda", "metal", "vulkan", "rocm", "hip", "sycl")
 
@@ -34,18 +37,48 @@ def gpu_offload_reason(backend: str | None) -> str:
 
 
 @dataclass(frozen=True)
+class ProjectorOption:
+    """A vision projector the sheet offers for the target, checked against it (the doctor's check)."""
+
+    path: str
+    size: int  # bytes: its weights, loaded beside the model's
+    fits: bool
+    verdict: str  # the doctor's words: why it fits or not
+
+    @property
+    def label(self) -> str:
+        return f"{Path(self.path).name} ({self.size / 2**20:,.0f} MiB)" + ("" if self.fits else " — does not fit")
+
+
+def projector_option(target: str, path: str) -> ProjectorOption:
+    """``path`` checked against ``target`` from both headers; a file that is no projector says so."""
+    try:
+        diagnosis = diagnose_projector(target, path)
+    except ModelFileError as exc:
+        size = Path(path).stat().st_size if Path(path).is_file() else 0
+        return ProjectorOption(path, size, False, f"{Path(path).name} cannot be read as a projector: {exc}")
+    return ProjectorOption(path, diagnosis.projector.file_size, diagnosis.ok, diagnosis.report())
+
+
+@dataclass(frozen=True)
 class SheetFacts:
     path: str  # the file itself (the built-in model's too)
     layers: int  # offloadable layers: the trunk's
     n_ctx_train: int
     has_mtp: bool
+    projectors: tuple[ProjectorOption, ...] = ()  # beside the target (its repository's), and the one chosen
 
 
-def read_sheet_facts(path: str | None) -> SheetFacts:
-    """The header facts the sheet needs (on the background runner: the built-in model may be assembled first)."""
+def read_sheet_facts(path: str | None, mmproj: str | None = None) -> SheetFacts:
+    """The header facts the sheet needs (on the background runner: the built-in model may be assembled first),
+    with the projectors in the target's folder and ``mmproj`` (the one chosen before), each checked."""
     resolved = Path(path) if path else default_model.default_model_path()
     facts = engine.gguf.facts.read_facts(resolved)
-    return SheetFacts(str(resolved), facts.trunk_layers, facts.context_length, facts.has_mtp)
+    found = [str(p) for p in projectors_beside(resolved)] if path else []
+    if mmproj and mmproj not in found:
+        found.append(mmproj)
+    options = tuple(projector_option(str(resolved), p) for p in found)
+    return SheetFacts(str(resolved), facts.trunk_layers, facts.context_length, facts.has_mtp, options)
 
 
 @dataclass(frozen=True)
@@ -56,16 +89,23 @@ class MemoryPlan:
     ram_need: int
     vram_need: int
     vram_have: int | None
+    projector: int = 0  # bytes of the vision projector's weights, counted in ram_need or vram_need
+
+    @property
+    def total(self) -> int:
+        return self.estimate.total + self.projector
 
 
 def plan_memory(path: str, n_ctx: int, sidecar: str | None, mtp: bool, gpu_share: float,
-                vram_have: int | None) -> MemoryPlan:
+                vram_have: int | None, projector: int = 0) -> MemoryPlan:
     """The estimate split between RAM and VRAM: offloaded layers take their share of the
-    weights and caches to the GPU, which then also holds the compute buffers."""
+    weights and caches to the GPU, which then also holds the compute buffers. A vision projector
+    (``projector`` bytes) goes where mtmd puts it: on the GPU when any layer is, else in RAM."""
     est = fit.estimate(path, n_ctx=n_ctx, sidecar=sidecar, mtp=mtp)
     layered = est.weights + est.kv_cache + est.recurrent + est.mtp_context
     vram = int(layered * gpu_share) + (est.compute if gpu_share > 0 else 0)
-    return MemoryPlan(est, est.total - vram, vram, vram_have)
+    on_gpu = projector if gpu_share > 0 else 0
+    return MemoryPlan(est, est.total - vram + projector - on_gpu, vram + on_gpu, vram_have, projector)
 
 
 def numbered_plan(serial: int, *args: Any) -> tuple[int, MemoryPlan | None, str]:

@@ -1,6 +1,10 @@
 """The load sheet: how to load one model — context size, CPU threads, GPU
-layers, MTP and its sidecar — with a memory bar that says, before anything is
-loaded, whether that will fit this machine.
+layers, MTP and its sidecar, the vision projector — with a memory bar that
+says, before anything is loaded, whether that will fit this machine.
+
+The projectors offered are those in the model's folder (where its repository
+puts ``mmproj-*.gguf``), each checked against the model as the doctor checks
+it, and any other file the user chooses; a new model gets the first that fits.
 
 Loading a model too big for memory gets the worker killed by the system, so
 the estimate (``engine.store.fit``) is shown for exactly the settings that
@@ -16,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
+    QComboBox,
     QDialog,
     QFileDialog,
     QFormLayout,
@@ -34,9 +39,11 @@ from PySide6.QtWidgets import (
 from app import background
 from app.load_plan import (
     MemoryPlan,
+    ProjectorOption,
     SheetFacts,
     gpu_offload_reason,
     numbered_plan,
+    projector_option,
     read_sheet_facts,
     vram_from_report,
 )
@@ -48,6 +55,7 @@ MAX_CTX = 2**24  # the protocol's limit
 MAX_THREADS = 512  # the protocol's limit
 ESTIMATE_DELAY_MS = 250  # a spin box held down asks once, not once per step
 GIB = 2**30
+CHOOSE = "\0choose"  # the projector list's last item: a file dialog
 
 
 @dataclass(frozen=True)
@@ -101,8 +109,11 @@ class LoadSheet(QDialog):
     sig_eject = Signal()
 
     def __init__(self, choice: LoadChoice, backend: str | None, report: HardwareReport | None,
-                 loaded: str | None, parent: QWidget | None = None) -> None:
+                 loaded: str | None, parent: QWidget | None = None, propose_projector: bool = False) -> None:
+        """``propose_projector``: choose the first projector beside the model that fits it (another model
+        than the one loaded), else keep ``choice.mmproj``."""
         super().__init__(parent)
+        self.propose_projector = propose_projector
         self.setWindowTitle("Load a model")
         self.choice = choice
         self.facts: SheetFacts | None = None
@@ -152,6 +163,11 @@ class LoadSheet(QDialog):
         self.sidecar_label = QLabel()
         self.sidecar_button = QPushButton("Choose…")
         self.clear_sidecar_button = QPushButton("Clear")
+        self.projector = QComboBox()  # data: a path, None for none, CHOOSE for the file dialog
+        self.projector.addItem("none (the model reads text only)", None)
+        self.projector.setToolTip("A vision projector (mmproj-*.gguf) lets the model read images attached in the "
+                                  "chat. It takes memory of its own.")
+        self.projector_options: dict[str, ProjectorOption] = {}
         self.ram_bar = QProgressBar()
         self.vram_bar = QProgressBar()
         for bar in (self.ram_bar, self.vram_bar):
@@ -186,6 +202,7 @@ class LoadSheet(QDialog):
         form.addRow("MTP", self.mtp)
         form.addRow(self.mtp_reason)
         form.addRow("MTP sidecar", sidecar_row)
+        form.addRow("Vision projector", self.projector)
         form.addRow("Memory (RAM)", self.ram_bar)
         form.addRow("Memory (GPU)", self.vram_bar)
         form.labelForField(self.vram_bar).hide()
@@ -210,20 +227,59 @@ class LoadSheet(QDialog):
         for box in (self.ctx, self.gpu_layers):
             box.valueChanged.connect(self._timer.start)
         self.mtp.toggled.connect(self._timer.start)
+        self.projector.activated.connect(self._projector_chosen)
         self.sidecar_button.clicked.connect(self._choose_sidecar)
         self.clear_sidecar_button.clicked.connect(lambda: self.set_sidecar(None))
         self.cancel_button.clicked.connect(self.reject)
         self.load_button.clicked.connect(self._load)
         self.eject_button.clicked.connect(self._eject)
         self._show_sidecar()
-        self._track(background.run(read_sheet_facts, choice.path), self._on_facts, self._on_facts_failed)
+        self._track(background.run(read_sheet_facts, choice.path, choice.mmproj), self._on_facts,
+                    self._on_facts_failed)
 
     # -- what the user chose ------------------------------------------------------
     def current_choice(self) -> LoadChoice:
         # a model without heads leaves the MTP preference as it was, for the next model that has them
         mtp = self.mtp.isChecked() if self.mtp.isEnabled() else self.choice.mtp
         return LoadChoice(self.choice.path, self.sidecar_path, self.ctx.value(), self.threads.value(),
-                          self.gpu_layers.value() if self.gpu_layers.isEnabled() else 0, mtp)
+                          self.gpu_layers.value() if self.gpu_layers.isEnabled() else 0, mtp, self.mmproj)
+
+    @property
+    def mmproj(self) -> str | None:
+        """The projector chosen (None: none)."""
+        data = self.projector.currentData()
+        return data if isinstance(data, str) and data != CHOOSE else None
+
+    def set_projector(self, path: str | None) -> None:
+        """Choose projector ``path`` (None: none); a file not offered yet is checked against the model first."""
+        if path is not None and path not in self.projector_options:
+            self._track(background.run(projector_option, self.facts.path if self.facts else self.choice.path or "",
+                                       path), self._on_projector_checked, self._on_facts_failed)
+            return
+        self.projector.setCurrentIndex(max(0, self.projector.findData(path)))
+        option = self.projector_options.get(path or "")
+        self.projector.setToolTip(option.verdict if option else "No vision projector: images cannot be attached.")
+        self._timer.start()
+
+    def _projector_chosen(self, index: int) -> None:
+        if self.projector.itemData(index) != CHOOSE:
+            self.set_projector(self.projector.itemData(index))
+            return
+        self.projector.setCurrentIndex(0)
+        start = str(Path(self.choice.path).parent) if self.choice.path else str(Path.home())
+        path, _ = QFileDialog.getOpenFileName(self, "Choose a vision projector", start, "GGUF (*.gguf)")
+        self.set_projector(path or None)
+
+    def _offer_projector(self, option: ProjectorOption) -> None:
+        if option.path in self.projector_options:
+            return
+        self.projector_options[option.path] = option
+        self.projector.insertItem(self.projector.count() - 1, option.label, option.path)
+        self.projector.setItemData(self.projector.count() - 2, option.verdict, Qt.ItemDataRole.ToolTipRole)
+
+    def _on_projector_checked(self, option: ProjectorOption) -> None:
+        self._offer_projector(option)
+        self.set_projector(option.path)
 
     def set_sidecar(self, path: str | None) -> None:
         self.sidecar_path = path or None
@@ -279,6 +335,11 @@ class LoadSheet(QDialog):
 
     def _on_facts(self, facts: SheetFacts) -> None:
         self.facts = facts
+        self.projector.addItem("Choose a file…", CHOOSE)
+        for option in facts.projectors:
+            self._offer_projector(option)
+        fitting = next((o.path for o in facts.projectors if o.fits), None)
+        self.set_projector(fitting if self.propose_projector and self.choice.mmproj is None else self.choice.mmproj)
         self.gpu_layers.setMaximum(max(1, facts.layers + 1))  # the +1: the output layer
         if self.choice.n_ctx == 0 and facts.n_ctx_train:  # 0 in the settings: the model's own context
             self.ctx.setValue(min(MAX_CTX, facts.n_ctx_train))
@@ -301,8 +362,9 @@ class LoadSheet(QDialog):
         self._estimates += 1
         serial, choice = self._estimates, self.current_choice()
         share = min(1.0, choice.n_gpu_layers / max(1, self.facts.layers + 1))
+        option = self.projector_options.get(choice.mmproj or "")
         task = background.run(numbered_plan, serial, self.facts.path, choice.n_ctx, choice.sidecar, choice.mtp,
-                              share, self._vram_have)
+                              share, self._vram_have, option.size if option else 0)
         self._track(task, self._on_plan, self._on_facts_failed)
 
     def _on_plan(self, result: tuple[int, MemoryPlan | None, str]) -> None:
@@ -330,9 +392,11 @@ class LoadSheet(QDialog):
             verdict = "This fits, but tightly: other programs may push the system into swapping."
         else:
             verdict = "This fits."
-        self.memory_text.setText(f"About {plan.estimate.total / GIB:.2f} GiB at {self.ctx.value():,} tokens of "
-                                 f"context. {verdict}")
-        self.memory_text.setToolTip("\n".join(plan.estimate.lines()))
+        projector = f", the vision projector's {plan.projector / GIB:.2f} GiB included" if plan.projector else ""
+        self.memory_text.setText(f"About {plan.total / GIB:.2f} GiB at {self.ctx.value():,} tokens of "
+                                 f"context{projector}. {verdict}")
+        self.memory_text.setToolTip("\n".join(plan.estimate.lines() + (
+            [f"vision projector  {plan.projector / 2**20:,.0f} MiB"] if plan.projector else [])))
 
     @staticmethod
     def _fill(bar: QProgressBar, need: int, have: int | None, what: str) -> None:

@@ -116,7 +116,9 @@ class ModelController(QObject):
         """Load this target (None: the built-in model) and sidecar with the current settings (another model's
         context and threads from its preset)."""
         current = LoadChoice.from_settings(self.settings)
-        self.request(self._with_preset(replace(current, path=path, sidecar=sidecar or None), current))
+        # a projector is made for one model: another model's is not kept (the load sheet offers its own)
+        mmproj = current.mmproj if path == current.path else None
+        self.request(self._with_preset(replace(current, path=path, sidecar=sidecar or None, mmproj=mmproj), current))
 
     def _with_preset(self, choice: LoadChoice, current: LoadChoice) -> LoadChoice:
         """``choice`` with its model's preset context and threads, when it is another model than ``current``
@@ -151,13 +153,15 @@ class ModelController(QObject):
 
         Window-modal but not blocking (``open``): the engine's events keep arriving while it is up."""
         current = LoadChoice.from_settings(self.settings)
-        choice = self._with_preset(replace(current, path=path, sidecar=current.sidecar if path == current.path
-                                           else None), current)
+        same = path == current.path
+        choice = self._with_preset(replace(current, path=path, sidecar=current.sidecar if same else None,
+                                           mmproj=current.mmproj if same else None), current)
         backend = self.client.engine.backend if self.client.engine is not None else None
         loaded = self._name(self.model) if self.model is not None else None
         if self.sheet is not None:
             self.sheet.close()
-        sheet = self.sheet = LoadSheet(choice, backend, self.probe.report, loaded, self.window)
+        sheet = self.sheet = LoadSheet(choice, backend, self.probe.report, loaded, self.window,
+                                       propose_projector=not same)
         sheet.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         sheet.destroyed.connect(lambda _obj=None: self._sheet_gone(sheet))
         sheet.sig_load.connect(self.request)

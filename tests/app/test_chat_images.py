@@ -247,3 +247,36 @@ def test_without_a_projector_attach_is_disabled_and_a_pasted_image_is_refused(qt
     pasted.setImageData(QImage.fromData(QUADRANTS))
     pane.composer.insertFromMimeData(pasted)
     assert pane.attachments.images == [] and messages == [NO_PROJECTOR]
+
+
+# -- the load sheet ----------------------------------------------------------------------------
+def test_the_load_sheet_offers_the_projector_beside_the_model_with_its_memory_and_loads_it(
+        qtbot, services, vision_files, default_model, monkeypatch):
+    model, mmproj = vision_files
+    start_and_load(qtbot, services)  # the built-in model: no projector
+    sheet = services.window.models.open_sheet(model)
+    qtbot.waitUntil(lambda: sheet.plan is not None and sheet.plan.projector > 0, timeout=30000)
+    fitting = [o.path for o in sheet.facts.projectors if o.fits]
+    assert mmproj in fitting and sheet.mmproj == fitting[0] == sheet.current_choice().mmproj  # proposed: it fits
+    assert "fits combined.gguf" in sheet.projector.toolTip()
+    assert "vision projector" in sheet.memory_text.text() and "vision projector" in sheet.memory_text.toolTip()
+    with_projector = sheet.plan.ram_need
+    sheet.set_projector(None)
+    qtbot.waitUntil(lambda: sheet.plan is not None and sheet.plan.projector == 0, timeout=30000)
+    assert sheet.current_choice().mmproj is None and sheet.plan.ram_need < with_projector
+    # another file: checked against the model before it is offered
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *_a, **_k: (str(default_model), ""))
+    sheet._projector_chosen(sheet.projector.findData("\0choose"))
+    qtbot.waitUntil(lambda: str(default_model) in sheet.projector_options, timeout=30000)
+    assert not sheet.projector_options[str(default_model)].fits
+    assert "does not fit" in sheet.projector.currentText()
+    sheet.set_projector(mmproj)
+    with qtbot.waitSignal(services.client.sig_loaded, timeout=60000) as loaded:
+        sheet.load_button.click()
+    assert loaded.args[0].model.vision and loaded.args[0].model.mmproj == mmproj
+    assert services.settings.mmproj_path == mmproj
+    assert services.window.chat_pane.attachments.attach_button.isEnabled()
+    again = services.window.models.open_sheet(model)  # the same model: its projector kept, not proposed
+    qtbot.waitUntil(lambda: again.facts is not None, timeout=30000)
+    assert again.mmproj == mmproj
+    again.close()

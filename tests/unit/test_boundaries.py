@@ -40,6 +40,7 @@ APP_MAY_IMPORT = {
     "engine.store.catalog": "the catalog of known MTP families (recommended models)",
     "engine.store.library": "models on disk",
     "engine.store.doctor": "the sidecar doctor",
+    "engine.store.projectors": "the projector doctor: does a vision projector fit its target (headers only)",
     "engine.store.download": "resumable downloads",
     "engine.store.repair": "sidecar repair (its proof runs in a worker: app/pair_proof.py)",
     "engine.store.sqlite_salvage": "rows read back from a damaged conversations database (sqlite3 .recover)",
