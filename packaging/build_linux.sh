@@ -30,6 +30,17 @@ BUILD="$ROOT/build/installer"
 OUT="$ROOT/dist"
 
 # MTP_SDIST: a llama_cpp_python sdist already at hand (else build_engine.py's cached or downloaded one)
+#
+# GPU backends are not in this tarball yet. `build_engine_libs.py --gpu cuda [--cuda-arch 89]`
+# builds the same folder plus libggml-cuda.so (its own cache entry; PyPI's CUDA 13 wheels when
+# the machine has no whole toolkit; measured in docs/installers.md). Adding it here means
+# passing --gpu cuda to both calls below and deciding about the CUDA runtime it links:
+# libcudart.so.13 (0.8 MB), libcublas.so.13 (57 MB) and libcublasLt.so.13 (552 MB; the
+# nvidia-cublas wheel is 444 MB). Shipping those would more than double the tarball for users
+# without an NVIDIA GPU, so the plan is llama.cpp's: the tarball carries libggml-cuda.so (ggml
+# skips it when its libraries or the driver are missing) and the runtime is a separate release
+# download unpacked into _internal/llama_cpp/lib (libggml-cuda's RUNPATH is $ORIGIN), or
+# preloaded from the data folder before ggml loads its backends. Neither is built or tested yet.
 "$PY" packaging/build_engine_libs.py ${MTP_SDIST:+--sdist "$MTP_SDIST"}
 LIBS=$("$PY" packaging/build_engine_libs.py --print-dir)
 
