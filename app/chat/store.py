@@ -281,6 +281,10 @@ class ConversationStore:
         for r in self.db.execute("SELECT images, versions FROM messages WHERE images != '[]' OR versions != '[]'"):
             named.update(rows.image_hashes(r["images"]))
             _named_in(rows.json_value(r["versions"], list, []), named)
+        if self.db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='deleted_messages'").fetchone():
+            for (kept,) in self.db.execute("SELECT row FROM deleted_messages"):  # an undo may bring them back
+                record = rows.json_value(kept, dict, {})
+                _named_in({**record, "versions": rows.json_value(record.get("versions"), list, [])}, named)
         for (image_hash,) in self.db.execute("SELECT hash FROM images").fetchall():
             if image_hash not in named:
                 self.db.execute("DELETE FROM images WHERE hash=?", (image_hash,))

@@ -75,6 +75,25 @@ def test_an_edit_keeps_each_versions_images_and_deleting_the_chat_drops_them(tmp
         store.close()
 
 
+def test_a_fork_keeps_the_images_and_a_deleted_message_keeps_its_own_until_it_is_gone(qtbot, tmp_path):
+    from app.chat.message_actions import Deletions, fork
+
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    try:
+        conv = store.create().id
+        a, b = Attachment.of(QUADRANTS), Attachment.of(STRIPES)
+        first, _ = store.add_turn(conv, "first", images=(a,))
+        second, _ = store.add_turn(conv, "second", images=(b,))
+        forked = fork(store, first.id)
+        assert [m.images for m in store.messages(forked)] == [(a.hash,)]
+        Deletions(store).delete(second.id)  # undoable: the row is kept aside with its image's name
+        store.delete(forked)
+        store.delete(store.create().id)  # prunes
+        assert store.image(a.hash) == a and store.image(b.hash) == b
+    finally:
+        store.close()
+
+
 V2_SCHEMA = """
 CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL, system_prompt TEXT NOT NULL DEFAULT '',
     settings TEXT NOT NULL DEFAULT '{}', created REAL NOT NULL, updated REAL NOT NULL,
