@@ -129,7 +129,9 @@ class RecommendedModels(QGroupBox):
             button = QPushButton("Download model + sidecar" if rec.sidecar else "Download")
             button.setToolTip("Downloads the target's files" + (" and its MTP sidecar" if rec.sidecar else
                                                                  " (its MTP head is inside)")
-                              + "; both are then set as the pair (On this computer).")
+                              + ", with the vision projector (mmproj) when its repository ships one, beside it "
+                              "(the load sheet offers it); the model and sidecar are then set as the pair "
+                              "(On this computer).")
             button.clicked.connect(lambda _c=False, r=rec: self.sig_download.emit(r))
             self.table.setCellWidget(i, 5, button)
             self.buttons.append(button)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,14 +64,17 @@ class Resolved:
 
     target: list[tuple[str, str, int]]
     sidecar: list[tuple[str, str, int]]
+    # the vision projector the target's repository ships (mmproj-*.gguf), downloaded beside the target where the
+    # load sheet offers it; empty for a text-only model
+    projector: list[tuple[str, str, int]] = field(default_factory=list)
 
     @property
     def size(self) -> int:
-        return sum(s for _r, _f, s in self.target + self.sidecar)
+        return sum(s for _r, _f, s in self.target + self.sidecar + self.projector)
 
     @property
     def files(self) -> list[tuple[str, str]]:
-        return [(r, f) for r, f, _s in self.target + self.sidecar]
+        return [(r, f) for r, f, _s in self.target + self.sidecar + self.projector]
 
 
 def problems(data: Any) -> list[str]:
@@ -163,7 +166,8 @@ def resolve(rec: Recommendation, endpoint: str | None = None, token: str | None 
         HubUnreachable: offline (within about 3 s).
         CatalogError: the repository no longer has that quantization, or no file matches the sidecar pattern.
     """
-    groups = [g for g in hub.repo_files(rec.repo, endpoint, token) if not g.is_mtp and not g.is_projector]
+    listed = hub.repo_files(rec.repo, endpoint, token)
+    groups = [g for g in listed if not g.is_mtp and not g.is_projector]
     chosen = [g for g in groups if g.quant == rec.quant.upper()]
     if not chosen:
         have = ", ".join(sorted({g.quant for g in groups})) or "no GGUF files"
@@ -182,4 +186,8 @@ def resolve(rec: Recommendation, endpoint: str | None = None, token: str | None 
         same_quant = [g for g in matching if g.quant == rec.quant.upper()]
         pick = (same_quant or sorted(matching, key=lambda g: g.size))[0]
         sidecar = [(rec.sidecar.repo, name, pick.size // len(pick.files)) for name in pick.files]
-    return Resolved(target, sidecar)
+    # a vision model's projector: F16 as llama.cpp's converter writes it by default, else the smallest
+    projectors = sorted((g for g in listed if g.is_projector), key=lambda g: (g.quant != "F16", g.size))
+    projector = [(rec.repo, name, projectors[0].size // len(projectors[0].files)) for name in projectors[0].files] \
+        if projectors else []
+    return Resolved(target, sidecar, projector)

@@ -13,6 +13,7 @@ import pytest
 
 from engine.store import catalog, hub, library
 from engine.store.fit import MemoryEstimate
+from engine.synth import SynthSpec
 from tests.engine.conftest import synth
 from tests.fake_hub import FakeHub
 
@@ -95,6 +96,22 @@ def test_resolve_finds_the_recommended_quantization_and_the_sidecar_on_the_hub()
         with pytest.raises(catalog.CatalogError, match="has no Q2_K files .*F16, Q8_0"):
             catalog.resolve(catalog.Recommendation("Synth", "glm4moe", "in-file", "test/Synth-GGUF", "Q2_K",
                                                    None, "", None, ""), server.url)
+
+
+def test_resolve_offers_the_vision_projector_the_targets_repository_ships():
+    from engine.synth.projector import ProjectorSpec, projector_path
+
+    model = synth("glm4moe")
+    projector = projector_path(ProjectorSpec(target=SynthSpec(arch="qwen35", weights="random", seed=1)))
+    repos = {"test/Vision-GGUF": {"Vision-Q8_0.gguf": model.path("combined"), "mmproj-Vision-F32.gguf": projector,
+                                  "mmproj-Vision-F16.gguf": projector, "Vision-MTP-Q8_0.gguf": model.path("sidecar")}}
+    rec = catalog.Recommendation("Vision", "glm4moe", "in-file", "test/Vision-GGUF", "Q8_0", None, "", None, "")
+    with FakeHub(repos) as server:
+        resolved = catalog.resolve(rec, server.url)
+    assert [f for _r, f in resolved.files] == ["Vision-Q8_0.gguf", "mmproj-Vision-F16.gguf"]
+    assert resolved.size == model.path("combined").stat().st_size + projector.stat().st_size
+    with FakeHub({"test/Vision-GGUF": {"Vision-Q8_0.gguf": model.path("combined")}}) as server:
+        assert catalog.resolve(rec, server.url).projector == []  # a text-only model: nothing more
 
 
 def test_a_broken_sidecar_is_not_listed_as_a_trunk_only_export():
