@@ -209,8 +209,8 @@ class MainWindow(QMainWindow):
         elif page is self.models_page and not self.models_page.library.entries.count():
             self.models_page.refresh_library()
 
-    def _use_model(self, path: str, sidecar: str) -> None:
-        self.models.use(path, sidecar)
+    def _use_model(self, path: str, sidecar: str, mmproj: str = "") -> None:
+        self.models.use(path, sidecar, mmproj or None)
         self.tabs.setCurrentIndex(0)
 
     def _set_highlight(self, on: bool) -> None:

@@ -112,12 +112,12 @@ class ModelController(QObject):
         self._pending[rid] = choice
         self.sig_loading.emit()
 
-    def use(self, path: str | None, sidecar: str | None) -> None:
-        """Load this target (None: the built-in model) and sidecar with the current settings (another model's
-        context and threads from its preset)."""
+    def use(self, path: str | None, sidecar: str | None, mmproj: str | None = None) -> None:
+        """Load this target (None: the built-in model), sidecar and vision projector with the current settings
+        (another model's context and threads from its preset). Without ``mmproj`` the same model keeps its
+        projector; another model's is never kept (a projector is made for one model)."""
         current = LoadChoice.from_settings(self.settings)
-        # a projector is made for one model: another model's is not kept (the load sheet offers its own)
-        mmproj = current.mmproj if path == current.path else None
+        mmproj = mmproj or (current.mmproj if path == current.path else None)
         self.request(self._with_preset(replace(current, path=path, sidecar=sidecar or None, mmproj=mmproj), current))
 
     def _with_preset(self, choice: LoadChoice, current: LoadChoice) -> LoadChoice:

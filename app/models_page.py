@@ -23,11 +23,12 @@ from engine.store import catalog, credentials, hub
 
 class ModelsPage(QWidget):
     """Signals:
-        sig_use_model(str, str): load this target (and sidecar path, or "") in the chat.
+        sig_use_model(str, str, str): load this target (and sidecar path, or "", and vision projector, or "") in
+            the chat.
         sig_preset(str): the preset of the model at this path was saved.
     """
 
-    sig_use_model = Signal(str, str)
+    sig_use_model = Signal(str, str, str)
     sig_preset = Signal(str)
 
     def __init__(self, parent: QWidget | None = None, n_ctx: int = 8192, records: ModelRecords | None = None) -> None:

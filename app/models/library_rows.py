@@ -1,6 +1,7 @@
 """The library's rows: every model on disk and every catalog model not downloaded yet, each with what a
 user picks a model by (architecture, quantization, size, MTP head or sidecar, fits this machine, last used,
-the autotune profile, the doctor's word on a sidecar pair), and the filters over them. No Qt: the rows are
+the autotune profile, the doctor's word on a sidecar pair, the vision projector beside it), and the filters
+over them. No Qt: the rows are
 made on the background runner and tested as plain values.
 
 The doctor's word comes from the headers already read for the list (``engine.store.doctor``, the load
@@ -18,8 +19,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from engine.autotune.profiles import Profile, ProfileStore
+from engine.errors import ModelFileError
 from engine.store import catalog, fit, library
 from engine.store.doctor import diagnose_facts
+from engine.store.projectors import ProjectorFacts, read_projector, target_input_width
 
 # the quantization a file's name states, as the converters and uploaders write it
 _QUANT = re.compile(r"(?<![A-Za-z0-9])(UD-)?(I?Q\d(?:_[0-9A-Z]+)*|BF16|F16|F32|MXFP4(?:_MOE)?)(?![A-Za-z0-9])",
@@ -42,6 +45,7 @@ class LibraryRow:
     repo: str | None = None  # the catalog's repository
     autotune: str = ""  # the autotune profile in words ("" when none was made)
     doctor: str = ""  # the doctor's word on this file's sidecar pairing ("" where there is none to give)
+    projector: str | None = None  # a vision projector beside the file that fits it (None: none there)
 
     @property
     def on_disk(self) -> bool:
@@ -66,7 +70,7 @@ class LibraryFilter:
                 (self.quantization and row.quantization != self.quantization):
             return False
         haystack = " ".join((row.name, row.architecture, row.quantization, row.mtp, row.repo or "", row.autotune,
-                             row.doctor)).lower()
+                             row.doctor, vision_text(row))).lower()
         return all(word in haystack for word in self.text.lower().split())
 
 
@@ -146,6 +150,35 @@ def doctor_notes(entries: Iterable[library.LibraryEntry]) -> dict[str, str]:
     return notes
 
 
+def projectors_for(entries: Iterable[library.LibraryEntry]) -> dict[str, str]:
+    """Model path -> the vision projector beside it (its repository's ``mmproj-*.gguf``) that fits it: it encodes
+    images into rows as wide as the model takes (the doctor's width check, from the headers)."""
+    read: dict[str, ProjectorFacts | None] = {}
+    found = {}
+    for entry in entries:
+        if entry.facts is None or entry.is_projector or _is_sidecar(entry):
+            continue
+        for path in library.projectors_beside(entry.path):
+            if str(path) not in read:
+                try:
+                    read[str(path)] = read_projector(path)
+                except (ModelFileError, OSError):
+                    read[str(path)] = None
+            facts = read[str(path)]
+            try:
+                width = target_input_width(entry.facts)
+            except (ModelFileError, OSError):
+                continue
+            if facts is not None and facts.vision and facts.width in (None, width):
+                found[str(entry.path)] = str(path)
+                break
+    return found
+
+
+def vision_text(row: LibraryRow) -> str:
+    return f"vision: {os.path.basename(row.projector)}" if row.projector else ""
+
+
 def autotune_notes(profiles: Iterable[Profile], fingerprint: str | None) -> dict[str, str]:
     """Model path -> its newest autotune profile in words: the speedup and setting, or that it was measured on
     another machine (``fingerprint``: this one's, when known)."""
@@ -169,8 +202,9 @@ def make_rows(entries: Iterable[library.LibraryEntry], recommendations: Iterable
     repository has no file on disk yet. ``autotune``: path -> the profile in words (:func:`autotune_notes`)."""
     entries = list(entries)
     doctor = doctor_notes(entries)
+    projectors = projectors_for(entries)
     disk = [replace(_disk_row(e, available, used), autotune=(autotune or {}).get(str(e.path), ""),
-                    doctor=doctor.get(str(e.path), "")) for e in entries]
+                    doctor=doctor.get(str(e.path), ""), projector=projectors.get(str(e.path))) for e in entries]
     disk.sort(key=lambda r: (-(r.last_used or 0.0), r.name.lower()))
     have = " ".join(r.path or "" for r in disk)
     # the hub cache keeps a repository's files under models--owner--name, the app's downloads under owner__name
@@ -212,6 +246,6 @@ def label(row: LibraryRow, now: float | None = None) -> str:
         return f"{row.name}  ·  unreadable"
     where = when_text(row.last_used, now) if row.on_disk else "in the catalog, not downloaded"
     fits = {True: "", False: " · does not fit this machine", None: ""}[row.fits]
-    extra = "".join(f" · {note}" for note in (row.doctor, row.autotune) if note)
+    extra = "".join(f" · {note}" for note in (row.doctor, vision_text(row), row.autotune) if note)
     return (f"{row.name}  ·  {row.architecture} · {row.quantization} · {size_text(row.size)} · {row.mtp} · "
             f"{where}{fits}{extra}")

@@ -63,13 +63,14 @@ class LibraryView(QWidget):
 
     Signals:
         sig_preset(str): the preset of the model at this path was saved.
-        sig_use_model(str, str): load this file in the chat (no sidecar: "").
+        sig_use_model(str, str, str): load this file in the chat (no sidecar: ""), with the vision projector
+            beside it that fits it ("" for none).
         sig_download(str): download the catalog's model from this repository (its Download button).
         sig_rows(list): a scan ended: every LibraryRow (the chat's model picker searches them).
     """
 
     sig_preset = Signal(str)
-    sig_use_model = Signal(str, str)
+    sig_use_model = Signal(str, str, str)
     sig_download = Signal(str)
     sig_rows = Signal(list)
 
@@ -226,7 +227,7 @@ class LibraryView(QWidget):
     def _use(self, item: QListWidgetItem) -> None:
         path = item.data(Qt.ItemDataRole.UserRole)
         if path and item.data(ROW_ROLE).architecture != "?":
-            self.sig_use_model.emit(path, "")
+            self.sig_use_model.emit(path, "", item.data(ROW_ROLE).projector or "")
 
     def _enable_buttons(self, item: QListWidgetItem | None) -> None:
         row = item.data(ROW_ROLE) if item else None
@@ -241,6 +242,10 @@ class LibraryView(QWidget):
             self.facts.setPlainText(f"Downloading {row.name} from {row.repo}… Its progress is under Search Hugging "
                                     "Face; it is listed here when it is done.")
             self.sig_download.emit(row.repo)
+
+    def row_for(self, path: str | None) -> LibraryRow | None:
+        """The row of the file at ``path`` (None: not in the library, or not scanned yet)."""
+        return next((r for r in self._rows if path is not None and r.path == path), None)
 
     def selected_path(self) -> str | None:
         item = self.entries.currentItem()

@@ -1,6 +1,7 @@
 """The pair a chat loads: a target and its MTP sidecar, chosen from the library (or set by a recommended
 download), checked by the doctor (optionally with a live probe) and repaired into a copy that is proven in a
-worker of its own before it is offered."""
+worker of its own before it is offered. A vision projector beside the target that fits it (the library found
+it) goes with the pair: named in the label, checked by the doctor, loaded by Use in chat."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from app import background
 from app.models.library_view import LibraryView
 from app.pair_proof import PairProof
 from engine.store.doctor import Diagnosis, diagnose, run_probe
+from engine.store.projectors import diagnose_projector
 
 
 class PairPanel(QWidget):
@@ -20,10 +22,11 @@ class PairPanel(QWidget):
     the library's facts panel.
 
     Signals:
-        sig_use_model(str, str): load this target (and sidecar path, or "") in the chat.
+        sig_use_model(str, str, str): load this target (and sidecar path, or "", and vision projector, or "")
+            in the chat.
     """
 
-    sig_use_model = Signal(str, str)
+    sig_use_model = Signal(str, str, str)
 
     def __init__(self, library: LibraryView, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -33,11 +36,12 @@ class PairPanel(QWidget):
         self._proof: PairProof | None = None
         self.target_path: str | None = None
         self.sidecar_path: str | None = None
+        self.projector_path: str | None = None  # beside the target, fitting it (found by the library's scan)
         self.repaired_pair: tuple[str, str] | None = None  # (target, repaired sidecar) after a proven repair
         self.set_target = QPushButton("Set as target")
         self.set_sidecar = QPushButton("Set as sidecar")
         self.use_button = QPushButton("Use in chat")
-        self.label = QLabel("Target: –   Sidecar: –")
+        self.label = QLabel("Target: –   Sidecar: –   Projector: –")
         self.label.setWordWrap(True)
         self.doctor_button = QPushButton("Check pair (doctor)")
         self.probe_check = QCheckBox("Live probe")
@@ -70,20 +74,29 @@ class PairPanel(QWidget):
 
     def set_pair(self, target: str | None, sidecar: str | None) -> None:
         self.target_path, self.sidecar_path = target, sidecar
+        self._find_projector()
         self._show_pair()
 
     def _set_from_library(self, which: str) -> None:
         path = self.library.selected_path()
         if path:
             setattr(self, f"{which}_path", path)
+            self._find_projector()
             self._show_pair()
+
+    def _find_projector(self) -> None:
+        row = self.library.row_for(self.target_path)
+        self.projector_path = row.projector if row is not None else None
 
     def _show_pair(self) -> None:
         """The label names the files in use: after a repair, the repaired copy, never the broken one."""
         repaired = self.repaired_pair is not None and self.repaired_pair == (self.target_path, self.sidecar_path)
         self.label.setText(f"Target: {Path(self.target_path).name if self.target_path else '–'}   "
                            f"Sidecar: {Path(self.sidecar_path).name if self.sidecar_path else '–'}"
-                           + ("  (repaired copy)" if repaired else ""))
+                           + ("  (repaired copy)" if repaired else "")
+                           + f"   Projector: {Path(self.projector_path).name if self.projector_path else '–'}")
+        self.label.setToolTip(f"Vision projector beside the target, loaded with it: {self.projector_path}"
+                              if self.projector_path else "No vision projector beside the target: it reads text only.")
         self.use_repaired.setVisible(repaired)
 
     # -- doctor -------------------------------------------------------------------------------------------------
@@ -99,6 +112,10 @@ class PairPanel(QWidget):
 
     def _diagnosed(self, d: Diagnosis) -> None:
         self.facts.setPlainText(d.report())
+        if self.projector_path and self.target_path:
+            task = self._running.add(background.run(diagnose_projector, self.target_path, self.projector_path))
+            task.sig_done.connect(lambda p: self.facts.appendPlainText("\n" + p.report()))
+            task.sig_failed.connect(lambda msg: self.facts.appendPlainText(f"\nProjector: {msg}"))
         if self.probe_check.isChecked():
             self._probe(d)
 
@@ -149,12 +166,13 @@ class PairPanel(QWidget):
     def _use_repaired(self) -> None:
         if self.repaired_pair:
             self.set_pair(*self.repaired_pair)
-            self.sig_use_model.emit(*self.repaired_pair)
+            self.sig_use_model.emit(*self.repaired_pair, self.projector_path or "")
 
     def _use(self) -> None:
         path = self.target_path or self.library.selected_path()
         if path:
-            self.sig_use_model.emit(path, self.sidecar_path or "")
+            self.sig_use_model.emit(path, self.sidecar_path or "",
+                                    (self.projector_path or "") if path == self.target_path else "")
 
     def shutdown(self) -> None:
         if self._proof is not None:

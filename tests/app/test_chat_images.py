@@ -4,6 +4,7 @@ on a model without a vision projector; databases from before images open and gai
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 
 import pytest
@@ -21,6 +22,7 @@ from app.chat.stats_panel import StatsPanel
 from app.chat.store import ConversationStore
 from app.chat.transcript import TranscriptView
 from app.engine_client import EngineClient
+from app.models.library_rows import label
 from app.settings import Settings
 from app.theme import LIGHT
 from engine.synth import SynthModel, SynthSpec
@@ -299,3 +301,40 @@ def test_the_load_sheet_offers_the_projector_beside_the_model_with_its_memory_an
     qtbot.waitUntil(lambda: again.facts is not None, timeout=30000)
     assert again.mmproj == mmproj
     again.close()
+
+
+# -- the library and the pair panel --------------------------------------------------------------
+def test_the_library_names_a_models_projector_and_the_pair_loads_it_in_the_chat(qtbot, services, vision_files,
+                                                                                 tmp_path, monkeypatch):
+    model, mmproj = vision_files
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    folder = tmp_path / "data" / "models" / "local"  # the app's models folder (services' data folder)
+    folder.mkdir(parents=True)
+    shutil.copy(model, folder / "Vision-Q8_0.gguf")
+    shutil.copy(mmproj, folder / "mmproj-Vision-F16.gguf")
+    shutil.copy(model, folder / "Text-Q8_0.gguf")
+    (tmp_path / "elsewhere").mkdir()
+    shutil.copy(model, tmp_path / "elsewhere" / "Alone-Q8_0.gguf")
+    start_and_load(qtbot, services)
+    page = services.window.models_page
+    view = page.library
+    page.refresh_library()
+    qtbot.waitUntil(lambda: view.row_for(str(folder / "Vision-Q8_0.gguf")) is not None, timeout=30000)
+    row = view.row_for(str(folder / "Vision-Q8_0.gguf"))
+    assert row.projector == str(folder / "mmproj-Vision-F16.gguf")
+    assert "vision: mmproj-Vision-F16.gguf" in label(row)
+    assert all("mmproj" not in r.name for r in view.rows_shown())  # a projector is never listed as a model
+    view.search.setText("vision")
+    assert {r.name for r in view.rows_shown()} == {"Vision-Q8_0.gguf", "Text-Q8_0.gguf"}  # both beside it
+    view.search.clear()
+
+    page.pair.set_pair(str(folder / "Vision-Q8_0.gguf"), None)
+    assert "Projector: mmproj-Vision-F16.gguf" in page.pair.label.text()
+    with qtbot.waitSignal(services.client.sig_loaded, timeout=60000) as loaded:
+        page.pair.use_button.click()
+    assert loaded.args[0].model.vision and loaded.args[0].model.mmproj == str(folder / "mmproj-Vision-F16.gguf")
+    assert services.window.chat_pane.attachments.attach_button.isEnabled()
+    with qtbot.waitSignal(services.client.sig_loaded, timeout=60000) as loaded:
+        services.window.models.use(str(tmp_path / "elsewhere" / "Alone-Q8_0.gguf"), None)
+    assert not loaded.args[0].model.vision  # another model never keeps this one's projector
+    assert not services.window.chat_pane.attachments.attach_button.isEnabled()

@@ -124,7 +124,7 @@ def test_the_library_lists_disk_and_catalog_and_its_filters_narrow_the_list(qtbo
     qtbot.waitUntil(lambda: "architecture  glm4moe" in view.facts.toPlainText(), timeout=10000)
     with qtbot.waitSignal(page.sig_use_model) as used:
         qtbot.keyClick(view.entries, Qt.Key.Key_Return)  # Enter on a file loads it in the chat
-    assert used.args == [str(folder / "Glm-Combined-Q8_0.gguf"), ""]
+    assert used.args == [str(folder / "Glm-Combined-Q8_0.gguf"), "", ""]  # no vision projector beside it
     view.search.clear()
     view.mtp_only.setChecked(True)
     view.where.setCurrentIndex(view.where.findData("all"))

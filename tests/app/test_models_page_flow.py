@@ -134,5 +134,5 @@ def test_repair_keeps_its_result_selects_the_copy_updates_the_pair_and_offers_th
     assert not page.pair.use_repaired.isHidden()
     with qtbot.waitSignal(page.sig_use_model) as used:
         page.pair.use_repaired.click()
-    assert used.args == [str(target), repaired]
+    assert used.args == [str(target), repaired, ""]  # no vision projector beside the target
     assert (page.pair.target_path, page.pair.sidecar_path) == (str(target), repaired)
