@@ -281,13 +281,16 @@ class Decoder:
 
     # A round in steps, so a multi-sequence engine (engine/generation/parallel.py) can verify
     # several sequences' rounds in one target decode: propose, add_rows, (decode), sample, close_round.
-    def propose(self, room: int, depth: int | None = None) -> Round:
-        """The policy's depth (or ``depth``, chosen for a whole batch) and the drafter's draft for this round."""
+    def propose(self, room: int) -> Round:
+        """The policy's depth and the drafter's draft for this round."""
         t_round = time.perf_counter()
-        n = self.policy.choose(room) if depth is None else depth
+        n = self.policy.choose(room)
         draft_s = self.drafter.seconds["draft"]
         drafts = self.drafter.draft(self.id_last, self.pos0, n) if n > 0 else []
-        draft_s = self.drafter.seconds["draft"] - draft_s
+        return self.drafted(drafts, self.drafter.seconds["draft"] - draft_s, t_round)
+
+    def drafted(self, drafts: list[int], draft_s: float, t_round: float) -> Round:
+        """The round of these drafts (a multi-sequence engine drafts several sequences' together)."""
         # q of each draft when they were sampled (an n-gram round of mtp+ngram has none: it matches)
         q_rows = self.draft_sampler.take() if self.draft_sampler is not None else []
         shadow: list[int] = []

@@ -35,7 +35,7 @@ images.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 from engine.errors import ContextError
@@ -113,6 +113,9 @@ class ParallelGenerator:
         self.running: list[_Running] = []
         self.batch = Batch(max(self.target.n_batch, session.n_seq * (MAX_DRAFT + 1)))
         self.prefill_chunk = session.options.n_batch
+        # the draft steps of every looped MTP lane, decoded together (_draft)
+        mtp = session.mtp_drafter
+        self.draft_batch = Batch(mtp.batch.capacity, mtp.n_embd) if mtp is not None else Batch(1)
         # the cost of a verify by its total rows, whoever's they are (adaptive/batch.py)
         self.batch_costs = Costs(AdaptiveParams())
 
@@ -247,10 +250,12 @@ class ParallelGenerator:
             return
         t_step = time.perf_counter()
         depths = self._depths(rooms)
+        plans = [(r, r.decoder.policy.choose(room) if id(r) not in depths else depths[id(r)]) for r, room in rooms]
+        drafted = self._draft(plans)
         rounds = []
         self.batch.clear()
-        for r, room in rooms:
-            rnd = r.decoder.propose(room, depths.get(id(r)))
+        for r, _ in plans:
+            rnd = r.decoder.drafted(*drafted[id(r)], t_step)
             r.decoder.add_rows(rnd, self.batch)
             rounds.append((r, rnd))
         t0 = time.perf_counter()
@@ -267,6 +272,52 @@ class ParallelGenerator:
         drafts = sum(len(rnd.drafts) for _, rnd in rounds)
         self.batch_costs.observe(self.batch.n - 1, drafts, verify_s, sum(rnd.draft_s for _, rnd in rounds),
                                  time.perf_counter() - t_step)
+
+    def _draft(self, plans: list[tuple[_Running, int]]) -> dict[int, tuple[list[int], float]]:
+        """Each sequence's drafts of ``n`` tokens at most, and its drafter's time. The looped MTP lanes
+        decode their rows of each draft step together, in one decode of the shared draft context
+        (MTPDrafter.drafting); others (chained heads, n-gram) draft on their own."""
+        out: dict[int, tuple[list[int], float]] = {}
+        steps: dict[int, tuple[_Running, Generator[Batch, int, list[int]], float]] = {}
+        for r, n in plans:
+            drafter, before = r.decoder.drafter, r.decoder.drafter.seconds["draft"]
+            d = r.decoder
+            if n <= 0:
+                out[id(r)] = ([], 0.0)
+            elif isinstance(drafter, MTPDrafter) and not drafter.chained:
+                steps[id(r)] = (r, drafter.drafting(d.id_last, d.pos0, n), before)
+            else:
+                out[id(r)] = (drafter.draft(d.id_last, d.pos0, n), drafter.seconds["draft"] - before)
+
+        def advance(key: int, offset: int | None) -> Batch | None:
+            r, gen, before = steps[key]
+            try:
+                return next(gen) if offset is None else gen.send(offset)
+            except StopIteration as done:
+                out[key] = (list(done.value), r.decoder.drafter.seconds["draft"] - before)
+                return None
+
+        pending = {key: b for key in steps if (b := advance(key, None)) is not None}
+        while pending:
+            together, offsets = self.draft_batch, {}
+            together.clear()
+            for key, batch in pending.items():
+                if together.n + batch.n <= together.capacity:
+                    offsets[key] = together.extend(batch)
+            ctx = self.session.mtp_drafter.ctx
+            if together.n:
+                ctx.decode(together)
+            # every lane in the shared decode reads its rows before anything decodes again; a lane that
+            # did not fit (a long deferred catch-up) decodes alone after them
+            for key in [*offsets, *(k for k in pending if k not in offsets)]:
+                if key not in offsets:
+                    ctx.decode(pending[key])
+                nxt = advance(key, offsets.get(key, 0))
+                if nxt is None:
+                    del pending[key]
+                else:
+                    pending[key] = nxt
+        return out
 
     def _depths(self, rooms: list[tuple[_Running, int]]) -> dict[int, int]:
         """The draft lengths of the sequences under adaptive depth, chosen together for the batch's

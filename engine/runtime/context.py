@@ -75,6 +75,23 @@ class Batch:
         self.n = i + 1
         return i
 
+    def extend(self, other: Batch) -> int:
+        """Append ``other``'s rows (tokens, positions, sequences, outputs, hidden-state rows); the row where
+        they begin. Several sequences' drafters decode their rows together this way."""
+        start, n = self.n, other.n
+        if start + n > self.capacity:
+            raise ContextError(f"batch overflow: capacity {self.capacity}")
+        if other.n_embd != self.n_embd:
+            raise ContextError("the batches carry hidden-state rows of different widths")
+        for mine, theirs, width in ((self.tokens, other.tokens, 4), (self.pos, other.pos, 4),
+                                    (self._seq, other._seq, 4), (self.logits, other.logits, 1)):
+            ctypes.memmove(ctypes.addressof(mine) + start * width, ctypes.addressof(theirs), n * width)
+        if self.n_embd:
+            ctypes.memmove(self.embd_row_address(start), other.embd_row_address(0), n * 4 * self.n_embd)
+        self.n += n
+        self.n_outputs += other.n_outputs
+        return start
+
     def embd_row_address(self, i: int) -> int:
         return ctypes.addressof(self.embd) + i * 4 * self.n_embd  # type: ignore[arg-type]
 

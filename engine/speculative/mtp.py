@@ -38,6 +38,7 @@ import copy
 import ctypes
 import math
 import time
+from collections.abc import Generator
 
 import numpy as np
 
@@ -291,6 +292,20 @@ class MTPDrafter:
     def draft(self, id_last: int, pos0: int, room: int) -> list[int]:
         """Up to ``n_max`` tokens after ``id_last`` (at ``pos0``), and no more
         than ``room``: what is left of the reply and the context."""
+        steps = self.drafting(id_last, pos0, room)
+        try:
+            batch = next(steps)
+            while True:
+                self.ctx.decode(batch)
+                batch = steps.send(0)
+        except StopIteration as done:
+            return list(done.value)
+
+    def drafting(self, id_last: int, pos0: int, room: int) -> Generator[Batch, int, list[int]]:
+        """:meth:`draft` in steps: each step yields the batch of rows to decode on the draft context and is
+        sent the row at which they were decoded: 0 alone, or their offset where a multi-sequence engine
+        decoded several sequences' rows together (engine/generation/parallel.py). Returns the drafts.
+        Chained heads select their block per decode, so they draft alone and yield nothing."""
         if self._fold_tokens and not self.fold:  # deferred plain steps: caught up on their own, not folded
             self.settle()
         t0 = time.perf_counter()
@@ -308,7 +323,7 @@ class MTPDrafter:
             if self.chained:
                 drafts = self._draft_chained(id_last, pos0, n_max, p_min)
             else:
-                drafts = self._draft_looped(id_last, pos0, n_max, p_min)
+                drafts = yield from self._looped_steps(id_last, pos0, n_max, p_min)
         finally:
             if self.guide is not None:
                 self.guide.end()
@@ -426,8 +441,9 @@ class MTPDrafter:
             self.penalties.accept(token)
         return token
 
-    def _draft_looped(self, id_last: int, pos0: int, n_max: int, p_min: float) -> list[int]:
-        """One head fed its own hidden state: one single-row decode per draft token."""
+    def _looped_steps(self, id_last: int, pos0: int, n_max: int, p_min: float) -> Generator[Batch, int, list[int]]:
+        """One head fed its own hidden state: one single-row decode per draft token (yielded to be
+        decoded, see :meth:`drafting`)."""
         drafts: list[int] = []
         batch = self.batch
         batch.clear()
@@ -449,20 +465,20 @@ class MTPDrafter:
         row = first
         while True:
             t_decode = time.perf_counter()
-            self.ctx.decode(batch)
+            offset = yield batch
             if first:  # apportion the folded decode by rows: its catch-up rows are catch-up time
                 share = (time.perf_counter() - t_decode) * first / (first + 1)
                 self.seconds["catch_up"] += share
                 self.seconds["draft"] -= share
                 first = 0
-            token = self._pick(row, p_min)
+            token = self._pick(offset + row, p_min)
             row = 0
             if token is None:
                 break
             drafts.append(token)
             if len(drafts) >= n_max or self._forbidden:
                 break
-            h_row = self.ctx.embeddings_nextn_ith(batch.n - 1)
+            h_row = self.ctx.embeddings_nextn_ith(offset + batch.n - 1)
             batch.clear()
             batch.add(token, pos0 + len(drafts), True, self.seq)
             ctypes.memmove(batch.embd_row_address(0), h_row, self._row_bytes)

@@ -160,3 +160,32 @@ def test_a_continued_conversation_decodes_only_its_new_turn_on_the_sequence_that
     solo = alone(path, [follow, turn2[1].request], 2)
     same_as_alone(solo[0], turn2[0].result)
     same_as_alone(solo[1], turn2[1].result)
+
+
+def test_the_sequences_draft_steps_are_decoded_together(monkeypatch):
+    # four sequences drafting in step: one decode of the draft context per draft step for all of them,
+    # not one per sequence (llama-server's slots draft in one batch too)
+    path = str(synth("glm4moe", "oracle", agree=1.0).path())
+    reqs = [GenerateRequest(prompt=p, max_tokens=40, speculative=mtp(3)) for p in PROMPTS]
+
+    def mtp_decodes(n_seq: int, together: bool) -> tuple[int, list[list[int]]]:
+        with Session(LoadOptions(path=path, n_ctx=512, parallel=n_seq)) as session:
+            ctx, calls = session.mtp_drafter.ctx, [0]
+            decode = ctx.decode
+
+            def counting(batch):
+                calls[0] += 1
+                decode(batch)
+
+            monkeypatch.setattr(ctx, "decode", counting)
+            if together:
+                tokens = [r.tokens for r in generate_together(session, reqs)]
+            else:
+                tokens = [generate(session, r).tokens for r in reqs]
+            monkeypatch.undo()
+            return calls[0], tokens
+
+    alone, alone_tokens = mtp_decodes(1, together=False)
+    together, together_tokens = mtp_decodes(4, together=True)
+    assert together_tokens == alone_tokens
+    assert together < 0.5 * alone, (together, alone)
