@@ -128,8 +128,11 @@ CUSTOM_PREFIX = "custom-"
 def sampling_key(params: SamplingParams) -> str:
     """What autotune profiles are keyed by: ``greedy`` (plain greedy decoding),
     a :data:`PRESETS` name, or ``custom-<hash of the values>``. The seed is not
-    part of it: two seeds of one preset accept drafts alike."""
+    part of it: two seeds of one preset accept drafts alike; nor, when greedy,
+    the truncations (top-k, top-p, min-p keep the argmax)."""
     unseeded = replace(params, seed=RANDOM_SEED)
+    if unseeded.greedy:
+        unseeded = replace(unseeded, temperature=0.0, top_k=GREEDY.top_k, top_p=GREEDY.top_p, min_p=GREEDY.min_p)
     for name, preset in ((GREEDY_KEY, GREEDY), *PRESETS.items()):
         if unseeded == replace(preset, seed=RANDOM_SEED):
             return name
