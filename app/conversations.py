@@ -301,6 +301,9 @@ class ConversationController(QObject):
         menu.addSeparator()
         menu.addAction("Delete…", lambda: self.ask_delete(conv_id))
         menu.exec(self.sidebar.list.mapToGlobal(pos))
+        # the right click made that row current; the transcript still shows the open chat, so the list does too
+        if self.chat.conversation_id is not None:
+            self._select(self.chat.conversation_id)
 
 
 def _when(timestamp: float) -> str:

@@ -58,3 +58,40 @@ def test_deleting_the_open_conversation_closes_it_and_updates_the_list(qtbot, tm
         assert model.row_of(open_id) is None
     finally:
         store.close()
+
+
+def test_a_right_click_on_another_chat_leaves_the_open_one_selected(qtbot, tmp_path, monkeypatch):
+    from PySide6.QtWidgets import QMenu
+
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    try:
+        transcript, panel = TranscriptView(LIGHT), StatsPanel(LIGHT)
+        qtbot.addWidget(transcript)
+        chat = ChatController(store, EngineClient(), transcript, panel, Settings())
+        model = ConversationListModel(store)
+        sidebar = ConversationSidebar(model)
+        qtbot.addWidget(sidebar)
+        sidebar.show()
+        conversations = ConversationController(store, chat, sidebar, model)
+        other = store.create("Other chat")
+        store.add_message(other.id, "user", "the other one")
+        conversations.new_chat()
+        store.add_message(chat.conversation_id, "user", "the open one")
+        chat.open(chat.conversation_id)
+        conversations.refresh()
+        open_id = chat.conversation_id
+        shown: list[list[str]] = []
+
+        class Menu(QMenu):  # the menu as shown, closed at once
+            def exec(self, *_a):
+                shown.append([a.text() for a in self.actions()])
+
+        monkeypatch.setattr("app.conversations.QMenu", Menu)
+        rect = sidebar.list.visualRect(model.index(model.row_of(other.id)))
+        qtbot.mouseClick(sidebar.list.viewport(), Qt.MouseButton.RightButton, pos=rect.center())
+        sidebar.list.customContextMenuRequested.emit(rect.center())  # offscreen Qt sends no context-menu event
+        assert shown and "Rename…" in shown[-1]
+        assert chat.conversation_id == open_id and transcript.messages[0].content == "the open one"
+        assert sidebar.list.currentIndex().data(ModelRole.ID) == open_id
+    finally:
+        store.close()
