@@ -7,14 +7,16 @@ output, statistics, depth policy, rollback, and drafter (an MTP *lane* over the
 shared draft context, an n-gram drafter, or the plain one). One :meth:`step`:
 
 1. a cancelled generation ends;
-2. one prompt chunk of a generation still reading its prompt is decoded, so a
-   long prompt costs running replies one chunk per step, not its whole prefill;
-3. every decoding generation proposes its round (depth, then drafts: MTP drafts
-   are decoded sequence by sequence on the draft context);
-4. **one** target decode verifies all their rows (``[id_last, drafts...]`` of
-   each, with its sequence id);
-5. each samples its own rows; then each rolls back what it rejected, and shows
-   what it accepted.
+2. every decoding generation proposes its round (depth — chosen together for
+   sequences under adaptive depth, adaptive/batch.py — then drafts: the looped
+   MTP lanes decode each draft step's rows together on the shared draft context);
+3. **one** target decode verifies all their rows (``[id_last, drafts...]`` of
+   each, with its sequence id), with one prompt chunk of a generation still
+   reading its prompt after them (as much as the batch holds: a long prompt
+   costs running replies a share of each step, not its whole prefill; on a
+   model with sliding-window attention the chunk is decoded on its own first);
+4. each samples its own rows and the reader's drafter catches up on its chunk;
+   then each rolls back what it rejected, and shows what it accepted.
 
 Each sequence's greedy output is what it would be alone: its rows attend only
 to its own cells (llama.cpp masks by sequence), and everything that decides
@@ -40,7 +42,7 @@ from dataclasses import dataclass
 
 from engine.errors import ContextError
 from engine.generation import chat_template
-from engine.generation.decoder import Decoder, ended_early, request_sampler
+from engine.generation.decoder import Decoder, Round, ended_early, request_sampler
 from engine.generation.output import Output
 from engine.generation.prompt import render_request
 from engine.generation.request import (
@@ -113,6 +115,11 @@ class ParallelGenerator:
         self.running: list[_Running] = []
         self.batch = Batch(max(self.target.n_batch, session.n_seq * (MAX_DRAFT + 1)))
         self.prefill_chunk = session.options.n_batch
+        # a prompt chunk shares the verify decode with the running sequences' rows, except on a model with
+        # sliding-window attention: there (step35) a reused prefix's reply then differed beyond the numeric
+        # noise from the same request alone (tests/engine/test_parallel.py); not understood yet
+        arch = session.facts.architecture
+        self.chunks_share_batch = not session.model.meta(f"{arch}.attention.sliding_window")
         # the draft steps of every looped MTP lane, decoded together (_draft)
         mtp = session.mtp_drafter
         self.draft_batch = Batch(mtp.batch.capacity, mtp.n_embd) if mtp is not None else Batch(1)
@@ -194,48 +201,53 @@ class ParallelGenerator:
             if r.decoder.out.finish is None and r.job.should_stop():
                 r.decoder.out.finish = "cancelled"
         try:
-            reading = next((r for r in self.running if not r.prefilled and r.decoder.out.finish is None), None)
-            if reading is not None:
-                self._prefill_chunk(reading)
-            self._verify_step()
+            self._step()
         except Exception as exc:
             for r in self.running:
                 r.job.error = exc
         return self._reap()
 
-    def _prefill_chunk(self, r: _Running) -> None:
-        d, start = r.decoder, r.cursor
-        end = min(start + self.prefill_chunk, len(r.prompt))
-        checkpoint_at = len(r.prompt) - 1 if self.session.is_hybrid else -1
-        if start < checkpoint_at < end:  # a hybrid keeps its state before the prompt's last token
-            end = checkpoint_at
-        chunk = r.prompt[start:end]
-        batch = self.batch
-        batch.clear()
-        for k, tok in enumerate(chunk):
-            batch.add(tok, start + k, start + k == len(r.prompt) - 1, d.seq)
-        t0, catch_up0 = time.perf_counter(), d.drafter.seconds["catch_up"]
-        self.target.decode(batch)
-        d.kept.extend(chunk)
-        if r.reused and start == r.reused and isinstance(d.drafter, MTPDrafter):
-            d.drafter.resume(chunk, start)  # its row at ``reused`` is kept: catch up from the next
-        else:
-            d.drafter.process(chunk, start)
-        caught_up = d.drafter.seconds["catch_up"] - catch_up0
-        d.stats.phase_seconds["prefill"] += time.perf_counter() - t0 - caught_up
-        r.cursor = end
-        if end == checkpoint_at:
-            self.sequences.save_checkpoint(d.seq, end)
-        if r.job.on_prefill is not None:
-            r.job.on_prefill(end - r.reused, len(r.prompt) - r.reused)
-        if r.prefilled:
-            d.pos0 = len(r.prompt)
-            d.stats.t_first_token = time.perf_counter()
-            row = batch.n - 1
-            d.id_last = d.sampler.sample(self.target.handle, row)
-            d.out.push(d.id_last, False, d.margin(row), d.logprob(row, d.id_last))
+    def _step(self) -> None:
+        """Draft for every decoding sequence, then one target decode of their verify rows and a
+        prompt chunk of one sequence still reading its prompt; then each reads its rows, and only
+        then does anything roll back (a checkpoint replay decodes the target again)."""
+        t_step = time.perf_counter()
+        reading = next((r for r in self.running if not r.prefilled and r.decoder.out.finish is None), None)
+        if reading is not None and not self.chunks_share_batch:  # the prompt chunk in a decode of its own
+            self.batch.clear()
+            alone = self._add_prompt_chunk(reading)
+            t0 = time.perf_counter()
+            self.target.decode(self.batch)
+            if alone is not None:
+                self._read_prompt_chunk(*alone, time.perf_counter() - t0)
+            reading = None
+        rounds = self._propose_all()
+        self.batch.clear()
+        for r, rnd in rounds:
+            r.decoder.add_rows(rnd, self.batch)
+        chunk = self._add_prompt_chunk(reading) if reading is not None else None
+        if not self.batch.n:
+            return
+        t0 = time.perf_counter()
+        self.target.decode(self.batch)
+        decode_s = time.perf_counter() - t0
+        for r, rnd in rounds:  # every sequence reads the decode's rows before anything decodes again
+            r.decoder.sample(rnd, decode_s)
+        if chunk is not None:
+            self._read_prompt_chunk(*chunk, decode_s)
+        for r, rnd in rounds:
+            d = r.decoder
+            d.close_round(rnd)
+            d.learn(rnd)
+            d.emit(rnd)
+            d.tick(r.job.on_stats)
+        if rounds:
+            drafts = sum(len(rnd.drafts) for _, rnd in rounds)
+            self.batch_costs.observe(self.batch.n - 1, drafts, decode_s, sum(rnd.draft_s for _, rnd in rounds),
+                                     time.perf_counter() - t_step)
 
-    def _verify_step(self) -> None:
+    def _propose_all(self) -> list[tuple[_Running, Round]]:
+        """The round of every sequence that decodes: its depth, and its drafts."""
         rooms: list[tuple[_Running, int]] = []
         for r in self.running:
             d = r.decoder
@@ -247,31 +259,51 @@ class ParallelGenerator:
             else:
                 rooms.append((r, room))
         if not rooms:
-            return
+            return []
         t_step = time.perf_counter()
         depths = self._depths(rooms)
         plans = [(r, r.decoder.policy.choose(room) if id(r) not in depths else depths[id(r)]) for r, room in rooms]
         drafted = self._draft(plans)
-        rounds = []
-        self.batch.clear()
-        for r, _ in plans:
-            rnd = r.decoder.drafted(*drafted[id(r)], t_step)
-            r.decoder.add_rows(rnd, self.batch)
-            rounds.append((r, rnd))
-        t0 = time.perf_counter()
-        self.target.decode(self.batch)
-        verify_s = time.perf_counter() - t0
-        for r, rnd in rounds:  # every sequence reads the decode's rows before anything decodes again
-            r.decoder.sample(rnd, verify_s)
-        for r, rnd in rounds:
-            d = r.decoder
-            d.close_round(rnd)
-            d.learn(rnd)
-            d.emit(rnd)
-            d.tick(r.job.on_stats)
-        drafts = sum(len(rnd.drafts) for _, rnd in rounds)
-        self.batch_costs.observe(self.batch.n - 1, drafts, verify_s, sum(rnd.draft_s for _, rnd in rounds),
-                                 time.perf_counter() - t_step)
+        return [(r, r.decoder.drafted(*drafted[id(r)], t_step)) for r, _ in plans]
+
+    def _add_prompt_chunk(self, r: _Running) -> tuple[_Running, int, int, int] | None:
+        """Add the next chunk of ``r``'s prompt to the batch, after the verify rows, as much as the batch
+        holds; (r, start, end, its first row), None when no row fits this step."""
+        start = r.cursor
+        room = min(self.prefill_chunk, self.target.n_batch - self.batch.n)
+        if room <= 0:
+            return None
+        end = min(start + room, len(r.prompt))
+        checkpoint_at = len(r.prompt) - 1 if self.session.is_hybrid else -1
+        if start < checkpoint_at < end:  # a hybrid keeps its state before the prompt's last token
+            end = checkpoint_at
+        row0 = self.batch.n
+        for k in range(start, end):
+            self.batch.add(r.prompt[k], k, k == len(r.prompt) - 1, r.decoder.seq)
+        return r, start, end, row0
+
+    def _read_prompt_chunk(self, r: _Running, start: int, end: int, row0: int, decode_s: float) -> None:
+        """After the decode: the drafter catches up on the chunk; at the prompt's end, the first token."""
+        d, chunk = r.decoder, r.prompt[start:end]
+        t0, catch_up0 = time.perf_counter(), d.drafter.seconds["catch_up"]
+        d.kept.extend(chunk)
+        if r.reused and start == r.reused and isinstance(d.drafter, MTPDrafter):
+            d.drafter.resume(chunk, start, row0)  # its row at ``reused`` is kept: catch up from the next
+        else:
+            d.drafter.process(chunk, start, row0)
+        caught_up = d.drafter.seconds["catch_up"] - catch_up0
+        d.stats.phase_seconds["prefill"] += decode_s + time.perf_counter() - t0 - caught_up
+        r.cursor = end
+        if self.session.is_hybrid and end == len(r.prompt) - 1:
+            self.sequences.save_checkpoint(d.seq, end)
+        if r.job.on_prefill is not None:
+            r.job.on_prefill(end - r.reused, len(r.prompt) - r.reused)
+        if r.prefilled:
+            d.pos0 = len(r.prompt)
+            d.stats.t_first_token = time.perf_counter()
+            row = row0 + len(chunk) - 1
+            d.id_last = d.sampler.sample(self.target.handle, row)
+            d.out.push(d.id_last, False, d.margin(row), d.logprob(row, d.id_last))
 
     def _draft(self, plans: list[tuple[_Running, int]]) -> dict[int, tuple[list[int], float]]:
         """Each sequence's drafts of ``n`` tokens at most, and its drafter's time. The looped MTP lanes

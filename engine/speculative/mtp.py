@@ -226,7 +226,7 @@ class MTPDrafter:
         self.pending_h[:] = self.verify_h[n - 1]
         self.seconds["catch_up"] += time.perf_counter() - t0
 
-    def resume(self, tokens: list[int], pos_start: int) -> None:
+    def resume(self, tokens: list[int], pos_start: int, row0: int = 0) -> None:
         """The first prefill chunk after a reused prefix (see :meth:`begin`'s ``keep``).
 
         The target decoded ``tokens`` again from ``pos_start``, whose MTP row is
@@ -235,7 +235,7 @@ class MTPDrafter:
         """
         t0 = time.perf_counter()
         n = len(tokens)
-        view = np.ctypeslib.as_array(self.target.embeddings_nextn(), shape=(n, self.n_embd))
+        view = np.ctypeslib.as_array(self.target.embeddings_nextn_ith(row0), shape=(n, self.n_embd))
         self.verify_h = view.copy()
         if n > 1:
             self._catch_up(tokens[1:], pos_start + 1, self.verify_h[0], self.verify_h[1 : n - 1])

@@ -8,8 +8,11 @@ The heads read the hidden state, so a sequence drafting from another's state wou
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from engine.generation import identity
 from engine.generation.generator import GenerateRequest, GenerateResult, generate
 from engine.generation.parallel import Job, ParallelGenerator, generate_together
 from engine.generation.session import CELL_ORDER_SENSITIVE, LoadOptions, Session
@@ -27,17 +30,24 @@ def requests(spec: SpeculativeSettings, n: int = 4, **kw) -> list[GenerateReques
                             record_drafts=True, **kw) for i in range(n)]
 
 
-def alone(path: str, reqs: list[GenerateRequest], n_seq: int) -> list[GenerateResult]:
+def alone(path: str, reqs: list[GenerateRequest], n_seq: int) -> tuple[list[GenerateResult], float]:
     """Each request alone, on a one-sequence session with the cells one sequence of the
     multi-sequence session sees: the shared pool, or its own (engine.generation.session.CELL_ORDER_SENSITIVE;
     deepseek4's compressed attention depends on the size of the pool, not only on what it holds)."""
     shared = read_facts(path).architecture not in CELL_ORDER_SENSITIVE
     with Session(LoadOptions(path=path, n_ctx=512 * n_seq if shared else 512)) as session:
-        return [generate(session, r) for r in reqs]
+        results = [generate(session, replace(r, record_margins=True)) for r in reqs]
+        return results, identity.measure_noise(session)
 
 
-def same_as_alone(solo: GenerateResult, together: GenerateResult) -> None:
-    assert together.tokens == solo.tokens
+def same_as_alone(solo: GenerateResult, together: GenerateResult, noise: float) -> None:
+    """The same tokens and, round by round, the same drafts. A prompt chunk decoded in one batch with
+    other sequences' rows may flip a greedy choice whose top-2 margin is inside the batch-shape noise
+    (identity.py): that alone is accepted, judged with the margins of the run alone."""
+    if together.tokens != solo.tokens:
+        verdict = identity.classify(solo.tokens, solo.margins, together.tokens, noise)
+        assert verdict.acceptable, verdict.describe()
+        return
     assert together.drafts_per_round == solo.drafts_per_round  # drafts, not only counts
     assert (together.stats.rounds, together.stats.accepted) == (solo.stats.rounds, solo.stats.accepted)
     assert together.finish_reason == solo.finish_reason
@@ -48,12 +58,12 @@ def same_as_alone(solo: GenerateResult, together: GenerateResult) -> None:
 def test_each_of_four_sequences_is_what_it_would_be_alone(arch, spec):
     path = str(synth(arch, "mixed", agree=0.7, reads="hidden").path())
     reqs = requests(spec)
-    solo = alone(path, reqs, 4)
+    solo, noise = alone(path, reqs, 4)
     with Session(LoadOptions(path=path, n_ctx=512, parallel=4)) as session:
         assert session.mtp_drafter is not None or spec == SPECULATION_OFF, session.mtp_unavailable_reason
         together = generate_together(session, reqs, starts=[0, 0, 3, 7])  # two join while others run
     for s, t in zip(solo, together, strict=True):
-        same_as_alone(s, t)
+        same_as_alone(s, t, noise)
     if spec.enabled:
         assert sum(t.stats.rounds for t in together) > 0
 
@@ -64,18 +74,18 @@ def test_one_or_two_sequences_and_more_requests_than_sequences(n_seq):
     # served one request serves the next from an empty start
     path = str(synth("glm4moe", "mixed", agree=0.7, reads="hidden").path())
     reqs = requests(mtp(3), n=5)
-    solo = alone(path, reqs, n_seq)
+    solo, noise = alone(path, reqs, n_seq)
     with Session(LoadOptions(path=path, n_ctx=512, parallel=n_seq)) as session:
         together = generate_together(session, reqs)
     for s, t in zip(solo, together, strict=True):
-        same_as_alone(s, t)
+        same_as_alone(s, t, noise)
 
 
 @pytest.mark.parametrize("arch", ["glm4moe", "qwen35"])
 def test_a_cancelled_sequence_stops_and_leaves_the_others_as_they_were(arch):
     path = str(synth(arch, "mixed", agree=0.7, reads="hidden").path())
     reqs = requests(mtp(2), n=3)
-    solo = alone(path, reqs, 3)
+    solo, noise = alone(path, reqs, 3)
     pieces: list[str] = []
     with Session(LoadOptions(path=path, n_ctx=512, parallel=3)) as session:
         engine = ParallelGenerator(session)
@@ -90,7 +100,7 @@ def test_a_cancelled_sequence_stops_and_leaves_the_others_as_they_were(arch):
     assert 6 <= len(cancelled.tokens) < len(solo[1].tokens)
     assert cancelled.tokens == solo[1].tokens[:len(cancelled.tokens)]
     for i in (0, 2):
-        same_as_alone(solo[i], jobs[i].result)
+        same_as_alone(solo[i], jobs[i].result, noise)
 
 
 @pytest.mark.parametrize("spec", [mtp(3, depth="adaptive"), SpeculativeSettings("mtp+ngram", 4),
@@ -100,7 +110,7 @@ def test_adaptive_depth_and_ngram_drafting_keep_each_sequence_greedy_output(spec
     # the tokens must still be each request's own
     path = str(synth("glm4moe", "mixed", agree=0.7, reads="hidden").path())
     reqs = requests(spec, n=3)
-    solo = alone(path, reqs, 3)
+    solo, noise = alone(path, reqs, 3)
     with Session(LoadOptions(path=path, n_ctx=512, parallel=3)) as session:
         together = generate_together(session, reqs, starts=[0, 2, 4])
     assert [t.tokens for t in together] == [s.tokens for s in solo]
@@ -111,7 +121,7 @@ def test_seeded_sampling_per_sequence_is_its_own():
     path = str(synth("glm4moe", "mixed", agree=0.7, reads="hidden").path())
     sampling = [SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.0, seed=seed) for seed in (1, 2, 3)]
     reqs = [GenerateRequest(prompt=PROMPTS[0], max_tokens=32, speculative=mtp(3), sampling=s) for s in sampling]
-    solo = alone(path, reqs, 3)
+    solo, noise = alone(path, reqs, 3)
     with Session(LoadOptions(path=path, n_ctx=512, parallel=3)) as session:
         together = generate_together(session, reqs)
     assert [t.tokens for t in together] == [s.tokens for s in solo]
@@ -131,7 +141,7 @@ def test_a_prompt_too_long_for_its_sequence_fails_alone():
     assert ok.result is not None and ok.result.tokens
 
 
-@pytest.mark.parametrize("arch", ["glm4moe", "step35", "qwen35"])
+@pytest.mark.parametrize("arch", ["glm4moe", "step35", "qwen35", "mimo2", "deepseek2"])
 def test_a_continued_conversation_decodes_only_its_new_turn_on_the_sequence_that_holds_it(arch):
     path = str(synth(arch, "mixed", agree=0.7, reads="hidden").path())
     first = requests(mtp(3), n=2)
@@ -157,9 +167,9 @@ def test_a_continued_conversation_decodes_only_its_new_turn_on_the_sequence_that
         generate(session, first[1])
         reused_alone = generate(session, follow).stats.prompt_reused
     assert turn2[0].result.stats.prompt_reused == reused_alone > 0
-    solo = alone(path, [follow, turn2[1].request], 2)
-    same_as_alone(solo[0], turn2[0].result)
-    same_as_alone(solo[1], turn2[1].result)
+    solo, noise = alone(path, [follow, turn2[1].request], 2)
+    same_as_alone(solo[0], turn2[0].result, noise)
+    same_as_alone(solo[1], turn2[1].result, noise)
 
 
 def test_the_sequences_draft_steps_are_decoded_together(monkeypatch):
