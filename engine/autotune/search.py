@@ -284,6 +284,10 @@ def _planned_steps(n_settings: int, n_prompts: int, first: int) -> int:
 
 def _run(session: Session, messages: list[dict[str, str]], max_tokens: int, setting: SpeculativeSettings,
          margins: bool = False, sampling: SamplingParams = GREEDY) -> GenerateResult:
+    # every setting runs the same prompts: an n-gram map that kept the last setting's reply would draft
+    # it back, all accepted, and a first reply is what is being timed
+    if session.ngram_drafter is not None:
+        session.ngram_drafter.forget()
     return generate(session, GenerateRequest(messages=tuple(messages), max_tokens=max_tokens, sampling=sampling,
                                              speculative=setting, record_margins=margins))
 

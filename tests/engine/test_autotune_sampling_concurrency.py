@@ -84,3 +84,19 @@ def test_the_command_stores_the_choice_per_concurrency_and_the_sampling(monkeypa
 def profile_engine() -> str:
     report = probe()
     return str(report.engine.get("cache_key") or report.engine.get("llama_cpp_python"))
+
+
+def test_an_ngram_candidate_is_timed_on_a_first_reply_not_on_the_last_settings_reply():
+    # the search runs every setting on the same prompt: an n-gram map that kept the previous run's reply
+    # would draft it back, every draft accepted (a speedup no user sees on a first reply)
+    from engine.autotune.search import _run
+    from engine.generation.session import LoadOptions, Session
+    from engine.speculative.settings import SpeculativeSettings
+    from tests.engine.conftest import synth
+
+    with Session(LoadOptions(path=str(synth("glm4moe", "mixed", agree=0.0).path()), n_ctx=512)) as session:
+        messages = [{"role": "user", "content": "the river model"}]
+        first = _run(session, messages, 48, SpeculativeSettings("ngram", 8))
+        again = _run(session, messages, 48, SpeculativeSettings("ngram", 8))
+    assert again.tokens == first.tokens
+    assert again.stats.accepted == first.stats.accepted  # not the whole reply drafted back
