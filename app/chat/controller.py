@@ -44,6 +44,7 @@ from app.chat.reply_stream import ReplyStream
 from app.chat.speculative_choice import speculative_for
 from app.chat.stats_panel import StatsPanel
 from app.chat.store import ConversationStore, Message, NotSaved
+from app.chat.titles import title_from
 from app.chat.transcript import ShownMessage, TranscriptView
 from app.engine_client import EngineClient
 from app.models.presets import ModelPreset
@@ -227,7 +228,7 @@ class ChatController(QObject):
                 self.new_conversation()
             assert self.conversation_id is not None
             earlier = [m for m in self.store.messages(self.conversation_id) if edit is None or m.id < edit]
-            title = None if earlier else _title_from(text or "Image")
+            title = None if earlier else title_from(text or "Image")
             user, reply = (self.store.add_turn(self.conversation_id, text, title=title, images=images) if edit is None
                            else self.store.branch(edit, text, title=title, images=images))
         except NotSaved as exc:  # the message stays in the composer; nothing was sent
@@ -367,7 +368,3 @@ class ChatController(QObject):
             sampling=v.sampling, template=self.model_preset.chat_template, images=asked.images,
         )
 
-
-def _title_from(text: str) -> str:
-    line = text.strip().splitlines()[0]
-    return line[:48] + ("…" if len(line) > 48 else "")
