@@ -6,11 +6,15 @@ widget repaints. Two things the palette alone got wrong: a ``QPalette`` built
 by setting roles for all colour groups makes disabled buttons look enabled,
 so the Disabled group is set on its own; and a dark palette leaves input
 boxes without a visible frame, so inputs get a border from the style sheet.
+Likewise a dark palette leaves check boxes almost invisible (Fusion outlines
+them in a shade darker than the window): in the dark theme they get a light
+frame, and when checked the accent colour with a white tick.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
@@ -41,6 +45,9 @@ LIGHT = Palette(False, "#1d1f23", "#6b7280", "#2563eb", "#7c3aed", "#f3f4f6", "#
                 "#16a34a", "#dc2626", border="#c7cbd3", disabled="#a3a8b3")
 DARK = Palette(True, "#e5e7eb", "#9ca3af", "#60a5fa", "#c4b5fd", "#1f2430", "#6b5a1e", "#181b22",
                "#4ade80", "#f87171", border="#454b59", disabled="#5c6270")
+
+
+CHECK_MARK = Path(__file__).resolve().parents[1] / "assets" / "icons" / "check.png"  # white, on the accent
 
 
 def system_is_dark() -> bool:
@@ -97,7 +104,18 @@ def apply_qt_palette(p: Palette) -> None:
 
 
 def style_sheet(p: Palette) -> str:
-    """What the palette cannot say: visible frames on input boxes in both themes."""
-    return (f"QLineEdit, QPlainTextEdit {{ border:1px solid {p.border}; border-radius:4px; padding:3px; }}"
-            f" QLineEdit:focus, QPlainTextEdit:focus {{ border-color:{p.accent}; }}"
-            f" QLineEdit:disabled, QPlainTextEdit:disabled {{ color:{p.disabled}; }}")
+    """What the palette cannot say: visible frames on input boxes in both themes, and on check boxes in the
+    dark one."""
+    sheet = (f"QLineEdit, QPlainTextEdit {{ border:1px solid {p.border}; border-radius:4px; padding:3px; }}"
+             f" QLineEdit:focus, QPlainTextEdit:focus {{ border-color:{p.accent}; }}"
+             f" QLineEdit:disabled, QPlainTextEdit:disabled {{ color:{p.disabled}; }}")
+    if p.dark:
+        check = CHECK_MARK.as_posix()
+        sheet += (f" QCheckBox::indicator, QGroupBox::indicator {{ width:13px; height:13px; border:1px solid {p.muted};"
+                  f" border-radius:3px; background:{p.panel_bg}; }}"
+                  f" QCheckBox::indicator:checked, QGroupBox::indicator:checked {{ background:{p.accent};"
+                  f" border-color:{p.accent}; image:url({check}); }}"
+                  f" QCheckBox::indicator:disabled {{ border-color:{p.disabled}; }}"
+                  f" QCheckBox::indicator:checked:disabled {{ background:{p.disabled}; }}"
+                  f" QCheckBox::indicator:focus {{ border-color:{p.accent}; }}")
+    return sheet
