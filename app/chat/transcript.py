@@ -307,8 +307,12 @@ class TranscriptView(QTextBrowser):
         foot = stats_text.footer(m.stats, m.status) if m.role == "assistant" and m.status != "streaming" else ""
         links = []
         if m.version_count > 1 and m.status != "streaming":
-            links.append(f'<a href="version:{index}:-1">&nbsp;‹&nbsp;</a> {m.version + 1}/{m.version_count} '
-                         f'<a href="version:{index}:1">&nbsp;›&nbsp;</a>')
+            # the arrows at the text's size, bold, with room either side: in the footer's small print they were
+            # a few pixels wide and hard to hit
+            arrow = 'style="font-size:medium;font-weight:bold;text-decoration:none"'
+            links.append(f'<a href="version:{index}:-1" {arrow}>&nbsp;&nbsp;‹&nbsp;&nbsp;</a>'
+                         f'{m.version + 1}/{m.version_count}'
+                         f'<a href="version:{index}:1" {arrow}>&nbsp;&nbsp;›&nbsp;&nbsp;</a>')
         if m.role == "user" and m.id is not None:
             links.append(f'<a href="edit:{index}">Edit</a>')
         if m.unfinished and index == len(self.messages) - 1 and m.status != "streaming":
