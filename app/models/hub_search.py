@@ -1,5 +1,8 @@
 """Search the hub for GGUF repositories, list a repository's quantizations (and its MTP sidecar), and queue the
-selected files for download; the access token is saved here too."""
+selected files for download; the access token is saved here too.
+
+Offline, a search says so in a line of its own (whole, wrapped: a list row cut it off) and searches the
+built-in catalog instead, so the models the app knows are still found by name."""
 
 from __future__ import annotations
 
@@ -21,7 +24,17 @@ from PySide6.QtWidgets import (
 
 from app import background
 from app.models.download_queue import DownloadJob, DownloadQueue
-from engine.store import credentials, hub
+from engine.store import catalog, credentials, hub
+
+
+def catalog_matches(query: str) -> list[catalog.Recommendation]:
+    """The built-in catalog's models whose name, architecture or repository holds every word of ``query``."""
+    words = query.lower().split()
+    try:
+        recs = catalog.load()
+    except catalog.CatalogError:
+        return []
+    return [r for r in recs if all(w in f"{r.name} {r.arch} {r.repo} {r.quant}".lower() for w in words)]
 
 
 class HubSearch(QGroupBox):
@@ -52,6 +65,9 @@ class HubSearch(QGroupBox):
         self.sidecar_hint = QLabel()
         self.sidecar_hint.setWordWrap(True)
         self.download_button = QPushButton("Download selected")
+        self.status = QLabel()  # why a search found nothing on the hub (offline, an error), whole
+        self.status.setWordWrap(True)
+        self.status.hide()
         top = QHBoxLayout()
         top.addWidget(self.query, 1)
         top.addWidget(self.search_button)
@@ -65,6 +81,7 @@ class HubSearch(QGroupBox):
         self.column = QVBoxLayout(self)
         self.column.addLayout(top)
         self.column.addLayout(tok)
+        self.column.addWidget(self.status)
         self.column.addWidget(lists, 1)
         self.column.addWidget(self.sidecar_hint)
         self.column.addWidget(self.download_button)
@@ -81,6 +98,7 @@ class HubSearch(QGroupBox):
         if not query:
             return
         self.results.clear()
+        self.status.hide()
         self.results.addItem("Searching…")
         # the token lookup may wait on the system keyring: never on the GUI thread
         task = self._running.add(background.run(lambda q: hub.search(q, 30, None, credentials.get_token()), query))
@@ -89,11 +107,23 @@ class HubSearch(QGroupBox):
 
     def _search_failed(self, msg: str) -> None:
         self.results.clear()
-        if msg.startswith(hub.UNREACHABLE):
-            self.results.addItem("Offline: " + msg)
-            self.sig_offline.emit("a search just found the hub out of reach.")
-        else:
-            self.results.addItem(f"Search failed: {msg}")
+        self.status.show()
+        if not msg.startswith(hub.UNREACHABLE):
+            self.status.setText(f"Search failed: {msg}")
+            return
+        self.status.setText(f"Offline: {msg}.")
+        self.sig_offline.emit("a search just found the hub out of reach.")
+        task = self._running.add(background.run(catalog_matches, self.query.text()))  # reads the catalog's file
+        task.sig_done.connect(lambda found: self._show_catalog(msg, found))
+
+    def _show_catalog(self, msg: str, found: list[catalog.Recommendation]) -> None:
+        self.status.setText(f"Offline: {msg}. " + (f"{len(found)} model(s) in the built-in catalog match; "
+                                                    "download them from Recommended MTP models once online."
+                                                    if found else "Nothing in the built-in catalog matches."))
+        for rec in found:
+            item = QListWidgetItem(f"{rec.name}  ·  {rec.repo}  ·  built-in catalog")
+            item.setToolTip(rec.note or rec.repo)  # no repository data: its files cannot be listed offline
+            self.results.addItem(item)
 
     def _show_results(self, repos: list[hub.RepoSummary]) -> None:
         self.results.clear()

@@ -66,9 +66,21 @@ def test_offline_the_catalog_is_shown_with_fit_badges_and_the_offline_message_co
     page.hub.query.setText("qwen")
     start = time.monotonic()
     page.hub.search_button.click()
-    qtbot.waitUntil(lambda: page.hub.results.item(0).text().startswith("Offline"), timeout=3500)
+    status = page.hub.status
+    qtbot.waitUntil(lambda: status.text().startswith("Offline"), timeout=3500)
     assert time.monotonic() - start < 3.5
-    assert "cannot be reached" in page.hub.results.item(0).text() and "Errno" not in page.hub.results.item(0).text()
+    assert "cannot be reached" in status.text() and "Errno" not in status.text()
+    # the whole message on its own wrapped line (a list row cut it off), and the built-in catalog searched
+    qtbot.waitUntil(lambda: "built-in catalog" in status.text(), timeout=3000)
+    page.resize(1000, 700)
+    page.sections.setCurrentWidget(page.hub)
+    page.show()
+    qtbot.wait(50)
+    assert status.isVisibleTo(page) and status.wordWrap() and status.heightForWidth(status.width()) <= status.height()
+    qwen = [r for r in recs if "qwen" in f"{r.name} {r.arch} {r.repo}".lower()]
+    shown = [page.hub.results.item(i).text() for i in range(page.hub.results.count())]
+    assert qwen and shown == [f"{r.name}  ·  {r.repo}  ·  built-in catalog" for r in qwen]
+    assert f"{len(qwen)} model(s) in the built-in catalog match" in status.text()
     assert on_gui == []
 
 
