@@ -11,6 +11,7 @@ was measured with.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,8 @@ class RunPage(QWizardPage):
         self.result: messages.ResultMessage | None = None
         self.thread_notes: list[str] = []  # what the thread timing chose, in words
         self.error = ""
+        self._started = 0.0  # when the first measurement began (monotonic): the time left is estimated from it
+        self._first_step = 0
         self.proc = JsonProcess("autotune", self)
         self.proc.sig_message.connect(self._on_message)
         self.proc.sig_finished.connect(self._on_finished)
@@ -203,6 +206,7 @@ class RunPage(QWizardPage):
             args += ["--n-max", str(wizard.n_max)]
         self.result = None
         self.thread_notes = []
+        self._started = 0.0
         self.chart.ratios.clear()
         self.progress.setRange(0, 0)
         self.proc.start(args)
@@ -224,7 +228,8 @@ class RunPage(QWizardPage):
             self.progress.setValue(msg.step)
             acc = msg.acceptance
             self.status.setText(f"{msg.setting}: {msg.tps:.1f} tok/s"
-                                + (f", acceptance {100 * acc:.0f}%" if acc is not None else ""))
+                                + (f", acceptance {100 * acc:.0f}%" if acc is not None else "")
+                                + self._time_left(msg.step, msg.total))
             self.chart.set_ratio(msg.setting, msg.ratio)
         elif isinstance(msg, messages.ThreadsMessage):
             self.thread_notes.append(msg.reason)
@@ -237,6 +242,21 @@ class RunPage(QWizardPage):
             self.progress.setValue(1)
             self.status.setText(f"Done: {msg.label}.")
             self.completeChanged.emit()
+
+    def _time_left(self, step: int, total: int) -> str:
+        """`` · about 3 min left``: the steps so far at the pace so far (the first step only starts the clock;
+        settings stopped early make the real time shorter, never longer)."""
+        now = time.monotonic()
+        if not self._started:
+            self._started, self._first_step = now, step
+            return ""
+        done = step - self._first_step
+        if done <= 0 or step >= total:
+            return ""
+        left = (now - self._started) / done * (total - step)
+        if left >= 90:
+            return f" · about {round(left / 60)} min left"
+        return f" · about {max(5, round(left, -1)):.0f} s left"
 
     def _on_finished(self, outcome: ProcessOutcome) -> None:
         if not outcome.ok and self.result is None:
@@ -251,8 +271,14 @@ class ResultsPage(QWizardPage):
         self.setTitle("Results")
         self.decision = QLabel()
         self.decision.setWordWrap(True)
-        self.table = QTableWidget(0, 6)
-        self.table.setHorizontalHeaderLabels(["Setting", "tok/s", "vs off", "Acceptance", "Prompts", "Same output"])
+        # "vs off" is paired prompt by prompt: a setting stopped early was timed on fewer (maybe easier) prompts,
+        # so its tok/s is set beside what off did on those same prompts, not off's overall figure
+        self.table = QTableWidget(0, 7)
+        self.table.setHorizontalHeaderLabels(["Setting", "tok/s", "off, same prompts", "vs off", "Acceptance",
+                                              "Prompts", "Same output"])
+        self.table.horizontalHeaderItem(2).setToolTip("What plain decoding did on the prompts this setting was "
+                                                      "timed on: a setting stopped early saw fewer prompts")
+        self.table.horizontalHeaderItem(3).setToolTip("This setting's speed over plain decoding's, prompt by prompt")
         self.table.horizontalHeader().setStretchLastSection(True)
         layout = QVBoxLayout(self)
         layout.addWidget(self.decision)
@@ -271,7 +297,8 @@ class ResultsPage(QWizardPage):
         self.table.setRowCount(len(rows))
         for i, r in enumerate(rows):
             acc = f"{100 * r.acceptance:.0f}%" if r.acceptance is not None else "–"
-            values = [r.setting + (" (stopped early)" if r.dropped else ""), f"{r.tps:.1f}",
+            off = f"≈{r.tps / r.ratio:.1f}" if r.ratio > 0 else "–"  # the ratio is a mean of per-prompt ratios
+            values = [r.setting + (" (stopped early)" if r.dropped else ""), f"{r.tps:.1f}", off,
                       f"{r.ratio:.2f}x", acc, str(r.prompts), _IDENTITY_TEXT[r.identity]]
             for j, v in enumerate(values):
                 self.table.setItem(i, j, QTableWidgetItem(v))

@@ -30,11 +30,20 @@ def test_wizard_walks_from_hardware_to_apply_and_stores_the_profile(qtbot, isola
     assert "1 MTP head" in wizard.model_page.facts.text()
     wizard.model_page.prompts.setValue(2)
     wizard.model_page.tokens.setValue(16)
+    statuses: list[str] = []
+    wizard.run_page.proc.sig_message.connect(lambda _m: statuses.append(wizard.run_page.status.text()))
     wizard.next()
     qtbot.waitUntil(lambda: wizard.run_page.isComplete(), timeout=180000)
+    assert any(" left" in text for text in statuses), statuses  # the time left, estimated as it runs
     assert wizard.run_page.chart.ratios  # the live chart got data
     wizard.next()
-    assert wizard.results_page.table.rowCount() >= 2
+    table = wizard.results_page.table
+    assert table.rowCount() >= 2
+    # each row's tok/s stands beside plain decoding's on the same prompts, so "vs off" agrees with them
+    assert table.horizontalHeaderItem(2).text() == "off, same prompts"
+    for row in range(table.rowCount()):
+        tps, off, ratio = (float(table.item(row, c).text().strip("≈x")) for c in (1, 2, 3))
+        assert abs(tps / off - ratio) <= 0.02 * ratio + 0.01, (tps, off, ratio)
     assert "Use:" in wizard.results_page.decision.text()
     wizard.button(QWizard.WizardButton.FinishButton).click()
 
