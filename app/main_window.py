@@ -188,6 +188,7 @@ class MainWindow(QMainWindow):
         self.models_page.library.sig_rows.connect(self.model_picker.set_library)  # the picker searches the library
         self.model_picker.sig_library_wanted.connect(self.models_page.refresh_library)
         self.transcript.sig_copied.connect(lambda _code: self._message("Code copied", 2000))
+        self.transcript.sig_system_prompt.connect(self.open_chat_settings)
         self.highlight_box.toggled.connect(self._set_highlight)
         self._set_highlight(self.settings.highlight_drafts)
         self.models_page.sig_use_model.connect(self._use_model)
@@ -236,6 +237,9 @@ class MainWindow(QMainWindow):
             except NotSaved as exc:
                 return refusal(exc, "these settings were not saved. Free some space and press OK again, "
                                     "or Cancel to leave them as they were.")
+            if self.chat.conversation_id == conv.id:  # shown above the messages
+                self.transcript.system_prompt = system_prompt
+                self.transcript.rerender()
             return ""
 
         dialog = ChatSettingsDialog(self.chat.chat_values(), conv.system_prompt, self.client.max_draft, self,

@@ -158,6 +158,7 @@ class ChatController(QObject):
         self.sig_context_notice.emit("")
         stored = [m for m in self.store.messages(conversation_id) if m.id != but]
         shown = [self._shown(m, i == len(stored) - 1) for i, m in enumerate(stored)]
+        self.transcript.system_prompt = self.store.get(conversation_id).system_prompt  # shown above the messages
         self.transcript.set_messages(shown)
         last = next((m.stats for m in reversed(shown) if m.stats), None)
         self.stats_panel.reset()
@@ -189,6 +190,7 @@ class ChatController(QObject):
     def close_conversation(self) -> None:
         """Show no conversation (the open one was deleted)."""
         self.conversation_id = None
+        self.transcript.system_prompt = ""
         self.stream.cut, self.stream.dropped = None, 0
         self.sig_context_notice.emit("")
         self.transcript.set_messages([])

@@ -15,6 +15,10 @@ length limit, a dead engine) a Continue link (``sig_continue``); every stored
 message has Copy, Delete and Fork links (``sig_message_action``). Web links in
 replies open in the browser; nothing else is followed.
 
+The chat's system prompt, when it has one, is shown above the messages (the
+model reads it first; a switcher expects to see it), with an Edit link
+(``sig_system_prompt``) to the chat's settings.
+
 On a wide window the text keeps a readable width (``MAX_LINE_CHARS``
 average characters), centred, instead of running across the whole screen.
 
@@ -50,6 +54,7 @@ from engine.speculative.stats import StatsSnapshot
 
 FLUSH_MS = 33
 MESSAGE_ACTIONS = ("copy", "delete", "fork")  # each message's links (app/chat/message_actions.py answers)
+SYSTEM_PROMPT_CHARS = 300  # of the system prompt shown above the messages
 MAX_LINE_CHARS = 90  # a readable measure: on a wide window the text column is centred, this wide at most
 
 
@@ -76,6 +81,7 @@ class TranscriptView(QTextBrowser):
         sig_edit(int): the user message at this position is to be edited.
         sig_continue(): the last reply is to go on from where it ended.
         sig_message_action(str, int): "copy", "delete" or "fork" for the message at this position.
+        sig_system_prompt(): the system prompt's Edit link was clicked.
     """
 
     sig_copied = Signal(str)
@@ -83,6 +89,7 @@ class TranscriptView(QTextBrowser):
     sig_edit = Signal(int)
     sig_continue = Signal()
     sig_message_action = Signal(str, int)
+    sig_system_prompt = Signal()
 
     def __init__(self, palette: Palette, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -96,6 +103,7 @@ class TranscriptView(QTextBrowser):
         self.messages: list[ShownMessage] = []
         self.highlight_drafts = False
         self.notice = ""
+        self.system_prompt = ""  # the open chat's (the controller sets it before set_messages)
         self._stream_start = -1
         self._tail_start = -1  # where the unfinished part of the streaming reply begins
         self._settled = 0  # characters of the reply rendered as finished paragraphs
@@ -168,6 +176,8 @@ class TranscriptView(QTextBrowser):
         parts = []
         if self.notice:
             parts.append(f'<p style="color:{p.muted}"><i>{html.escape(self.notice)}</i></p>')
+        if self.system_prompt.strip():
+            parts.append(self._system_prompt_html())
         parts += [self._message_html(i, m) for i, m in enumerate(shown)]
         self.setHtml("".join(parts))
         if streaming:
@@ -323,6 +333,15 @@ class TranscriptView(QTextBrowser):
         footer = f'<p style="color:{p.muted};font-size:small;margin-top:0">{foot}</p>' if foot else ""
         return head + self._images_html(m) + body + footer
 
+    def _system_prompt_html(self) -> str:
+        """The system prompt, muted, cut at SYSTEM_PROMPT_CHARS (the whole in the chat's settings)."""
+        p = self.palette_
+        text = " ".join(self.system_prompt.split())
+        if len(text) > SYSTEM_PROMPT_CHARS:
+            text = text[:SYSTEM_PROMPT_CHARS] + "…"
+        return (f'<p style="color:{p.muted};margin-bottom:12px"><b>System prompt</b>: {html.escape(text)}'
+                f' &nbsp;·&nbsp; <a href="system-prompt:">Edit</a></p>')
+
     def _images_html(self, m: ShownMessage) -> str:
         """A message's images as thumbnails (drawn by :meth:`loadResource`)."""
         if not m.images:
@@ -357,6 +376,8 @@ class TranscriptView(QTextBrowser):
             self.sig_edit.emit(int(text.split(":")[1]))
         elif text.startswith("continue:"):
             self.sig_continue.emit()
+        elif text == "system-prompt:":
+            self.sig_system_prompt.emit()
         elif text.startswith("message-"):  # message-delete:3 (a code block's Copy is copy:3:0)
             action, msg_index = text.removeprefix("message-").split(":")
             self.sig_message_action.emit(action, int(msg_index))
