@@ -16,14 +16,12 @@ runner; a result that a newer change overtook is dropped.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
-    QComboBox,
     QDialog,
     QFileDialog,
     QFormLayout,
@@ -37,6 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import background
+from app.load_choice import LoadChoice
 from app.load_plan import (
     MemoryPlan,
     ProjectorOption,
@@ -47,56 +46,14 @@ from app.load_plan import (
     read_sheet_facts,
     vram_from_report,
 )
-from app.settings import Settings
+from app.memory_bar import fill_memory_bar
+from app.projector_box import CHOOSE, ProjectorBox
 from engine.hardware.probe import HardwareReport
-from engine.worker import protocol as P
 
 MAX_CTX = 2**24  # the protocol's limit
 MAX_THREADS = 512  # the protocol's limit
 ESTIMATE_DELAY_MS = 250  # a spin box held down asks once, not once per step
 GIB = 2**30
-CHOOSE = "\0choose"  # the projector list's last item: a file dialog
-
-
-@dataclass(frozen=True)
-class LoadChoice:
-    """One way to load a model: what a ``load`` request carries."""
-
-    path: str | None  # None: the built-in model
-    sidecar: str | None
-    n_ctx: int
-    n_threads: int
-    n_gpu_layers: int
-    mtp: bool
-    mmproj: str | None = None  # the vision projector (None: the model takes no images)
-
-    @classmethod
-    def from_settings(cls, s: Settings) -> LoadChoice:
-        return cls(s.model_path, s.sidecar_path, s.n_ctx, s.n_threads, s.n_gpu_layers, s.speculative != "off",
-                   s.mmproj_path)
-
-    def options(self, s: Settings) -> P.LoadOptions:
-        """The load request's options: this choice, with the settings' draft threads, sequences
-        (replies at once) and RPC servers."""
-        return P.LoadOptions(path=self.path, n_ctx=self.n_ctx, n_threads=self.n_threads,
-                             n_gpu_layers=self.n_gpu_layers, mtp=self.mtp, sidecar=self.sidecar, mmproj=self.mmproj,
-                             n_threads_draft=s.n_threads_draft, parallel=s.parallel,
-                             rpc=tuple(r.strip() for r in s.rpc_servers.split(",") if r.strip()))
-
-    def apply_to(self, s: Settings) -> None:
-        """Remember this choice. MTP off means replies decode plainly; turning it back on
-        returns to "auto" (the autotune profile), not to a fixed depth."""
-        s.model_path, s.sidecar_path, s.mmproj_path = self.path, self.sidecar, self.mmproj
-        s.n_ctx, s.n_threads, s.n_gpu_layers = self.n_ctx, self.n_threads, self.n_gpu_layers
-        if not self.mtp:
-            s.speculative = "off"
-        elif s.speculative == "off":
-            s.speculative = "auto"
-
-
-def _bar_style(fraction: float) -> str:
-    colour = "#3a9a5b" if fraction <= 0.8 else "#d08a1e" if fraction <= 1.0 else "#c8413b"
-    return f"QProgressBar::chunk {{ background:{colour}; }}"
 
 
 class LoadSheet(QDialog):
@@ -163,11 +120,7 @@ class LoadSheet(QDialog):
         self.sidecar_label = QLabel()
         self.sidecar_button = QPushButton("Choose…")
         self.clear_sidecar_button = QPushButton("Clear")
-        self.projector = QComboBox()  # data: a path, None for none, CHOOSE for the file dialog
-        self.projector.addItem("none (the model reads text only)", None)
-        self.projector.setToolTip("A vision projector (mmproj-*.gguf) lets the model read images attached in the "
-                                  "chat. It takes memory of its own.")
-        self.projector_options: dict[str, ProjectorOption] = {}
+        self.projector = ProjectorBox()
         self.ram_bar = QProgressBar()
         self.vram_bar = QProgressBar()
         for bar in (self.ram_bar, self.vram_bar):
@@ -247,18 +200,15 @@ class LoadSheet(QDialog):
     @property
     def mmproj(self) -> str | None:
         """The projector chosen (None: none)."""
-        data = self.projector.currentData()
-        return data if isinstance(data, str) and data != CHOOSE else None
+        return self.projector.chosen
 
     def set_projector(self, path: str | None) -> None:
         """Choose projector ``path`` (None: none); a file not offered yet is checked against the model first."""
-        if path is not None and path not in self.projector_options:
+        if path is not None and path not in self.projector.options:
             self._track(background.run(projector_option, self.facts.path if self.facts else self.choice.path or "",
                                        path), self._on_projector_checked, self._on_facts_failed)
             return
-        self.projector.setCurrentIndex(max(0, self.projector.findData(path)))
-        option = self.projector_options.get(path or "")
-        self.projector.setToolTip(option.verdict if option else "No vision projector: images cannot be attached.")
+        self.projector.show_choice(path)
         self._timer.start()
 
     def _projector_chosen(self, index: int) -> None:
@@ -270,15 +220,8 @@ class LoadSheet(QDialog):
         path, _ = QFileDialog.getOpenFileName(self, "Choose a vision projector", start, "GGUF (*.gguf)")
         self.set_projector(path or None)
 
-    def _offer_projector(self, option: ProjectorOption) -> None:
-        if option.path in self.projector_options:
-            return
-        self.projector_options[option.path] = option
-        self.projector.insertItem(self.projector.count() - 1, option.label, option.path)
-        self.projector.setItemData(self.projector.count() - 2, option.verdict, Qt.ItemDataRole.ToolTipRole)
-
     def _on_projector_checked(self, option: ProjectorOption) -> None:
-        self._offer_projector(option)
+        self.projector.offer(option)
         self.set_projector(option.path)
 
     def set_sidecar(self, path: str | None) -> None:
@@ -335,9 +278,9 @@ class LoadSheet(QDialog):
 
     def _on_facts(self, facts: SheetFacts) -> None:
         self.facts = facts
-        self.projector.addItem("Choose a file…", CHOOSE)
+        self.projector.add_choose_item()
         for option in facts.projectors:
-            self._offer_projector(option)
+            self.projector.offer(option)
         fitting = next((o.path for o in facts.projectors if o.fits), None)
         self.set_projector(fitting if self.propose_projector and self.choice.mmproj is None else self.choice.mmproj)
         self.gpu_layers.setMaximum(max(1, facts.layers + 1))  # the +1: the output layer
@@ -362,7 +305,7 @@ class LoadSheet(QDialog):
         self._estimates += 1
         serial, choice = self._estimates, self.current_choice()
         share = min(1.0, choice.n_gpu_layers / max(1, self.facts.layers + 1))
-        option = self.projector_options.get(choice.mmproj or "")
+        option = self.projector.options.get(choice.mmproj or "")
         task = background.run(numbered_plan, serial, self.facts.path, choice.n_ctx, choice.sidecar, choice.mtp,
                               share, self._vram_have, option.size if option else 0)
         self._track(task, self._on_plan, self._on_facts_failed)
@@ -376,12 +319,12 @@ class LoadSheet(QDialog):
             return
         self.plan = plan
         ram_have = plan.estimate.available
-        self._fill(self.ram_bar, plan.ram_need, ram_have, "available RAM")
+        fill_memory_bar(self.ram_bar, plan.ram_need, ram_have, "available RAM")
         offloading = plan.vram_need > 0
         self.vram_bar.setVisible(offloading)
         self._form.labelForField(self.vram_bar).setVisible(offloading)
         if offloading:
-            self._fill(self.vram_bar, plan.vram_need, plan.vram_have, "GPU memory")
+            fill_memory_bar(self.vram_bar, plan.vram_need, plan.vram_have, "GPU memory")
         over = [what for need, have, what in ((plan.ram_need, ram_have, "RAM"),
                                               (plan.vram_need, plan.vram_have, "GPU memory"))
                 if need and have is not None and need > have]
@@ -398,13 +341,3 @@ class LoadSheet(QDialog):
         self.memory_text.setToolTip("\n".join(plan.estimate.lines() + (
             [f"vision projector  {plan.projector / 2**20:,.0f} MiB"] if plan.projector else [])))
 
-    @staticmethod
-    def _fill(bar: QProgressBar, need: int, have: int | None, what: str) -> None:
-        if not have:
-            bar.setValue(0)
-            bar.setFormat(f"{need / GIB:.2f} GiB ({what} unknown)")
-            return
-        fraction = need / have
-        bar.setValue(int(min(1.0, fraction) * 1000))
-        bar.setFormat(f"{need / GIB:.2f} of {have / GIB:.1f} GiB {what}")
-        bar.setStyleSheet(_bar_style(fraction))

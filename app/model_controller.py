@@ -30,7 +30,8 @@ from app.chat.controller import ChatController
 from app.engine_client import EngineClient
 from app.engine_status import is_load_error
 from app.hardware_probe import HardwareProbe
-from app.load_sheet import LoadChoice, LoadSheet
+from app.load_choice import LoadChoice
+from app.load_sheet import LoadSheet
 from app.models.presets import ModelRecords, key
 from app.settings import Settings
 from engine.autotune.profiles import ProfileMatch, ProfileStore

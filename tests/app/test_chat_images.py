@@ -288,8 +288,8 @@ def test_the_load_sheet_offers_the_projector_beside_the_model_with_its_memory_an
     # another file: checked against the model before it is offered
     monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *_a, **_k: (str(default_model), ""))
     sheet._projector_chosen(sheet.projector.findData("\0choose"))
-    qtbot.waitUntil(lambda: str(default_model) in sheet.projector_options, timeout=30000)
-    assert not sheet.projector_options[str(default_model)].fits
+    qtbot.waitUntil(lambda: str(default_model) in sheet.projector.options, timeout=30000)
+    assert not sheet.projector.options[str(default_model)].fits
     assert "does not fit" in sheet.projector.currentText()
     sheet.set_projector(mmproj)
     with qtbot.waitSignal(services.client.sig_loaded, timeout=60000) as loaded:

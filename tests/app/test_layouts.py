@@ -23,7 +23,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.chat.chat_settings import ChatSettingsDialog
-from app.load_sheet import LoadChoice, LoadSheet
+from app.load_choice import LoadChoice
+from app.load_sheet import LoadSheet
 from engine.store import catalog
 from tests.app.conftest import start_and_load
 
