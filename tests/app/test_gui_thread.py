@@ -17,7 +17,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QListWidgetItem
 
-from app.autotune_wizard import ModelPage
+from app.autotune_setup import ModelPage
 from app.models_page import ModelsPage
 from app.settings import Settings
 from tests.app.conftest import start_and_load
