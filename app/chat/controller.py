@@ -33,9 +33,11 @@ and reply row in one write (``ConversationStore.branch``), so neither is ever ha
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
+from app.chat import written_by
 from app.chat.attachments import Attachment
 from app.chat.context_fit import Turn
 from app.chat.image_request import with_images
@@ -94,6 +96,7 @@ class ChatController(QObject):
         self.profile_sampling: str | None = None  # the sampling that was measured with (None: greedy, as of old)
         self.model_has_mtp = True  # "auto" asks for MTP only when the loaded model can draft
         self.model_has_vision = False  # images go to the model only when a projector is loaded with it
+        self.model_name = ""  # the loaded model's file name, as a reply's footer says it
         self.saver = ReplySaver(store, self)
         self.saver.sig_notice.connect(self.sig_save_notice)
         self.saver.sig_saved.connect(lambda: self.sig_notice.emit("The reply waiting for disk space is saved."))
@@ -139,6 +142,8 @@ class ChatController(QObject):
     def set_model(self, model: ModelInfo | None) -> None:
         """The model loaded now (None: none): images are sent only to one with a vision projector."""
         self.model_has_vision = model is not None and model.vision
+        # what a reply's footer names (app/chat/written_by.py)
+        self.model_name = "" if model is None else "built-in model" if model.is_default_model else Path(model.path).name
         self.sig_model_changed.emit(model)
 
     def model_loaded(self, n_ctx: int) -> None:
@@ -170,10 +175,11 @@ class ChatController(QObject):
         """``m`` as the transcript shows it; a reply the disk has not taken yet shows as it is in memory."""
         waiting = self.saver.waiting_for(m.id)
         status = waiting.get("status", m.status)
-        stats = stats_from_json(waiting.get("stats", m.stats))
+        raw, author = written_by.split(waiting.get("stats", m.stats))
+        stats = stats_from_json(raw)
         return ShownMessage(m.role, waiting.get("content", m.content), status, stats, id=m.id, version=m.version,
                             version_count=m.version_count, unfinished=last and self._unfinished(m.role, status, stats),
-                            images=self.images_of(m))
+                            images=self.images_of(m), written_by=written_by.author_text(author, stats))
 
     def images_of(self, m: Message) -> tuple[Attachment, ...]:
         """The images attached to ``m`` that the store holds."""
@@ -355,6 +361,7 @@ class ChatController(QObject):
         """Send the turn, as far as it is kept, to the engine; returns the request's id."""
         v = self.chat_values()
         speculative = self.speculative_settings(v)
+        self.stream.author = {"model": self.model_name, "sampling": written_by.sampling_words(v.sampling)}
         measured = speculative == self._profile and speculative.enabled and self.profile_speedup
         # the figure holds for the sampling autotune measured with; the panel says so for another one
         self.stats_panel.set_speedup(self.profile_speedup if measured else None, "autotuned",

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal
 
+from app.chat import written_by
 from app.chat.context_fit import Turn, left_out_notice, too_long_notice
 from app.chat.reply_saver import ReplySaver
 from app.chat.stats_panel import StatsPanel
@@ -61,6 +62,7 @@ class ReplyStream(QObject):
         self._continued = ""  # the text a continued reply had before (Continue appends to it)
         self._last_save = 0.0
         self._stopping = False
+        self.author: dict[str, str] = {}  # the model and sampling this reply is asked with (app/chat/written_by.py)
         client.sig_token.connect(self._on_token)
         client.sig_stats.connect(self._on_stats)
         client.sig_prefill.connect(self._on_prefill)
@@ -160,7 +162,9 @@ class ReplyStream(QObject):
         """The reply ended (``unfinished``: before its end, so it can be continued)."""
         if self.reply is not None:
             self.saver.save(self.reply.id, content=self._text, status=status,
-                            stats=stats.to_dict() if stats is not None else None)
+                            stats=written_by.with_author(stats.to_dict(), self.author) if stats is not None else None)
+        if self.transcript.messages and self.transcript.messages[-1].role == "assistant":
+            self.transcript.messages[-1].written_by = written_by.author_text(self.author, stats)
         self.transcript.end_reply(status, stats, unfinished=unfinished and bool(self._text))
         self.request_id = None
         self.reply = None

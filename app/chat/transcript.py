@@ -70,6 +70,7 @@ class ShownMessage:
     version_count: int = 1
     unfinished: bool = False  # ended before its end (stopped, interrupted, the length limit): Continue goes on
     images: tuple[Attachment, ...] = ()  # attached images, shown as thumbnails above the text
+    written_by: str = ""  # a reply's model, sampling and speculative settings, in words (app/chat/written_by.py)
 
 
 class TranscriptView(QTextBrowser):
@@ -329,7 +330,8 @@ class TranscriptView(QTextBrowser):
             links.append('<a href="continue:">Continue</a>')
         if m.id is not None and m.status != "streaming":
             links += [f'<a href="message-{action}:{index}">{action.capitalize()}</a>' for action in MESSAGE_ACTIONS]
-        foot = " &nbsp;·&nbsp; ".join(links + ([html.escape(foot)] if foot else []))
+        said = [html.escape(text) for text in (m.written_by if m.status != "streaming" else "", foot) if text]
+        foot = " &nbsp;·&nbsp; ".join(links + said)
         footer = f'<p style="color:{p.muted};font-size:small;margin-top:0">{foot}</p>' if foot else ""
         return head + self._images_html(m) + body + footer
 
