@@ -175,11 +175,14 @@ class ChatController(QObject):
         """``m`` as the transcript shows it; a reply the disk has not taken yet shows as it is in memory."""
         waiting = self.saver.waiting_for(m.id)
         status = waiting.get("status", m.status)
-        raw, author = written_by.split(waiting.get("stats", m.stats))
+        stored = waiting.get("stats", m.stats)
+        raw, author = written_by.split(stored)
         stats = stats_from_json(raw)
-        return ShownMessage(m.role, waiting.get("content", m.content), status, stats, id=m.id, version=m.version,
+        content = waiting.get("content", m.content)
+        return ShownMessage(m.role, content, status, stats, id=m.id, version=m.version,
                             version_count=m.version_count, unfinished=last and self._unfinished(m.role, status, stats),
-                            images=self.images_of(m), written_by=written_by.author_text(author, stats))
+                            images=self.images_of(m), written_by=written_by.author_text(author, stats),
+                            segments=written_by.segments_of(content, stored) if m.role == "assistant" else [])
 
     def images_of(self, m: Message) -> tuple[Attachment, ...]:
         """The images attached to ``m`` that the store holds."""

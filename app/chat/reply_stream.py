@@ -160,11 +160,17 @@ class ReplyStream(QObject):
 
     def _finish(self, status: str, stats: StatsSnapshot | None, unfinished: bool = False) -> None:
         """The reply ended (``unfinished``: before its end, so it can be continued)."""
+        shown = self.transcript.messages[-1] if self.transcript.messages else None
+        shown = shown if shown is not None and shown.role == "assistant" else None
+        # which characters came from accepted drafts, kept when the transcript's pieces are the whole text
+        spans = (written_by.spans_of(shown.segments) if shown is not None
+                 and "".join(t for t, _d in shown.segments) == self._text else None)
         if self.reply is not None:
             self.saver.save(self.reply.id, content=self._text, status=status,
-                            stats=written_by.with_author(stats.to_dict(), self.author) if stats is not None else None)
-        if self.transcript.messages and self.transcript.messages[-1].role == "assistant":
-            self.transcript.messages[-1].written_by = written_by.author_text(self.author, stats)
+                            stats=written_by.with_author(stats.to_dict(), self.author, spans)
+                            if stats is not None else None)
+        if shown is not None:
+            shown.written_by = written_by.author_text(self.author, stats)
         self.transcript.end_reply(status, stats, unfinished=unfinished and bool(self._text))
         self.request_id = None
         self.reply = None

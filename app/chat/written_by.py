@@ -5,6 +5,10 @@ compared with the next. The reply's statistics already carry the speculative set
 model's file name and the sampling preset are added to the stored statistics under :data:`KEY` (the
 statistics are the app's own JSON, so no column is added and every version of a reply keeps its own), and
 taken off again before the statistics are read.
+
+The same goes for which characters came from accepted drafts (:data:`DRAFTS_KEY`, character spans of the
+reply's text): "Highlight text from accepted drafts" showed them while the reply streamed and lost them
+once the chat was opened again.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from engine.sampling import SamplingParams, sampling_key, sampling_label
 from engine.speculative.stats import StatsSnapshot
 
 KEY = "written_by"
+DRAFTS_KEY = "draft_spans"  # [[start, end], ...]: characters of the reply's text from accepted drafts
 
 
 def sampling_words(sampling: SamplingParams) -> str:
@@ -23,17 +28,52 @@ def sampling_words(sampling: SamplingParams) -> str:
     return f"temperature {sampling.temperature:g}" if label == "custom" else label
 
 
-def with_author(stats: dict[str, Any], author: dict[str, str]) -> dict[str, Any]:
-    """``stats`` (a StatsSnapshot's dict) with what wrote the reply."""
-    return {**stats, KEY: dict(author)} if author else stats
+def with_author(stats: dict[str, Any], author: dict[str, str],
+                spans: list[tuple[int, int]] | None = None) -> dict[str, Any]:
+    """``stats`` (a StatsSnapshot's dict) with what wrote the reply and, when known, its draft spans."""
+    out = {**stats, KEY: dict(author)} if author else dict(stats)
+    if spans is not None:
+        out[DRAFTS_KEY] = [list(span) for span in spans]
+    return out
 
 
 def split(raw: Any) -> tuple[Any, dict[str, str]]:
     """Stored statistics as the reader of statistics expects them, and what wrote the reply ({}: not said)."""
-    if not isinstance(raw, dict) or KEY not in raw:
+    if not isinstance(raw, dict) or not {KEY, DRAFTS_KEY} & raw.keys():
         return raw, {}
-    author = raw[KEY] if isinstance(raw[KEY], dict) else {}
-    return {k: v for k, v in raw.items() if k != KEY}, {k: v for k, v in author.items() if isinstance(v, str)}
+    author = raw.get(KEY) if isinstance(raw.get(KEY), dict) else {}
+    return ({k: v for k, v in raw.items() if k not in (KEY, DRAFTS_KEY)},
+            {k: v for k, v in author.items() if isinstance(v, str)})
+
+
+def spans_of(segments: list[tuple[str, bool]]) -> list[tuple[int, int]]:
+    """The character spans of ``segments`` (text, from accepted drafts) that came from drafts."""
+    spans, at = [], 0
+    for text, drafted in segments:
+        if drafted and text:
+            spans.append((at, at + len(text)))
+        at += len(text)
+    return spans
+
+
+def segments_of(content: str, raw: Any) -> list[tuple[str, bool]]:
+    """``content`` cut into (text, from accepted drafts) by the spans stored with it (none: all plain)."""
+    spans = raw.get(DRAFTS_KEY) if isinstance(raw, dict) else None
+    out: list[tuple[str, bool]] = []
+    at = 0
+    for span in spans if isinstance(spans, list) else []:
+        if not (isinstance(span, list) and len(span) == 2 and all(isinstance(i, int) for i in span)):
+            continue
+        start, end = max(span[0], at), min(span[1], len(content))
+        if start >= end:
+            continue
+        if start > at:
+            out.append((content[at:start], False))
+        out.append((content[start:end], True))
+        at = end
+    if at < len(content) or not out:
+        out.append((content[at:], False))
+    return out
 
 
 def author_text(author: dict[str, str], stats: StatsSnapshot | None) -> str:

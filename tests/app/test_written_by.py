@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 
-from app.chat.written_by import KEY, split
+from PySide6.QtGui import QColor
+
+from app.chat.written_by import KEY, segments_of, spans_of, split
 from engine.sampling import PRESETS
+from engine.speculative.settings import mtp
 from tests.app.conftest import start_and_load
 from tests.engine.conftest import synth
 
@@ -53,3 +56,35 @@ def test_another_model_and_version_each_keep_their_own(qtbot, services):
     window.chat.show_version(1, -1)
     assert "built-in model · temperature 0" in footer_of_last(window)
     assert store.messages(conv)[1].stats[KEY]["model"] == "built-in model"
+
+
+def test_the_draft_highlight_survives_opening_the_chat_again(qtbot, services):
+    services.settings.model_path = str(synth("qwen35", "oracle", agree=0.95).path())
+    services.settings.speculative = "auto"
+    services.settings.max_tokens = 60
+    start_and_load(qtbot, services)
+    window, store = services.window, services.store
+    window.chat.profile_speculative = mtp(3)
+    window.highlight_box.setChecked(True)
+    window.composer.setPlainText("the river model")
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=120000):
+        window.send()
+    live = list(window.transcript.messages[-1].segments)
+    assert any(drafted for _t, drafted in live), live  # some text came from accepted drafts
+    conv = window.chat.conversation_id
+    assert store.messages(conv)[1].stats["draft_spans"]
+    window.chat.open(conv)  # as after a restart
+    assert window.transcript.messages[-1].segments == live
+    assert window.transcript.toHtml().count(QColor(window.palette_.draft_bg).name()) >= 1
+    window.highlight_box.setChecked(False)
+    assert QColor(window.palette_.draft_bg).name() not in window.transcript.toHtml()
+
+
+def test_spans_and_segments_round_trip_and_bad_spans_cost_only_themselves():
+    segments = [("The ", False), ("river ", True), ("runs", False), (" on", True)]
+    content = "".join(t for t, _d in segments)
+    assert segments_of(content, {"draft_spans": [list(s) for s in spans_of(segments)]}) == segments
+    assert segments_of(content, {}) == [(content, False)]
+    assert segments_of(content, {"draft_spans": [[4, 10], "bad", [90, 99]]}) == [("The ", False),
+                                                                                 ("river ", True),
+                                                                                 ("runs on", False)]
