@@ -213,8 +213,8 @@ def worker_load(slot: WorkerSlot, path: Path, layout: str, base: dict[str, Path]
     target, sidecar = (str(base["trunk"]), str(path)) if layout == "sidecar" else (str(path), None)
     outcome: tuple[str, str] = (C.OK, "")
     try:
-        events = client.call(P.LoadRequest(id=client.new_id(), path=target, sidecar=sidecar, n_ctx=512,
-                                           n_threads=1, mtp=True), timeout=LOAD_TIMEOUT)
+        options = P.LoadOptions(path=target, sidecar=sidecar, n_ctx=512, n_threads=1, mtp=True)
+        events = client.call(P.LoadRequest(id=client.new_id(), options=options), timeout=LOAD_TIMEOUT)
         final = events[-1]
         if isinstance(final, P.ErrorEvent):
             outcome = ((C.TRACEBACK, f"load: internal error {final.message}") if final.kind == "internal"

@@ -137,7 +137,11 @@ def j(obj: Any) -> bytes:
 
 def cases(model: str) -> list[Case]:
     gen = {"type": "generate", "prompt": "hi", "max_tokens": 2}
-    load = {"type": "load", "path": model, "n_ctx": 512, "n_threads": 1}
+    good = {"path": model, "n_ctx": 512, "n_threads": 1}
+
+    def load(rid: str, **options: Any) -> dict[str, Any]:  # the good load, but these options
+        return {"type": "load", "id": rid, "options": {**good, **options}}
+
     out = [
         Case("an unterminated object", b"{"),
         Case("plain text", b"not json at all"),
@@ -157,14 +161,14 @@ def cases(model: str) -> list[Case]:
         Case("objects nested 50,000 deep", b'{"a":' * 50_000 + b"1" + b"}" * 50_000),
         Case("a million unclosed brackets", b"[" * 1_000_000),
         Case("a load whose path is nested 50,000 deep",
-             b'{"type": "load", "id": "deep", "path": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"),
+             b'{"type": "load", "id": "deep", "options": {"path": ' + b"[" * 50_000 + b"]" * 50_000 + b"}}"),
         Case("a generate whose messages nest 20,000 deep",
              b'{"type": "generate", "id": "deepm", "messages": ' + b"[" * 20_000 + b"]" * 20_000 + b"}",
              needs_model=True),
         Case("a 50 MB line of garbage", b"x" * 50_000_000, timeout=60),
         Case("an unload with a 10 MB id", j({"type": "unload", "id": "x" * 10_000_000}), expect="answer",
              timeout=60),
-        Case("a load with a 10 MB path", j({**load, "id": "lp", "path": "a" * 10_000_000}), timeout=60),
+        Case("a load with a 10 MB path", j(load("lp", path="a" * 10_000_000)), timeout=60),
         Case("a 10 MB prompt on a 512-token context", j({**gen, "id": "bigp", "prompt": "word " * 2_000_000}),
              expect="final", needs_model=True, request_id="bigp", timeout=90),
         Case("id is a number", j({"type": "unload", "id": 1})),
@@ -178,31 +182,31 @@ def cases(model: str) -> list[Case]:
         Case("type __init__", j({"type": "__init__", "id": "init"})),
         Case("type LOAD (case)", j({"type": "LOAD", "id": "up"})),
         Case("an unknown field", j({"type": "unload", "id": "uf", "force": True})),
-        Case("n_ctx as a string", j({**load, "id": "c1", "n_ctx": "4096"})),
-        Case("n_ctx 4096.5", j({**load, "id": "c2", "n_ctx": 4096.5})),
-        Case("n_ctx true", j({**load, "id": "c3", "n_ctx": True})),
-        Case("n_ctx null", j({**load, "id": "c4", "n_ctx": None})),
-        Case("mtp as a string", j({**load, "id": "c5", "mtp": "yes"})),
-        Case("path as a number", j({**load, "id": "c6", "path": 5})),
-        Case("n_ctx -1 after a model is loaded", j({**load, "id": "c7", "n_ctx": -1}), expect="keeps-model",
+        Case("n_ctx as a string", j(load("c1", n_ctx="4096"))),
+        Case("n_ctx 4096.5", j(load("c2", n_ctx=4096.5))),
+        Case("n_ctx true", j(load("c3", n_ctx=True))),
+        Case("n_ctx null", j(load("c4", n_ctx=None))),
+        Case("mtp as a string", j(load("c5", mtp="yes"))),
+        Case("path as a number", j(load("c6", path=5))),
+        Case("n_ctx -1 after a model is loaded", j(load("c7", n_ctx=-1)), expect="keeps-model",
              needs_model=True, request_id="c7"),
-        Case("n_ctx 2^31 after a model is loaded", j({**load, "id": "c8", "n_ctx": 2**31}), expect="keeps-model",
+        Case("n_ctx 2^31 after a model is loaded", j(load("c8", n_ctx=2**31)), expect="keeps-model",
              needs_model=True, request_id="c8", timeout=60),
-        Case("n_ctx 0 after a model is loaded", j({**load, "id": "c8b", "n_ctx": 0}), expect="keeps-model",
+        Case("n_ctx 0 after a model is loaded", j(load("c8b", n_ctx=0)), expect="keeps-model",
              needs_model=True, request_id="c8b", timeout=60),
-        Case("n_threads 100000 after a model is loaded", j({**load, "id": "c9", "n_threads": 100_000}),
+        Case("n_threads 100000 after a model is loaded", j(load("c9", n_threads=100_000)),
              expect="keeps-model", needs_model=True, request_id="c9", timeout=60),
-        Case("n_threads -1 after a model is loaded", j({**load, "id": "c10", "n_threads": -1}),
+        Case("n_threads -1 after a model is loaded", j(load("c10", n_threads=-1)),
              expect="keeps-model", needs_model=True, request_id="c10", timeout=60),
-        Case("n_gpu_layers -5", j({**load, "id": "c11", "n_gpu_layers": -5}), expect="final", request_id="c11",
+        Case("n_gpu_layers -5", j(load("c11", n_gpu_layers=-5)), expect="final", request_id="c11",
              timeout=60),
-        Case("path is a folder", j({**load, "id": "c12", "path": "/"}), expect="keeps-model", needs_model=True,
+        Case("path is a folder", j(load("c12", path="/")), expect="keeps-model", needs_model=True,
              request_id="c12"),
-        Case("path is /dev/zero", j({**load, "id": "c13", "path": "/dev/zero"}), expect="keeps-model",
+        Case("path is /dev/zero", j(load("c13", path="/dev/zero")), expect="keeps-model",
              needs_model=True, request_id="c13"),
-        Case("path is empty", j({**load, "id": "c14", "path": ""}), expect="keeps-model", needs_model=True,
+        Case("path is empty", j(load("c14", path="")), expect="keeps-model", needs_model=True,
              request_id="c14"),
-        Case("a sidecar that does not exist", j({**load, "id": "c15", "sidecar": "/nonexistent.gguf"}),
+        Case("a sidecar that does not exist", j(load("c15", sidecar="/nonexistent.gguf")),
              expect="keeps-model", needs_model=True, request_id="c15"),
         Case("prompt is a number", j({**gen, "id": "g1", "prompt": 5}), needs_model=True),
         Case("messages is a string", j({"type": "generate", "id": "g2", "messages": "hi"}), needs_model=True),
@@ -301,7 +305,8 @@ def one_case(w: RawWorker, case: Case, model: str, label: str) -> list[tuple[str
     P = w.P
     try:
         if case.needs_model:
-            ev = w.request({"type": "load", "id": "setup", "path": model, "n_ctx": 512, "n_threads": 1}, 60)
+            setup = {"type": "load", "id": "setup", "options": {"path": model, "n_ctx": 512, "n_threads": 1}}
+            ev = w.request(setup, 60)
             if not isinstance(ev[-1], P.LoadedEvent):
                 return [(C.OTHER, f"{label}: the good model did not load: {ev[-1]}")]
         if case.expect == "eof":

@@ -193,7 +193,7 @@ def kill_client(ctx: Any, case: str, rng: Any, bases: dict[str, dict[str, Path]]
     outcomes: list[tuple[str, str]] = []
 
     def whole_reply(c: Any) -> str:
-        c.call(P.LoadRequest(id=c.new_id(), path=model, n_ctx=1024, n_threads=1), timeout=60)
+        c.call(P.LoadRequest(id=c.new_id(), options=P.LoadOptions(path=model, n_ctx=1024, n_threads=1)), timeout=60)
         ev = c.call(P.GenerateRequestMsg(id=c.new_id(), prompt=PROMPT, max_tokens=200, speculative=spec),
                     timeout=60)
         return "".join(e.text for e in ev if isinstance(e, P.TokenEvent))
@@ -204,12 +204,13 @@ def kill_client(ctx: Any, case: str, rng: Any, bases: dict[str, dict[str, Path]]
     got = ""
     try:
         if phase == "load":
-            client.send(P.LoadRequest(id=client.new_id(), path=model, n_ctx=1024, n_threads=1))
+            client.send(P.LoadRequest(id=client.new_id(), options=P.LoadOptions(path=model, n_ctx=1024, n_threads=1)))
             time.sleep(rng.random() * 0.05)
             client.proc.kill()
             list(client.events_until_done("none", timeout=20))
         else:
-            client.call(P.LoadRequest(id=client.new_id(), path=model, n_ctx=1024, n_threads=1), timeout=60)
+            options = P.LoadOptions(path=model, n_ctx=1024, n_threads=1)
+            client.call(P.LoadRequest(id=client.new_id(), options=options), timeout=60)
             req = P.GenerateRequestMsg(id=client.new_id(), prompt=PROMPT, max_tokens=2000, speculative=spec)
             client.send(req)
             for k, ev in enumerate(client.events_until_done(req.id, timeout=20)):
@@ -279,7 +280,8 @@ def runaway_templates(ctx: Any, bases: dict[str, dict[str, Path]]) -> None:
         client = client_mod.WorkerClient(stderr=subprocess.DEVNULL)
         pid = client.proc.pid
         try:
-            client.call(P.LoadRequest(id=client.new_id(), path=str(path), n_ctx=512, n_threads=1), timeout=60)
+            options = P.LoadOptions(path=str(path), n_ctx=512, n_threads=1)
+            client.call(P.LoadRequest(id=client.new_id(), options=options), timeout=60)
             req = P.GenerateRequestMsg(id=client.new_id(), messages=[{"role": "user", "content": "hi"}],
                                        max_tokens=4)
             client.send(req)
