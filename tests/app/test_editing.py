@@ -376,7 +376,9 @@ def test_esc_stops_a_reply_and_the_window_remembers_its_sizes(qtbot, services):
     window.splitter.setSizes([100, 300, 100])
     restore_window_state(window)
     qtbot.wait(20)
-    assert window.size().width() == width and window.splitter.sizes() == saved
+    # the saved width, or what the window needs now if a late layout (a loaded model's header) grew it
+    assert window.size().width() == max(width, window.minimumSizeHint().width())
+    assert window.splitter.sizes() == saved
 
 
 def test_the_theme_switches_live(qtbot, services):
