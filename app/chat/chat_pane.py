@@ -142,6 +142,10 @@ class ChatPane(QWidget):
         buttons.addStretch(1)
         buttons.addWidget(self.stop_button)
         buttons.addWidget(self.send_button)
+        # the style's minimum push button (80 px) made this row alone 428 px wide with Continue shown, and the
+        # window wider than an 800 px screen; squeezed that far, a label may clip, at any usual size it does not
+        for button in (self.regen_button, self.edit_button, self.continue_button, self.stop_button, self.send_button):
+            button.setMinimumWidth(56)
         col = QVBoxLayout(self)
         col.setContentsMargins(4, 8, 4, 8)
         for widget in above:
