@@ -43,11 +43,12 @@ from app.chat.context_fit import Turn
 from app.chat.image_request import with_images
 from app.chat.reply_saver import ReplySaver, refusal
 from app.chat.reply_stream import ReplyStream
+from app.chat.shown_message import ShownMessage
 from app.chat.speculative_choice import speculative_for
 from app.chat.stats_panel import StatsPanel
 from app.chat.store import ConversationStore, Message, NotSaved
 from app.chat.titles import title_from
-from app.chat.transcript import ShownMessage, TranscriptView
+from app.chat.transcript import TranscriptView
 from app.engine_client import EngineClient
 from app.models.presets import ModelPreset
 from app.reply_values import ReplyValues, effective

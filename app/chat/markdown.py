@@ -132,3 +132,16 @@ def _render(markdown: str, palette_items: tuple[tuple[str, str], ...], copy_pref
 def code_blocks(markdown: str) -> list[str]:
     """The contents of the code blocks, for the copy links (numbered as :func:`render` numbers them)."""
     return [tok.content.rstrip() for tok in _parser().parse(markdown) if tok.type in CODE_TOKENS]
+
+
+def settle_point(text: str, after: int) -> int:
+    """The end of the last complete paragraph of ``text`` past ``after``: a blank
+    line that is not inside a code fence. Returns ``after`` when there is none."""
+    end = len(text)
+    while True:
+        i = text.rfind("\n\n", after, end)
+        if i <= after:
+            return after
+        if len(FENCE.findall(text, 0, i)) % 2 == 0:
+            return i + 2
+        end = i

@@ -31,7 +31,6 @@ streaming calls, so what is shown always matches the list.
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass, field
 
 from PySide6.QtCore import QTimer, QUrl, Signal
 from PySide6.QtGui import (
@@ -47,30 +46,15 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from app.chat import image_input, markdown
-from app.chat.attachments import Attachment
+from app.chat.markdown import settle_point
+from app.chat.message_html import footer_links, header_html, parse_link, system_prompt_html
+from app.chat.shown_message import ShownMessage
 from app.theme import Palette
 from engine.speculative import stats_text
 from engine.speculative.stats import StatsSnapshot
 
 FLUSH_MS = 33
-MESSAGE_ACTIONS = ("copy", "delete", "fork")  # each message's links (app/chat/message_actions.py answers)
-SYSTEM_PROMPT_CHARS = 300  # of the system prompt shown above the messages
 MAX_LINE_CHARS = 90  # a readable measure: on a wide window the text column is centred, this wide at most
-
-
-@dataclass
-class ShownMessage:
-    role: str
-    content: str
-    status: str = "complete"
-    stats: StatsSnapshot | None = None
-    segments: list[tuple[str, bool]] = field(default_factory=list)  # (text, from accepted drafts)
-    id: int | None = None  # the stored message
-    version: int = 0  # which of the message's versions this is (0-based): regenerations, or an edit's branches
-    version_count: int = 1
-    unfinished: bool = False  # ended before its end (stopped, interrupted, the length limit): Continue goes on
-    images: tuple[Attachment, ...] = ()  # attached images, shown as thumbnails above the text
-    written_by: str = ""  # a reply's model, sampling and speculative settings, in words (app/chat/written_by.py)
 
 
 class TranscriptView(QTextBrowser):
@@ -178,7 +162,7 @@ class TranscriptView(QTextBrowser):
         if self.notice:
             parts.append(f'<p style="color:{p.muted}"><i>{html.escape(self.notice)}</i></p>')
         if self.system_prompt.strip():
-            parts.append(self._system_prompt_html())
+            parts.append(system_prompt_html(self.system_prompt, self.palette_))
         parts += [self._message_html(i, m) for i, m in enumerate(shown)]
         self.setHtml("".join(parts))
         if streaming:
@@ -194,7 +178,9 @@ class TranscriptView(QTextBrowser):
 
     def _restart_stream(self) -> None:
         """Draw the streaming reply again from its header (the text follows at the next flush)."""
-        cursor = self._replace_from(self._stream_start, self._header_html(self.messages[-1]))
+        m = self.messages[-1]
+        head = header_html(m.role, m.status, self._prefill if not m.content else "", self.palette_)
+        cursor = self._replace_from(self._stream_start, head)
         self._tail_start = cursor.position()
         self._settled = self._settled_blocks = self._tail_shown = 0
         self._pending = True
@@ -296,17 +282,9 @@ class TranscriptView(QTextBrowser):
         return cursor
 
     # -- rendering ------------------------------------------------------------
-    def _header_html(self, m: ShownMessage) -> str:
-        p = self.palette_
-        who = {"user": "You", "assistant": "Assistant", "system": "System"}.get(m.role, m.role)
-        color = p.accent if m.role == "assistant" else p.user
-        working = html.escape(self._prefill) if self._prefill and not m.content else "…"
-        return (f'<p style="margin-top:14px;margin-bottom:2px"><b style="color:{color}">{who}</b>'
-                + (f' <span style="color:{p.muted}">{working}</span>' if m.status == "streaming" else "") + "</p>")
-
     def _message_html(self, index: int, m: ShownMessage) -> str:
         p = self.palette_
-        head = self._header_html(m)
+        head = header_html(m.role, m.status, self._prefill if not m.content else "", self.palette_)
         if self.highlight_drafts and m.role == "assistant" and m.segments:
             body = "".join(
                 f'<span style="background:{p.draft_bg}">{html.escape(t)}</span>' if d else html.escape(t)
@@ -316,33 +294,12 @@ class TranscriptView(QTextBrowser):
         else:
             body = markdown.render(m.content, p.code_palette(), copy_prefix=f"copy:{index}:")
         foot = stats_text.footer(m.stats, m.status) if m.role == "assistant" and m.status != "streaming" else ""
-        links = []
-        if m.version_count > 1 and m.status != "streaming":
-            # the arrows at the text's size, bold, with room either side: in the footer's small print they were
-            # a few pixels wide and hard to hit
-            arrow = 'style="font-size:medium;font-weight:bold;text-decoration:none"'
-            links.append(f'<a href="version:{index}:-1" {arrow}>&nbsp;&nbsp;‹&nbsp;&nbsp;</a>'
-                         f'{m.version + 1}/{m.version_count}'
-                         f'<a href="version:{index}:1" {arrow}>&nbsp;&nbsp;›&nbsp;&nbsp;</a>')
-        if m.role == "user" and m.id is not None:
-            links.append(f'<a href="edit:{index}">Edit</a>')
-        if m.unfinished and index == len(self.messages) - 1 and m.status != "streaming":
-            links.append('<a href="continue:">Continue</a>')
-        if m.id is not None and m.status != "streaming":
-            links += [f'<a href="message-{action}:{index}">{action.capitalize()}</a>' for action in MESSAGE_ACTIONS]
+        links = footer_links(index, m.role, m.id, m.status, m.version, m.version_count,
+                             m.unfinished and index == len(self.messages) - 1)
         said = [html.escape(text) for text in (m.written_by if m.status != "streaming" else "", foot) if text]
         foot = " &nbsp;·&nbsp; ".join(links + said)
         footer = f'<p style="color:{p.muted};font-size:small;margin-top:0">{foot}</p>' if foot else ""
         return head + self._images_html(m) + body + footer
-
-    def _system_prompt_html(self) -> str:
-        """The system prompt, muted, cut at SYSTEM_PROMPT_CHARS (the whole in the chat's settings)."""
-        p = self.palette_
-        text = " ".join(self.system_prompt.split())
-        if len(text) > SYSTEM_PROMPT_CHARS:
-            text = text[:SYSTEM_PROMPT_CHARS] + "…"
-        return (f'<p style="color:{p.muted};margin-bottom:12px"><b>System prompt</b>: {html.escape(text)}'
-                f' &nbsp;·&nbsp; <a href="system-prompt:">Edit</a></p>')
 
     def _images_html(self, m: ShownMessage) -> str:
         """A message's images as thumbnails (drawn by :meth:`loadResource`)."""
@@ -368,37 +325,22 @@ class TranscriptView(QTextBrowser):
         bar.setValue(bar.maximum())
 
     def _on_anchor(self, url: QUrl) -> None:
-        text = url.toString()
         if url.scheme() in ("http", "https", "mailto"):
             QDesktopServices.openUrl(url)
-        elif text.startswith("version:"):
-            _, msg_index, step = text.split(":")
-            self.sig_version.emit(int(msg_index), int(step))
-        elif text.startswith("edit:"):
-            self.sig_edit.emit(int(text.split(":")[1]))
-        elif text.startswith("continue:"):
+            return
+        kind, args = parse_link(url.toString())
+        if kind == "version":
+            self.sig_version.emit(*args)
+        elif kind == "edit":
+            self.sig_edit.emit(*args)
+        elif kind == "continue":
             self.sig_continue.emit()
-        elif text == "system-prompt:":
+        elif kind == "system-prompt":
             self.sig_system_prompt.emit()
-        elif text.startswith("message-"):  # message-delete:3 (a code block's Copy is copy:3:0)
-            action, msg_index = text.removeprefix("message-").split(":")
-            self.sig_message_action.emit(action, int(msg_index))
-        elif text.startswith("copy:"):
-            _, msg_index, block_index = text.split(":")
-            blocks = markdown.code_blocks(self.messages[int(msg_index)].content)
-            code = blocks[int(block_index)]
+        elif kind == "message":
+            self.sig_message_action.emit(*args)
+        elif kind == "copy":
+            msg_index, block_index = args
+            code = markdown.code_blocks(self.messages[msg_index].content)[block_index]
             QGuiApplication.clipboard().setText(code)
             self.sig_copied.emit(code)
-
-
-def settle_point(text: str, after: int) -> int:
-    """The end of the last complete paragraph of ``text`` past ``after``: a blank
-    line that is not inside a code fence. Returns ``after`` when there is none."""
-    end = len(text)
-    while True:
-        i = text.rfind("\n\n", after, end)
-        if i <= after:
-            return after
-        if len(markdown.FENCE.findall(text, 0, i)) % 2 == 0:
-            return i + 2
-        end = i

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import random
 
-from app.chat.transcript import ShownMessage, TranscriptView, settle_point
+from app.chat.markdown import settle_point
+from app.chat.shown_message import ShownMessage
+from app.chat.transcript import TranscriptView
 from app.theme import LIGHT
 from engine.speculative.stats import StatsSnapshot
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextCursor
 
-from app.chat.transcript import ShownMessage, TranscriptView
+from app.chat.shown_message import ShownMessage
+from app.chat.transcript import TranscriptView
 from app.theme import LIGHT
 
 
