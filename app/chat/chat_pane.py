@@ -212,7 +212,7 @@ class ChatPane(QWidget):
 
     def edit_last(self) -> None:
         """Put the last message in the composer to edit; nothing changes until it is sent."""
-        self._edit(self.chat.last_user_message())
+        self._edit(self.chat.user_message_at())
 
     def edit_at(self, index: int) -> None:
         """Put the message at transcript position ``index`` in the composer to edit (its Edit link)."""

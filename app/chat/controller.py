@@ -13,21 +13,13 @@ and ``‹1/2›`` on the message switches the whole branch below. Continue asks
 for more of the last reply, from where Stop or the length limit ended it,
 appended to the same reply.
 
-While the worker reads a long prompt it reports progress (``prefill``
-events); the statistics panel shows "Processing prompt (N tokens)…" with a
-bar until the first token. The panel states MTP's speedup only where it was
-measured: the autotune profile's, when the reply uses the profile's settings.
-A model change clears the figures of the previous model.
+The statistics panel (app/chat/stats_panel.py) gets the prompt's progress and the reply's figures; it
+states MTP's speedup only where autotune measured it, and a model change clears the last model's figures.
 
-The reply is saved through a :class:`ReplySaver`: on a full disk it stays in
-memory and on screen, the chat says it is not saved, the reply still ends
-(the chat is never left busy), and the saver writes it once there is room.
-The chat's other writes are refused on a full disk before anything changes
-on screen or is asked of the engine, with a status-bar message that says what
-was not done: a message (or an edit) stays in the composer, Regenerate and a
-version switch keep the reply shown. A message and its empty reply row are
-written together (``ConversationStore.add_turn``), and an edit's new version
-and reply row in one write (``ConversationStore.branch``), so neither is ever half done.
+On a full disk nothing is lost and the chat is never left busy
+(app/chat/reply_saver.py): a message or an edit stays in the composer, and a
+message with its empty reply row, or an edit's new version with its reply
+row, is written in one write (``add_turn``, ``branch``), never half.
 """
 
 from __future__ import annotations
@@ -43,7 +35,7 @@ from app.chat.context_fit import Turn
 from app.chat.image_request import with_images
 from app.chat.reply_saver import ReplySaver, refusal
 from app.chat.reply_stream import ReplyStream
-from app.chat.shown_message import ShownMessage
+from app.chat.shown_message import ShownMessage, shown
 from app.chat.speculative_choice import speculative_for
 from app.chat.stats_panel import StatsPanel
 from app.chat.store import ConversationStore, Message, NotSaved
@@ -56,8 +48,7 @@ from app.settings import Settings
 from app.text_check import is_text
 from engine.sampling import GREEDY_KEY, sampling_key
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
-from engine.speculative.stats import StatsSnapshot
-from engine.worker.events import ModelInfo, stats_from_json
+from engine.worker.events import ModelInfo
 
 
 class ChatController(QObject):
@@ -84,10 +75,7 @@ class ChatController(QObject):
     def __init__(self, store: ConversationStore, client: EngineClient, transcript: TranscriptView,
                  stats_panel: StatsPanel, settings: Settings) -> None:
         super().__init__()
-        self.store = store
-        self.client = client
-        self.transcript = transcript
-        self.stats_panel = stats_panel
+        self.store, self.client, self.transcript, self.stats_panel = store, client, transcript, stats_panel
         self.settings = settings
         self.conversation_id: int | None = None
         # the loaded model's preset (app/models/presets.py): over the preferences, under a chat's own settings
@@ -112,10 +100,6 @@ class ChatController(QObject):
     def request_id(self) -> str | None:
         """The engine request of the reply streaming now (None when none is)."""
         return self.stream.request_id
-
-    @property
-    def last_stats(self) -> StatsSnapshot | None:
-        return self.stream.last_stats
 
     @property
     def dropped_messages(self) -> int:
@@ -173,29 +157,12 @@ class ChatController(QObject):
         self.sig_conversation_opened.emit()
 
     def _shown(self, m: Message, last: bool) -> ShownMessage:
-        """``m`` as the transcript shows it; a reply the disk has not taken yet shows as it is in memory."""
-        waiting = self.saver.waiting_for(m.id)
-        status = waiting.get("status", m.status)
-        stored = waiting.get("stats", m.stats)
-        raw, author = written_by.split(stored)
-        stats = stats_from_json(raw)
-        content = waiting.get("content", m.content)
-        return ShownMessage(m.role, content, status, stats, id=m.id, version=m.version,
-                            version_count=m.version_count, unfinished=last and self._unfinished(m.role, status, stats),
-                            images=self.images_of(m), written_by=written_by.author_text(author, stats),
-                            segments=written_by.segments_of(content, stored) if m.role == "assistant" else [])
+        """``m`` as the transcript shows it (app/chat/shown_message.py)."""
+        return shown(m, last, self.saver.waiting_for(m.id), self.images_of(m), self.chat_values().max_tokens)
 
     def images_of(self, m: Message) -> tuple[Attachment, ...]:
         """The images attached to ``m`` that the store holds."""
         return tuple(a for a in (self.store.image(h) for h in m.images) if a is not None)
-
-    def _unfinished(self, role: str, status: str, stats: StatsSnapshot | None) -> bool:
-        """Whether a reply ended before its end: stopped, interrupted, or at the length limit
-        (as many tokens as a reply may have: a reply that ends by itself stops short of it)."""
-        if role != "assistant":
-            return False
-        at_limit = stats is not None and stats.generated_tokens >= self.chat_values().max_tokens
-        return status in ("cancelled", "interrupted") or (status == "complete" and at_limit)
 
     def close_conversation(self) -> None:
         """Show no conversation (the open one was deleted)."""
@@ -290,18 +257,17 @@ class ChatController(QObject):
         self._start_reply(self.store.message(msgs[-1].id), continuing=True)
         return True
 
-    def last_user_message(self) -> Message | None:
-        """The message "Edit last" edits; nothing changes until the edit is sent."""
+    def user_message_at(self, index: int | None = None) -> Message | None:
+        """The stored user message shown at transcript position ``index`` (None: the last one, what "Edit last"
+        edits); None while replying, or for another kind of message. Nothing changes until an edit is sent."""
         if self.busy or self.conversation_id is None:
             return None
-        return next((m for m in reversed(self.store.messages(self.conversation_id)) if m.role == "user"), None)
-
-    def user_message_at(self, index: int) -> Message | None:
-        """The stored user message shown at transcript position ``index`` (None while replying, or for another)."""
+        stored = self.store.messages(self.conversation_id)
+        if index is None:
+            return next((m for m in reversed(stored) if m.role == "user"), None)
         shown = self.transcript.messages[index] if 0 <= index < len(self.transcript.messages) else None
-        if self.busy or self.conversation_id is None or shown is None or shown.role != "user" or shown.id is None:
-            return None
-        return next((m for m in self.store.messages(self.conversation_id) if m.id == shown.id), None)
+        wanted = shown.id if shown is not None and shown.role == "user" else None
+        return next((m for m in stored if m.id == wanted), None) if wanted is not None else None
 
     def send_edited(self, message_id: int, text: str, images: tuple[Attachment, ...] = ()) -> bool:
         """Send ``text`` as a new version of the edited message, a branch: what followed the old

@@ -163,7 +163,7 @@ def test_the_panel_states_the_measured_speedup_first_and_clears_on_a_model_chang
     # Another model: the old figures go.
     with qtbot.waitSignal(services.client.sig_loaded, timeout=60000):
         window.models.load()
-    assert panel.stats is None and panel.headline() == "" and window.chat.last_stats is None
+    assert panel.stats is None and panel.headline() == "" and window.chat.stream.last_stats is None
 
 
 def test_the_speculation_choice_offers_ngram_and_the_composition(qtbot):
