@@ -79,7 +79,7 @@ def main() -> int:
     done.exec()
     ticker.stop()
     span = tokens["last"] - tokens["first"]
-    stats = win.chat.last_stats
+    stats = win.chat.stream.last_stats
     generated = stats.generated_tokens if stats else 0
     decode = (stats.decode_tps if stats else None) or 0
     print(f"streamed {generated} tokens in {tokens['n']} token events over {span:.2f} s: "
