@@ -12,23 +12,27 @@ from engine.synth.tokenizer import Vocabulary
 
 
 def add_arch_keys(writer: Any, arch: str, keys: dict[str, Any]) -> None:
-    """Write ``keys`` (names without the ``<arch>.`` prefix) with the types llama.cpp reads.
+    """Write ``keys`` (names without the ``<arch>.`` prefix) with the types llama.cpp reads."""
+    add_keys(writer, {f"{arch}.{key}": value for key, value in keys.items()})
+
+
+def add_keys(writer: Any, keys: dict[str, Any]) -> None:
+    """Write ``keys`` (full names) with the types llama.cpp reads.
 
     Python ints become uint32, floats float32; lists become arrays of their
     elements' type (int32 or float32), which llama.cpp's array readers accept.
     """
     for key, value in keys.items():
-        full = f"{arch}.{key}"
         if isinstance(value, bool):
-            writer.add_bool(full, value)
+            writer.add_bool(key, value)
         elif isinstance(value, int):
-            writer.add_uint32(full, value)
+            writer.add_uint32(key, value)
         elif isinstance(value, float):
-            writer.add_float32(full, value)
+            writer.add_float32(key, value)
         elif isinstance(value, str):
-            writer.add_string(full, value)
+            writer.add_string(key, value)
         else:
-            writer.add_array(full, list(value))
+            writer.add_array(key, list(value))
 
 
 def add_vocabulary(writer: Any, vocab: Vocabulary) -> None:

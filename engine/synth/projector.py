@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.synth.kv import add_keys
 from engine.synth.spec import SynthSpec
 from engine.synth.writer import SynthModel
 
@@ -162,17 +163,7 @@ def write(spec: ProjectorSpec, path: Path) -> None:
 
     writer = gguf.GGUFWriter(path, "clip")
     writer.add_name(f"synthetic {spec.projector_type} projector for {spec.target.arch}")
-    for key, value in keys(spec).items():
-        if isinstance(value, bool):
-            writer.add_bool(key, value)
-        elif isinstance(value, int):
-            writer.add_uint32(key, value)
-        elif isinstance(value, float):
-            writer.add_float32(key, value)
-        elif isinstance(value, str):
-            writer.add_string(key, value)
-        else:
-            writer.add_array(key, list(value))  # type: ignore[call-overload]
+    add_keys(writer, keys(spec))
     for name, (shape, role) in tensors(spec).items():
         writer.add_tensor(name, _array(spec, name, shape, role))
     writer.write_header_to_file()
