@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
 import sys
 import threading
 import time
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.bench import servers
+from engine.bench.child import JsonChild
 
 PROMPTS = ["The history of the river valley", "A letter about the rain", "Notes on building a small boat",
            "Why the cloud came back", "The window and the old letter", "A map of the northern hills",
@@ -134,30 +134,17 @@ def texts_match(records: list[dict[str, Any]], reference: dict[str, str]) -> str
     return f"{same}/{len(compared)} same"
 
 
-class _Clients:
-    """The client process: one JSON command per line in, one JSON answer per line out."""
+class _Clients(JsonChild):
+    """The client process (engine/bench/child.py): N clients' requests per command."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "engine.bench.concurrency"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+        super().__init__("engine.bench.concurrency")
 
     def load(self, port: int, clients: int, requests: int, max_tokens: int) -> tuple[list[dict[str, Any]], float]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps({"port": port, "clients": clients, "requests": requests,
-                                          "max_tokens": max_tokens}) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("the benchmark's client process ended")
-        answer = json.loads(line)
+        answer = self.ask({"port": port, "clients": clients, "requests": requests, "max_tokens": max_tokens})
         if "error" in answer:
             raise RuntimeError(f"a client failed: {answer['error']}")
         return answer["records"], answer["wall"]
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait(30)
 
 
 def _client_main() -> None:

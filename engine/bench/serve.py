@@ -22,13 +22,13 @@ import http.client
 import json
 import queue
 import statistics
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
+from engine.bench.child import JsonChild
 from engine.worker import protocol as P
 
 PROMPTS = ["The history of the river valley", "A letter about the rain", "Notes on building a small boat",
@@ -91,29 +91,15 @@ def _http(port: int, model: str, prompt: str, max_tokens: int) -> tuple[float, f
     return time.perf_counter() - t0, ttft or 0.0, text, n
 
 
-class _ClientProcess:
-    """The HTTP clients run in a child process, as real clients do: their parsing
-    never competes with the server for this process's interpreter lock."""
+class _ClientProcess(JsonChild):
+    """The HTTP clients' child process (engine/bench/child.py), for one server and model."""
 
     def __init__(self, port: int, model: str) -> None:
+        super().__init__("engine.bench.serve")
         self.port, self.model = port, model
-        self.proc = subprocess.Popen([sys.executable, "-m", "engine.bench.serve"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, bufsize=1)
 
     def ask(self, command: dict[str, Any]) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps({**command, "port": self.port, "model": self.model}) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("the benchmark's client process ended")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        self.proc.wait(30)
+        return super().ask({**command, "port": self.port, "model": self.model})
 
 
 def _client_main() -> None:
