@@ -1,5 +1,7 @@
 """Where a request's images come from, without llama.cpp: the image parts of chat messages
 (OpenAI's ``image_url`` and the Responses API's ``input_image``) and the encoded file a part names.
+The server's other APIs (Anthropic's ``image`` blocks, Ollama's ``images``) name their images as
+data URLs made by :func:`data_url`, so every image is read by :func:`read_image` alone.
 
 Data URLs are always taken; local files only where the caller allows them (the
 CLI, a server started with ``--allow-local-images``); remote URLs never: the
@@ -30,6 +32,12 @@ def image_source(part: dict[str, Any]) -> str:
     if not isinstance(ref, str) or not ref:
         raise ImageError(f"an image part of type {part.get('type')!r} names no image (expected image_url.url)")
     return ref
+
+
+def data_url(payload: str, media_type: str = "image/png") -> str:
+    """A ``data:`` URL for base64 ``payload`` (Anthropic's base64 source, Ollama's ``images``), which
+    :func:`read_image` then checks and decodes as any other."""
+    return f"data:{media_type};base64,{payload}"
 
 
 def read_image(source: str, *, allow_files: bool = False, max_bytes: int = MAX_IMAGE_BYTES) -> bytes:

@@ -11,7 +11,11 @@ Request rules:
   ``tool_result`` (user) becomes a ``{"role": "tool", "tool_call_id", "content"}`` message, its
   content a string or text blocks, ``is_error`` prefixing the text with ``"Error: "``;
   ``thinking`` and ``redacted_thinking`` blocks are dropped (the model's own earlier reasoning);
-  ``image``, ``document`` and any other block type are refused (400 naming the block).
+  ``image`` blocks (in a user turn or a tool_result) take a ``base64`` source or a ``url`` source (a data
+  URL; a local path or ``file://`` URL on a server started with ``--allow-local-images``; a remote URL
+  is refused, never fetched), read as the OpenAI API's ``image_url`` parts are
+  (``openai_format.take_image``); ``document``, ``file`` sources and any other block type are refused
+  (400 naming the block).
 - ``max_tokens``: Anthropic requires it; missing means the context size.
 - ``stop_sequences`` (up to 16), ``temperature`` (default 1.0, Anthropic's), ``top_p``, ``top_k``
   (default off); llama-server's ``min_p``, ``seed``, penalties and our ``speculative`` extension are
@@ -40,6 +44,7 @@ import json
 import secrets
 from typing import Any
 
+from engine.generation.image_sources import data_url
 from engine.server.openai_format import (
     ApiError,
     ParsedRequest,
@@ -49,6 +54,7 @@ from engine.server.openai_format import (
     check_text,
     function_tool,
     speculative_from,
+    take_image,
 )
 from engine.server.reply import Reply, arguments_object
 
@@ -70,7 +76,8 @@ def parse(body: Any, served: tuple[str, ...], n_ctx: int, *, strict_model: bool 
         raise bad("body", "The request body must be a JSON object", "invalid_type")
     check_text(body)
     model = _model(body, served, strict_model)
-    messages = _system(body.get("system")) + _messages(body.get("messages"))
+    images: list[str] = []  # the sources of the messages' image blocks, in order
+    messages = _system(body.get("system")) + _messages(body.get("messages"), images)
     tools = _tools(body.get("tools"))
     tool_choice = _tool_choice(body.get("tool_choice"), tools)
     stream = body.get("stream", False)
@@ -78,7 +85,7 @@ def parse(body: Any, served: tuple[str, ...], n_ctx: int, *, strict_model: bool 
         stream = False
     if not isinstance(stream, bool):
         raise bad("stream", f"'stream' must be true or false, not {stream!r}", "invalid_type")
-    return ParsedRequest(model=model, messages=messages, sampling=_sampling(body),
+    return ParsedRequest(model=model, messages=messages, images=images, sampling=_sampling(body),
                          max_tokens=_max_tokens(body, n_ctx, "max_tokens"), stop=_stop_sequences(body),
                          speculative=speculative_from(body.get("speculative")), stream=stream,
                          include_usage=stream, tools=tools or None, tool_choice=tool_choice,
@@ -95,8 +102,9 @@ def _model(body: dict[str, Any], served: tuple[str, ...], strict: bool) -> str:
     return served[0]
 
 
-def _text_blocks(value: Any, where: str, param: str) -> str:
-    """A string, or a list of text blocks joined (``cache_control`` and ``citations`` ignored)."""
+def _text_blocks(value: Any, where: str, param: str, images: list[str] | None = None) -> str:
+    """A string, or a list of text blocks joined (``cache_control`` and ``citations`` ignored); with
+    ``images``, image blocks too (each one's marker in the text, its source appended to ``images``)."""
     if isinstance(value, str):
         return value
     if value is None:
@@ -106,8 +114,12 @@ def _text_blocks(value: Any, where: str, param: str) -> str:
     parts = []
     for i, block in enumerate(value):
         kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "image" and images is not None:
+            parts.append(_image(block, f"{where}[{i}]", images))
+            continue
         if kind != "text" or not isinstance(block.get("text"), str):
-            raise bad(param, f"{where}[{i}]: only text blocks are supported here, not {_kind(block)}",
+            what = "text and image" if images is not None else "text"
+            raise bad(param, f"{where}[{i}]: only {what} blocks are supported here, not {_kind(block)}",
                       "unsupported_parameter")
         parts.append(block["text"])
     return "\n".join(parts) if param == "system" else "".join(parts)
@@ -116,10 +128,28 @@ def _text_blocks(value: Any, where: str, param: str) -> str:
 def _kind(block: Any) -> str:
     if isinstance(block, dict) and isinstance(block.get("type"), str):
         kind = block["type"]
-        if kind in ("image", "document"):
-            return f"'{kind}' blocks (this server reads text only)"
+        if kind == "document":
+            return "'document' blocks (this server reads text and images only)"
         return f"'{kind}' blocks"
     return repr(block)[:60]
+
+
+def _image(block: dict[str, Any], where: str, images: list[str]) -> str:
+    """An ``image`` block's marker; its source (base64 as a data URL, or the ``url``) appended to ``images``."""
+    source = block.get("source")
+    kind = source.get("type") if isinstance(source, dict) else None
+    if kind == "base64":
+        media_type, payload = source.get("media_type", "image/png"), source.get("data")
+        if not isinstance(payload, str) or not payload or not isinstance(media_type, str):
+            raise bad("messages", f"{where}.source: a base64 source needs its 'data' (base64 text) and "
+                      "'media_type'", "invalid_type")
+        return take_image({"type": "image", "url": data_url(payload, media_type)}, where, images)
+    if kind == "url":
+        if not isinstance(source.get("url"), str) or not source["url"]:
+            raise bad("messages", f"{where}.source: a url source needs its 'url'", "invalid_type")
+        return take_image({"type": "image", "url": source["url"]}, where, images)
+    raise bad("messages", f"{where}.source: image sources of type {kind!r} are not supported; send a base64 "
+              "source or a url source (a data: URL)", "unsupported_parameter")
 
 
 def _system(system: Any) -> list[dict[str, Any]]:
@@ -127,7 +157,7 @@ def _system(system: Any) -> list[dict[str, Any]]:
     return [{"role": "system", "content": text}] if text else []
 
 
-def _messages(messages: Any) -> list[dict[str, Any]]:
+def _messages(messages: Any, images: list[str]) -> list[dict[str, Any]]:
     if not isinstance(messages, list) or not messages:
         raise bad("messages", "'messages' must be a non-empty list of {role, content} objects", "invalid_type")
     out: list[dict[str, Any]] = []
@@ -143,14 +173,15 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
         if isinstance(content, str):
             out.append({"role": role, "content": content})
         elif isinstance(content, list):
-            out.extend(_assistant(content, where) if role == "assistant" else _user(content, where))
+            out.extend(_assistant(content, where) if role == "assistant" else _user(content, where, images))
         else:
             raise bad("messages", f"{where}.content must be a string or a list of content blocks", "invalid_type")
     return out
 
 
-def _user(blocks: list[Any], where: str) -> list[dict[str, Any]]:
-    """A user turn's blocks, in order: each tool_result a ``tool`` message, runs of text one user message."""
+def _user(blocks: list[Any], where: str, images: list[str]) -> list[dict[str, Any]]:
+    """A user turn's blocks, in order: each tool_result a ``tool`` message, runs of text and images one user
+    message (an image's marker where it stood, its source appended to ``images``)."""
     out: list[dict[str, Any]] = []
     text: list[str] = []
     for j, block in enumerate(blocks):
@@ -158,6 +189,8 @@ def _user(blocks: list[Any], where: str) -> list[dict[str, Any]]:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text" and isinstance(block.get("text"), str):
             text.append(block["text"])
+        elif kind == "image":
+            text.append(_image(block, at, images))
         elif kind == "tool_result":
             if text:
                 out.append({"role": "user", "content": "".join(text)})
@@ -166,7 +199,7 @@ def _user(blocks: list[Any], where: str) -> list[dict[str, Any]]:
             if not isinstance(tool_use_id, str) or not tool_use_id:
                 raise bad("messages", f"{at}.tool_use_id must be the id of the tool_use block it answers",
                           "invalid_type")
-            result = _text_blocks(block.get("content"), f"{at}.content", "messages")
+            result = _text_blocks(block.get("content"), f"{at}.content", "messages", images)
             is_error = block.get("is_error", False)
             if is_error not in (True, False, None):
                 raise bad("messages", f"{at}.is_error must be true or false", "invalid_type")
@@ -175,8 +208,8 @@ def _user(blocks: list[Any], where: str) -> list[dict[str, Any]]:
         elif kind in _DROPPED_BLOCKS:
             continue
         else:
-            raise bad("messages", f"{at}: {_kind(block)} are not supported in a user turn; send text and "
-                      "tool_result blocks", "unsupported_parameter")
+            raise bad("messages", f"{at}: {_kind(block)} are not supported in a user turn; send text, image "
+                      "and tool_result blocks", "unsupported_parameter")
     if text or not out:
         out.append({"role": "user", "content": "".join(text)})
     return out

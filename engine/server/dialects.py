@@ -71,7 +71,7 @@ def responses(store: ResponseStore) -> Dialect:
         messages = list(parsed.messages or [])
         if body.get("instructions"):  # a continuation does not inherit instructions (as OpenAI's)
             messages = messages[1:]
-        store.keep(rid, messages, reply)
+        store.keep(rid, messages, reply, parsed.images)
 
     def answer(reply: Reply, body: Any, parsed: ParsedRequest) -> dict[str, Any]:
         rid = R.response_id()

@@ -121,6 +121,8 @@ class ModelRoutes:
         except F.ApiError as err:
             return JSONResponse(O.error_body(err), status_code=err.status, headers=err.headers)
         capabilities = ("completion", "tools") if model.has_chat_template or model.tool_syntax else ("completion",)
+        if model.vision:  # Ollama's clients offer images only to a model that says it takes them
+            capabilities += ("vision",)
         return JSONResponse(O.show_body(architecture=facts["architecture"], n_ctx=model.n_ctx,
                                         n_params=facts["n_params"], quantization=facts["quantization"],
                                         modified=facts["modified"], capabilities=capabilities))

@@ -11,12 +11,15 @@ Request rules:
   with stable ids (``call_<message>_<call>`` unless the client sent ``id``s, so a conversation renders
   the same prompt every turn and the engine's prefix cache holds); a ``tool`` message is paired with
   its call by ``tool_call_id``, else by ``tool_name``, else with the oldest unanswered call.
-  ``images`` are refused (this server reads text only); ``thinking`` is dropped.
+  ``images`` (base64, as Ollama's clients send them) go where Ollama puts them: each in place of the
+  first ``[img]`` left in the content, else before it; ``thinking`` is dropped.
 - ``/api/generate``: ``prompt`` and ``system`` go through the chat template (as two messages);
-  ``raw: true`` sends the prompt as it is. ``suffix`` (fill in the middle), ``images``, ``template``
-  and ``context`` are refused. No ``prompt`` (and, for chat, no ``messages``) is Ollama's load check:
-  the parser returns a :class:`LoadCheck`, answered by :func:`load_body` (``done_reason: "load"``, or
-  ``"unload"`` with ``keep_alive: 0``).
+  ``raw: true`` sends the prompt as it is. ``images`` go into the prompt as in a chat message.
+  ``suffix`` (fill in the middle), ``template`` and ``context`` are refused. No ``prompt`` (and, for
+  chat, no ``messages``) is Ollama's load check: the parser returns a :class:`LoadCheck`, answered by
+  :func:`load_body` (``done_reason: "load"``, or ``"unload"`` with ``keep_alive: 0``).
+- Images are read as the OpenAI API's ``image_url`` parts are (``openai_format.take_image``, each a
+  data URL); a model without a vision projector refuses them (400).
 - ``format``: ``"json"`` -> any JSON object; a schema object -> JSON of that schema; ``""`` -> none.
 - ``options``: ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``seed`` (negative: random),
   ``num_predict`` (-1, -2, 0 or missing: up to the context size), ``stop``, ``repeat_penalty``,
@@ -45,6 +48,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from engine.generation.image_sources import data_url
 from engine.sampling import MAX_SEED, RANDOM_SEED, SamplingParams
 from engine.server.openai_format import (
     ApiError,
@@ -55,6 +59,7 @@ from engine.server.openai_format import (
     function_tools,
     speculative_from,
     stop_strings,
+    take_image,
 )
 from engine.server.reply import Reply, TokenLogprob, arguments_object
 
@@ -86,7 +91,8 @@ def parse_chat(body: Any, served: tuple[str, ...], n_ctx: int, *,
     if messages is None or messages == []:
         return LoadCheck(model, chat=True, unload=_unload(body))
     tools = _tools(body.get("tools"))
-    return _request(body, model, n_ctx, messages=_messages(messages), tools=tools)
+    images: list[str] = []
+    return _request(body, model, n_ctx, messages=_messages(messages, images), tools=tools, images=images)
 
 
 def parse_generate(body: Any, served: tuple[str, ...], n_ctx: int, *,
@@ -98,8 +104,6 @@ def parse_generate(body: Any, served: tuple[str, ...], n_ctx: int, *,
         if body.get(name):
             what = "fill-in-the-middle" if name == "suffix" else "a custom prompt template"
             raise bad(name, f"'{name}' ({what}) is not supported by this server", "unsupported_parameter")
-    if body.get("images"):
-        raise bad("images", "'images' are not supported: this server reads text only", "unsupported_parameter")
     if body.get("context"):
         raise bad("context", "'context' (the token context of an earlier answer) is not supported; send the "
                   "conversation to /api/chat instead", "unsupported_parameter")
@@ -110,12 +114,14 @@ def parse_generate(body: Any, served: tuple[str, ...], n_ctx: int, *,
         raise bad("system", f"'system' must be a string, not {system!r}", "invalid_type")
     if raw not in (True, False, None):
         raise bad("raw", f"'raw' must be true or false, not {raw!r}", "invalid_type")
+    images: list[str] = []
+    prompt = _with_images(prompt or "", body.get("images"), "images", "images", images)
     if not prompt:
         return LoadCheck(model, chat=False, unload=_unload(body))
     if raw:
-        return _request(body, model, n_ctx, prompt=prompt)
+        return _request(body, model, n_ctx, prompt=prompt, images=images)
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-    return _request(body, model, n_ctx, messages=messages)
+    return _request(body, model, n_ctx, messages=messages, images=images)
 
 
 def parse_show(body: Any, served: tuple[str, ...], *, strict_model: bool = False) -> str:
@@ -148,7 +154,7 @@ def _model(body: dict[str, Any], served: tuple[str, ...], strict: bool) -> str:
 
 def _request(body: dict[str, Any], model: str, n_ctx: int, *, prompt: str | None = None,
              messages: list[dict[str, Any]] | None = None,
-             tools: list[dict[str, Any]] | None = None) -> ParsedRequest:
+             tools: list[dict[str, Any]] | None = None, images: list[str] | None = None) -> ParsedRequest:
     options = body.get("options") or {}
     if not isinstance(options, dict):
         raise bad("options", "'options' must be an object", "invalid_type")
@@ -157,7 +163,8 @@ def _request(body: dict[str, Any], model: str, n_ctx: int, *, prompt: str | None
         stream = True
     if not isinstance(stream, bool):
         raise bad("stream", f"'stream' must be true or false, not {stream!r}", "invalid_type")
-    return ParsedRequest(model=model, prompt=prompt, messages=messages, sampling=_sampling_options(options),
+    return ParsedRequest(model=model, prompt=prompt, messages=messages, images=images or [],
+                         sampling=_sampling_options(options),
                          max_tokens=_num_predict(options, n_ctx), stop=_stop(options),
                          speculative=speculative_from(body.get("speculative")), stream=stream,
                          include_usage=stream, tools=tools or None, json_schema=_format(body.get("format")),
@@ -226,7 +233,27 @@ def _arguments_text(arguments: Any, where: str) -> str:
     return json.dumps(arguments, ensure_ascii=False)
 
 
-def _messages(messages: Any) -> list[dict[str, Any]]:
+def _with_images(text: str, value: Any, where: str, param: str, images: list[str]) -> str:
+    """``text`` with the worker's marker for each of ``value``'s images where Ollama puts an image: in place
+    of the first ``[img]`` left, else before the text (in order); their sources appended to ``images``."""
+    if value is None or value == []:
+        return text
+    if not isinstance(value, list):
+        raise bad(param, f"{where} must be a list of base64-encoded images", "invalid_type")
+    before = []
+    for k, image in enumerate(value):
+        if not isinstance(image, str) or not image:
+            raise bad(param, f"{where}[{k}] must be a base64-encoded image", "invalid_type")
+        source = image if image.startswith("data:") else data_url(image, "image/*")
+        marker = take_image({"type": "image", "url": source}, f"{where}[{k}]", images, param)
+        if "[img]" in text:
+            text = text.replace("[img]", marker, 1)
+        else:
+            before.append(marker)
+    return "".join(before) + text
+
+
+def _messages(messages: Any, images: list[str]) -> list[dict[str, Any]]:
     if not isinstance(messages, list):
         raise bad("messages", "'messages' must be a list of {role, content} objects", "invalid_type")
     out: list[dict[str, Any]] = []
@@ -242,9 +269,7 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
             content = ""
         if not isinstance(content, str):
             raise bad("messages", f"{where}.content must be a string", "invalid_type")
-        if message.get("images"):
-            raise bad("messages", f"{where}.images: images are not supported, this server reads text only",
-                      "unsupported_parameter")
+        content = _with_images(content, message.get("images"), f"{where}.images", "messages", images)
         entry: dict[str, Any] = {"role": role, "content": content}
         if role == "assistant" and message.get("tool_calls"):
             entry["tool_calls"] = _tool_calls(message["tool_calls"], i, where, pending)

@@ -280,8 +280,7 @@ def _message_text(content: Any, where: str, images: list[str]) -> str:
         parts = []
         for k, part in enumerate(content):
             if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES:
-                images.append(_image_source(part, f"{where}.content[{k}]"))
-                parts.append(IMAGE_MARKER)
+                parts.append(take_image(part, f"{where}.content[{k}]", images))
                 continue
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise bad("messages", f"{where}.content: only text and image_url parts are supported (no audio)",
@@ -291,16 +290,20 @@ def _message_text(content: Any, where: str, images: list[str]) -> str:
     raise bad("messages", f"{where}.content must be a string or a list of text and image_url parts", "invalid_type")
 
 
-def _image_source(part: dict[str, Any], where: str) -> str:
-    """The source an image part names; a remote URL is refused here (it is never fetched)."""
+def take_image(part: dict[str, Any], where: str, images: list[str], param: str = "messages") -> str:
+    """One image part of any of the server's APIs: the source it names (a data URL or a local path) appended
+    to ``images``, and the worker's image marker returned, to stand in the text where the image stood.
+    A remote URL is refused here (it is never fetched). Every API's images go through this and
+    ``plan.make``, which refuses them on a model without a projector and reads each with ``read_image``."""
     try:
         source = image_source(part)
     except ImageError as exc:
-        raise bad("messages", f"{where}: {exc}", "invalid_type") from None
+        raise bad(param, f"{where}: {exc}", "invalid_type") from None
     if source.startswith(("http://", "https://")):
-        raise bad("messages", f"{where}: remote image URLs are not fetched ({source[:80]}); send the image itself "
+        raise bad(param, f"{where}: remote image URLs are not fetched ({source[:80]}); send the image itself "
                   "as a data:image/…;base64 URL", "unsupported_parameter")
-    return source
+    images.append(source)
+    return IMAGE_MARKER
 
 
 def _arguments_text(value: Any, where: str) -> str:

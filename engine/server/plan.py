@@ -17,7 +17,7 @@ the rest once for all of them:
 - **Structured output.** A JSON schema (``{}``: any object) or a GBNF grammar
   goes to the worker, which samples under it; speculation keeps the output
   identical (engine/runtime/sampler.py says why).
-- **Images.** ``image_url`` parts reach the worker as base64 beside markers in
+- **Images.** Every API's images (``openai_format.take_image``) reach the worker as base64 beside markers in
   the text; a model loaded without a vision projector refuses them (400).
 - **Streaming with tools.** Text streams until the family's call marker
   appears; a tail that could begin the marker is held back, and the calls go

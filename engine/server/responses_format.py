@@ -10,8 +10,11 @@ Request rules:
   ``input_text`` / ``output_text`` / ``refusal`` parts), ``function_call`` items (``call_id``, ``name``,
   ``arguments``: an assistant tool call; consecutive calls join one assistant message) and
   ``function_call_output`` items (``call_id``, ``output``: a ``tool`` message). ``reasoning`` items
-  (the model's earlier thoughts, which Codex sends back) are dropped. Images, files, audio,
-  ``item_reference`` and other items are refused (400 naming them).
+  (the model's earlier thoughts, which Codex sends back) are dropped. ``input_image`` parts (in a message
+  or a ``function_call_output``) take ``image_url``: a data URL, or a local path or ``file://`` URL on a
+  server started with ``--allow-local-images``; a remote URL and a ``file_id`` are refused, never
+  fetched; each is read as the chat API's ``image_url`` parts are (``openai_format.take_image``).
+  Files, audio, ``item_reference`` and other items are refused (400 naming them).
 - ``instructions``: a system message first.
 - ``tools``: function tools in the flat shape ``{"type": "function", "name", "description",
   "parameters", "strict"}``; any other tool type (web search, file search, computer use, local
@@ -23,7 +26,8 @@ Request rules:
   (default 1), llama-server's ``top_k``, ``min_p``, ``seed``, penalties, and our ``speculative``.
 - ``top_logprobs`` with ``include: ["message.output_text.logprobs"]``: per-token log-probabilities.
 - ``store`` (default true, as OpenAI's): the response is kept in memory (the most recent 256, while
-  the server runs; engine/server/response_store.py) and ``previous_response_id`` continues it. A
+  the server runs; engine/server/response_store.py, its images with it) and ``previous_response_id``
+  continues it. A
   response not kept is a 404 saying to send the whole conversation. ``conversation`` objects,
   ``background: true`` and ``prompt`` (stored prompt templates) are refused.
 - Accepted and ignored: ``reasoning``, ``parallel_tool_calls``, ``metadata``, ``user``,
@@ -53,6 +57,7 @@ from engine.server.openai_format import (
     check_text,
     function_tool,
     speculative_from,
+    take_image,
 )
 from engine.server.reply import Reply, TokenLogprob
 
@@ -71,14 +76,15 @@ _ECHO_DEFAULTS: dict[str, Any] = {
 
 # -- request in -------------------------------------------------------------------
 def parse(body: Any, served: tuple[str, ...], n_ctx: int, *, strict_model: bool = False,
-          history: Callable[[str], list[dict[str, Any]] | None] | None = None) -> ParsedRequest:
-    """A ``/v1/responses`` body. ``history`` finds the conversation a stored response ended
-    (``previous_response_id``; engine/server/response_store.py); without it, the request must carry
-    the whole conversation. Raises :class:`ApiError` (answer it with :func:`error_body`)."""
+          history: Callable[[str], tuple[list[dict[str, Any]], list[str]] | None] | None = None) -> ParsedRequest:
+    """A ``/v1/responses`` body. ``history`` finds the conversation a stored response ended and the sources
+    of its images (``previous_response_id``; engine/server/response_store.py); without it, the request
+    must carry the whole conversation. Raises :class:`ApiError` (answer it with :func:`error_body`)."""
     if not isinstance(body, dict):
         raise bad("body", "The request body must be a JSON object", "invalid_type")
     check_text(body)
     previous: list[dict[str, Any]] = []
+    images: list[str] = []  # the sources of the conversation's images, in order (the kept ones first)
     for name in STATELESS:
         value = body.get(name)
         if not value:
@@ -91,7 +97,7 @@ def parse(body: Any, served: tuple[str, ...], n_ctx: int, *, strict_model: bool 
                 raise ApiError(404, f"Response '{value}' is not kept here: this server keeps its most recent "
                                "responses in memory only while it runs. Send the whole conversation in "
                                "'input'.", param=name, code="response_not_found")
-            previous = found
+            previous, images = found[0], list(found[1])
             continue
         kept = "conversations" if name == "conversation" else "responses"
         raise bad(name, f"'{name}' is not supported: this server keeps no {kept} here (stateless); send the whole "
@@ -107,14 +113,14 @@ def parse(body: Any, served: tuple[str, ...], n_ctx: int, *, strict_model: bool 
     if instructions is not None and not isinstance(instructions, str):
         raise bad("instructions", "'instructions' must be a string", "invalid_type")
     messages = ([{"role": "system", "content": instructions}] if instructions else []) + previous \
-        + _input(body.get("input"))
+        + _input(body.get("input"), images)
     tools = _tools(body.get("tools"))
     stream = body.get("stream", False)
     if stream is None:
         stream = False
     if not isinstance(stream, bool):
         raise bad("stream", f"'stream' must be true or false, not {stream!r}", "invalid_type")
-    return ParsedRequest(model=model, messages=messages, sampling=_sampling(body),
+    return ParsedRequest(model=model, messages=messages, images=images, sampling=_sampling(body),
                          max_tokens=_max_tokens(body, n_ctx, "max_output_tokens"),
                          speculative=speculative_from(body.get("speculative")), stream=stream,
                          include_usage=stream, tools=tools or None,
@@ -132,7 +138,9 @@ def _model(body: dict[str, Any], served: tuple[str, ...], strict: bool) -> str:
     return served[0]
 
 
-def _parts_text(content: Any, where: str) -> str:
+def _parts_text(content: Any, where: str, images: list[str]) -> str:
+    """A content string or parts as text: text parts joined, each ``input_image`` the worker's marker (its
+    source appended to ``images``)."""
     if isinstance(content, str):
         return content
     if content is None:
@@ -147,14 +155,19 @@ def _parts_text(content: Any, where: str) -> str:
             if not isinstance(text, str):
                 raise bad("input", f"{where}[{k}] must hold its text", "invalid_type")
             texts.append(text)
+        elif kind == "input_image":
+            if part.get("image_url") is None and part.get("file_id") is not None:
+                raise bad("input", f"{where}[{k}]: images by 'file_id' are not supported (this server keeps no "
+                          "files); send image_url as a data:image/…;base64 URL", "unsupported_parameter")
+            texts.append(take_image(part, f"{where}[{k}]", images, "input"))
         else:
             what = f"'{kind}' parts" if isinstance(kind, str) else repr(part)[:60]
-            raise bad("input", f"{where}[{k}]: {what} are not supported; this server reads text only "
-                      "(input_text / output_text)", "unsupported_parameter")
+            raise bad("input", f"{where}[{k}]: {what} are not supported; this server reads text and images "
+                      "(input_text / output_text / input_image)", "unsupported_parameter")
     return "".join(texts)
 
 
-def _input(value: Any) -> list[dict[str, Any]]:
+def _input(value: Any, images: list[str]) -> list[dict[str, Any]]:
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
     if not isinstance(value, list) or not value:
@@ -169,7 +182,7 @@ def _input(value: Any) -> list[dict[str, Any]]:
             role = item.get("role")
             if role not in ROLES:
                 raise bad("input", f"{where}.role must be user, assistant, system or developer, not {role!r}")
-            out.append({"role": ROLES[role], "content": _parts_text(item.get("content"), f"{where}.content")})
+            out.append({"role": ROLES[role], "content": _parts_text(item.get("content"), f"{where}.content", images)})
         elif kind == "function_call":
             call_id, name, arguments = item.get("call_id"), item.get("name"), item.get("arguments", "{}")
             if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
@@ -187,7 +200,7 @@ def _input(value: Any) -> list[dict[str, Any]]:
             if not isinstance(call_id, str) or not call_id:
                 raise bad("input", f"{where}.call_id must name the function_call it answers", "invalid_type")
             out.append({"role": "tool", "tool_call_id": call_id,
-                        "content": _parts_text(output, f"{where}.output")})
+                        "content": _parts_text(output, f"{where}.output", images)})
         elif kind == "reasoning":
             continue
         elif kind == "item_reference":

@@ -23,6 +23,8 @@ from engine.server import ollama_format as O
 from engine.server import responses_format as R
 from engine.server.openai_format import ApiError, ParsedRequest
 from engine.server.reply import Reply, TokenLogprob, ToolCall
+from engine.server.response_store import ResponseStore
+from engine.worker.protocol import IMAGE_MARKER
 
 MODEL = "synth-glm4moe"
 SERVED = (MODEL, f"{MODEL}.gguf")
@@ -254,13 +256,13 @@ def test_anthropic_count_tokens_and_refusals_reach_the_client_as_its_errors():
     counted = client.messages.count_tokens(model="claude-x", messages=[{"role": "user", "content": "hi"}],
                                            tools=[ANTHROPIC_TOOL])
     assert counted.input_tokens == 21 and seen[0].tools and seen[0].max_tokens == N_CTX
-    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    image = {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}
     with pytest.raises(anthropic.BadRequestError) as refused:
         client.messages.create(model="claude-x", max_tokens=10,
                                messages=[{"role": "user", "content": [image, {"type": "text", "text": "what?"}]}])
     assert refused.value.body["type"] == "error"
     assert refused.value.body["error"]["type"] == "invalid_request_error"
-    assert "'image' blocks" in refused.value.body["error"]["message"]
+    assert "remote image URLs are not fetched" in refused.value.body["error"]["message"]
     strict = anthropic_client(lambda p: make_reply("x"), [], strict=True)
     with pytest.raises(anthropic.NotFoundError) as missing:
         strict.messages.create(model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
@@ -339,7 +341,13 @@ def test_anthropic_tool_choice(choice, expected):
     ({"messages": [{"role": "user", "content": "\ud800"}]}, "messages", "lone surrogate"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
                                                  "content": [{"type": "image", "source": {}}]}]}]},
-     "messages", "'image' blocks"),
+     "messages", "image sources of type None"),
+    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": "f"}}]}]},
+     "messages", "image sources of type 'file'"),
+    ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "base64"}}]}]},
+     "messages", "needs its 'data'"),
+    ({"messages": [{"role": "assistant", "content": [{"type": "image", "source": {"type": "url", "url": "x"}}]}]},
+     "messages", "'image' blocks are not supported in an assistant turn"),
 ])
 def test_anthropic_refusals_name_the_field(body, param, words):
     with pytest.raises(ApiError) as refused:
@@ -452,7 +460,7 @@ def test_ollama_errors_reach_the_client_as_response_errors():
     assert missing.value.status_code == 404 and missing.value.error == "model 'llama3.2' not found"
     assert client.chat(model=f"{MODEL}:latest", messages=[{"role": "user", "content": "x"}], stream=False).done
     with pytest.raises(ollama.ResponseError) as refused:
-        client.chat(model=MODEL, messages=[{"role": "user", "content": "x", "images": [b"\x89PNG"]}], stream=False)
+        client.chat(model=MODEL, messages=[{"role": "user", "content": "x", "images": [""]}], stream=False)
     assert refused.value.status_code == 400 and "images" in refused.value.error
     failing = make_reply("partial", extras={"fail": ApiError(504, "ran past the timeout")})
     streaming = ollama_client(lambda p: failing, [])
@@ -484,7 +492,8 @@ def test_ollama_request_rules():
 
 @pytest.mark.parametrize(("body", "param"), [
     ({"model": "m", "prompt": "x", "suffix": "y"}, "suffix"),
-    ({"model": "m", "prompt": "x", "images": ["aGk="]}, "images"),
+    ({"model": "m", "prompt": "x", "images": "aGk="}, "images"),
+    ({"model": "m", "prompt": "x", "images": [7]}, "images"),
     ({"model": "m", "prompt": "x", "context": [1, 2]}, "context"),
     ({"model": "m", "prompt": "x", "template": "{{ .Prompt }}"}, "template"),
     ({"model": "m", "prompt": "x", "options": {"temperature": "hot"}}, "options.temperature"),
@@ -601,11 +610,15 @@ def test_responses_refusals_reach_the_client_as_bad_requests():
     with pytest.raises(openai.BadRequestError) as tool:
         client.responses.create(model="m", input="x", tools=[{"type": "web_search"}, RESPONSES_TOOL])
     assert "'web_search'" in tool.value.body["message"]
-    image = {"role": "user", "content": [{"type": "input_text", "text": "what is it?"},
-                                         {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}]}
-    with pytest.raises(openai.BadRequestError) as picture:
-        client.responses.create(model="m", input=[image])
-    assert "'input_image'" in picture.value.body["message"]
+    for image, words in (({"type": "input_image", "file_id": "file-1"}, "'file_id'"),
+                         ({"type": "input_image", "image_url": "http://example.com/cat.png"}, "not fetched")):
+        with pytest.raises(openai.BadRequestError) as picture:
+            client.responses.create(model="m", input=[{"role": "user", "content": [image]}])
+        assert words in picture.value.body["message"] and picture.value.body["param"] == "input"
+    with pytest.raises(openai.BadRequestError) as audio:
+        client.responses.create(model="m", input=[{"role": "user", "content": [
+            {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}])
+    assert "'input_audio'" in audio.value.body["message"]
     strict = openai_client(lambda p: make_reply("x"), [], strict=True)
     with pytest.raises(openai.NotFoundError):
         strict.responses.create(model="gpt-5", input="x")
@@ -726,3 +739,53 @@ def test_the_speculative_extension_takes_a_draft_sampling():
     assert speculative_from({"mode": "mtp"}).draft_sampling == "match"
     with pytest.raises(ApiError, match="draft_sampling must be one of"):
         speculative_from({"mode": "mtp", "draft_sampling": "sometimes"})
+
+
+# -- images: every API's image parts become the worker's markers and the same sources ----------------
+PNG = "iVBORw0KGgo="  # base64 as the clients send it (the server decodes it later, in plan.make)
+
+
+def test_anthropic_image_blocks_become_markers_in_place_with_their_sources_in_order():
+    shot = {"type": "image", "source": {"type": "url", "url": "data:image/jpeg;base64,AAAA"}}
+    parsed = A.parse({"max_tokens": 4, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "a "},
+                                     {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                  "data": PNG}},
+                                     {"type": "text", "text": " b"}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "shot", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                      "content": [{"type": "text", "text": "here:"}, shot]},
+                                     {"type": "image", "source": {"type": "url", "url": "/tmp/c.png"}}]}]},
+        SERVED, N_CTX)
+    assert parsed.messages[0]["content"] == f"a {IMAGE_MARKER} b"
+    assert parsed.messages[2] == {"role": "tool", "tool_call_id": "t1", "content": f"here:{IMAGE_MARKER}"}
+    assert parsed.messages[3] == {"role": "user", "content": IMAGE_MARKER}
+    assert parsed.images == [f"data:image/png;base64,{PNG}", "data:image/jpeg;base64,AAAA", "/tmp/c.png"]
+
+
+def test_responses_input_images_become_markers_and_a_kept_response_keeps_its_images():
+    kept = ([{"role": "user", "content": f"{IMAGE_MARKER}?"}, {"role": "assistant", "content": "red"}], ["data:,1"])
+    parsed = R.parse({"input": [{"role": "user", "content": [
+        {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}", "detail": "low"},
+        {"type": "input_text", "text": " and this?"}]}], "previous_response_id": "resp_1"},
+        SERVED, N_CTX, history=lambda rid: kept)
+    assert [m["content"] for m in parsed.messages] == [f"{IMAGE_MARKER}?", "red", f"{IMAGE_MARKER} and this?"]
+    assert parsed.images == ["data:,1", f"data:image/png;base64,{PNG}"]
+    store = ResponseStore()
+    store.keep("resp_2", parsed.messages, make_reply("blue"), parsed.images)
+    messages, images = store.conversation("resp_2")
+    assert images == parsed.images and messages[-1] == {"role": "assistant", "content": "blue"}
+
+
+def test_ollama_images_go_where_ollama_puts_them():
+    parsed = O.parse_chat({"messages": [{"role": "user", "content": "what?", "images": [PNG]},
+                                        {"role": "assistant", "content": "red"},
+                                        {"role": "user", "content": "and [img] or [img]?", "images": ["AA", "BB"]}]},
+                          SERVED, N_CTX)
+    assert [m["content"] for m in parsed.messages] == [f"{IMAGE_MARKER}what?", "red",
+                                                       f"and {IMAGE_MARKER} or {IMAGE_MARKER}?"]
+    assert parsed.images == [f"data:image/*;base64,{x}" for x in (PNG, "AA", "BB")]
+    generated = O.parse_generate({"prompt": "what?", "images": [PNG], "system": "terse"}, SERVED, N_CTX)
+    assert generated.messages[1]["content"] == f"{IMAGE_MARKER}what?" and len(generated.images) == 1
+    raw = O.parse_generate({"prompt": "what?", "images": [PNG, PNG], "raw": True}, SERVED, N_CTX)
+    assert raw.prompt == f"{IMAGE_MARKER}{IMAGE_MARKER}what?" and len(raw.images) == 2
