@@ -10,6 +10,8 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field, replace
 
+from engine.synth.tokenizer import MAX_ACTIVE
+
 GENERATOR_VERSION = 6  # bump when the files a spec produces change
 # Oracle LM heads: the logit of f(t) is this × |h| (~8 at the tiny size) above a random spread; at 2.0
 # sampling at temperature 1 nearly always picks f(t)
@@ -82,6 +84,7 @@ SIZES = {
 # policy and autotune learn from should use these.
 SIZES["bench-152k"] = replace(SIZES["bench"], n_vocab=151_936)
 SIZES["bench-262k"] = replace(SIZES["bench"], n_vocab=262_144)
+SIZES["tiny-152k"] = replace(SIZES["tiny"], n_vocab=151_936)  # tests: exact oracle maps at a real vocabulary
 
 # Quantized sizes, as users run models (engine/synth/quant.py): tiny ones for tests.
 for _quant in ("q8_0", "q4_0"):
@@ -151,6 +154,8 @@ class SynthSpec:
                 del head["run"]
         if fields["logit_scale"] == LOGIT_SCALE:
             del fields["logit_scale"]
+        if self.dims.n_vocab - 2 > MAX_ACTIVE:  # maps over the first MAX_ACTIVE tokens only: new files
+            fields["active"] = MAX_ACTIVE
         blob = json.dumps({"v": GENERATOR_VERSION, **fields}, sort_keys=True)
         digest = hashlib.sha256(blob.encode()).hexdigest()[:10]
         return f"{self.arch}-{self.size}-{self.weights}-s{self.seed}-{digest}"

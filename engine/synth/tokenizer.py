@@ -8,6 +8,14 @@ from dataclasses import dataclass
 TOKEN_NORMAL = 1
 TOKEN_CONTROL = 3
 
+# Oracle maps take part over at most this many tokens: as many as a 4,096-token vocabulary has.
+# A real-sized vocabulary (151,936 tokens) keeps its full LM head and sampler costs, but its
+# effective maps (engine.synth.weights.effective_map: an argmax over the vocabulary for every
+# token taking part) then cost seconds instead of a vocabulary-squared product (86 GiB), and the
+# heads agree with the target as often as at 4,096 tokens. The other words are ordinary tokens
+# whose LM head rows are zero, so greedy decoding never reaches them.
+MAX_ACTIVE = 4094
+
 
 def _byte_chars() -> list[str]:
     """GPT-2's bytes_to_unicode: printable bytes map to themselves, the rest are shifted."""
@@ -37,6 +45,11 @@ class Vocabulary:
     def n_normal(self) -> int:
         """Tokens [0, n_normal) are ordinary text; the rest are control tokens."""
         return self.bos
+
+    @property
+    def n_active(self) -> int:
+        """Tokens [0, n_active) take part in the oracle maps (all normal ones up to ``MAX_ACTIVE``)."""
+        return min(self.n_normal, MAX_ACTIVE)
 
 
 _WORDS = (

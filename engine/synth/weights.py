@@ -97,7 +97,15 @@ class WeightFiller:
         return (_rng(spec, t.name).standard_normal(t.shape, dtype=np.float32) * scale).astype(np.float32)
 
 
-def effective_map(head: np.ndarray, embd: np.ndarray, n_normal: int) -> list[int]:
-    """argmax over the vocabulary of head @ e_t for every normal token t."""
-    logits = embd[:n_normal].astype(np.float32) @ head.astype(np.float32).T
-    return [int(x) for x in logits.argmax(axis=1)]
+def effective_map(head: np.ndarray, embd: np.ndarray, n_normal: int, chunk: int = 512) -> list[int]:
+    """argmax over the vocabulary of head @ e_t for every token t < ``n_normal``.
+
+    Computed ``chunk`` tokens at a time: at a real vocabulary the whole product
+    would be gigabytes of logits (151,936 columns per token).
+    """
+    head32 = head.astype(np.float32)
+    out: list[int] = []
+    for start in range(0, n_normal, chunk):
+        logits = embd[start:min(start + chunk, n_normal)].astype(np.float32) @ head32.T
+        out += [int(x) for x in logits.argmax(axis=1)]
+    return out

@@ -149,7 +149,7 @@ class SynthModel:
         if self._arrays is None:
             maps = None
             if self.spec.weights != "random":
-                maps = build_maps(self.spec, self.vocab.n_normal, self.vocab.first_word)
+                maps = build_maps(self.spec, self.vocab.n_active, self.vocab.first_word)
             filler = WeightFiller(self.spec, maps)
             self._arrays = {t.name: filler.array(t) for t in self._tensor_specs()}
             if self.spec.weights == "oracle":

@@ -16,7 +16,7 @@ from engine.generation.session import LoadOptions, Session
 from engine.runtime import SamplingParams
 from engine.speculative import rollback
 from engine.speculative.settings import mtp
-from engine.synth import simulate
+from engine.synth import HeadMap, SynthModel, SynthSpec, simulate
 from tests.engine import conftest
 from tests.engine.conftest import ARCHS, heads_for, open_session, synth
 
@@ -62,6 +62,29 @@ def test_oracle_acceptance_equals_the_simulator_round_by_round(arch, agree, read
             assert result.tokens == tokens
             assert result.accepted_per_round == rounds, f"n_max={n_max}"
             assert result.stats.accepted == sum(rounds)
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "step35"])
+def test_oracle_acceptance_is_exact_at_a_real_vocabulary(arch):
+    # 151,936 tokens: the maps take part over the first 4,094 (engine.synth.tokenizer.MAX_ACTIVE),
+    # the LM heads keep every row, so drafts and the p_min gate see a real vocabulary's logits.
+    reads = "token" if arch == "step35" else "hidden"
+    model = SynthModel(SynthSpec(arch=arch, size="tiny-152k", n_heads=heads_for(arch),
+                                 heads=(HeadMap(reads, 0.7, 3),)))
+    assert model.maps is not None and len(model.maps.f) == 4094
+    session = open_session(model)
+    try:
+        assert session.model.n_vocab == 151_936
+        prompt = session.model.tokenize(PROMPT)
+        for n_max in (1, 3):
+            result = run(session, n_max)
+            tokens, rounds = simulate(model.maps, prompt[-1], prompt[-2], N_TOKENS, n_max,
+                                      chained=heads_for(arch) > 1)
+            assert result.tokens == tokens
+            assert result.accepted_per_round == rounds, f"n_max={n_max}"
+            assert 0 < sum(rounds) < result.stats.drafted
     finally:
         session.close()
 

@@ -159,3 +159,22 @@ def test_synth_command_writes_every_architecture(capsys):
     assert "deepseek4-tiny-random" in trunk and read_facts(side).layout == "mtp-only"
     assert main(["synth", "--arch", "hy_v3", "--weights", "mixed", "--json"]) == 0
     assert '"n_heads": 2' in capsys.readouterr().out
+
+
+def test_effective_maps_are_the_same_computed_in_chunks_and_at_once():
+    import numpy as np
+
+    from engine.synth.weights import effective_map
+
+    rng = np.random.default_rng(3)
+    head, embd = rng.standard_normal((700, 16)), rng.standard_normal((700, 16))
+    whole = [int(x) for x in (embd[:650] @ head.T).argmax(axis=1)]
+    assert effective_map(head, embd, 650, chunk=64) == whole  # 650 is not a multiple of the chunk
+    assert len(set(whole)) > 100
+
+
+def test_a_real_vocabulary_keeps_every_token_but_maps_only_the_first_4094():
+    vocab = build_vocabulary(151_936)
+    assert len(vocab.tokens) == 151_936 and vocab.n_normal == 151_934
+    assert vocab.n_active == 4094 == build_vocabulary(4096).n_active
+    assert build_vocabulary(512).n_active == 510
