@@ -1,7 +1,8 @@
 """The sequences of a multi-sequence session, and what each keeps between its generations.
 
-A sequence keeps its drafters (an MTP lane, an n-gram drafter with its own map),
-its adaptive-depth policies, and what the target holds for it. A new request
+A sequence keeps its drafters (an MTP lane; an n-gram drafter with its own map
+and its adaptive-depth policies, chosen from as a single session chooses:
+engine/speculative/choice.py), and what the target holds for it. A new request
 takes the free sequence holding the longest common prefix with its prompt and
 decodes only the rest, as the single-sequence prefix cache does
 (engine/generation/prefix_cache.py): the MTP lane resumes one row after the
@@ -18,24 +19,19 @@ from typing import Any
 from engine.errors import ContextError
 from engine.generation.prefix_cache import common_prefix
 from engine.generation.session import Session
-from engine.speculative.adaptive import AdaptiveDepth
-from engine.speculative.compose import ComposeDrafter
-from engine.speculative.depth import PLAIN, DepthPolicy, FixedDepth
-from engine.speculative.drafter import Drafter, PlainDrafter
+from engine.speculative.choice import DrafterChoice
+from engine.speculative.depth import DepthPolicy
+from engine.speculative.drafter import Drafter
 from engine.speculative.mtp import MTPDrafter
-from engine.speculative.ngram import NgramDrafter
 from engine.speculative.rollback import PARTIAL_ONLY
-from engine.speculative.settings import MAX_DRAFT, MTP, MTP_NGRAM, SPECULATION_OFF, SpeculativeSettings
+from engine.speculative.settings import MTP_NGRAM, SpeculativeSettings
 
 
 @dataclass
 class _Memory:
     """What one sequence keeps between its generations."""
 
-    plain: PlainDrafter = field(default_factory=PlainDrafter)
-    ngram: NgramDrafter | None = None
-    composed: ComposeDrafter | None = None
-    policies: dict[tuple[str, int], AdaptiveDepth] = field(default_factory=dict)
+    drafters: DrafterChoice = field(default_factory=DrafterChoice)  # its own, as a single session's
     held: list[int] = field(default_factory=list)  # what the target holds for it, position by position
     mtp_held: list[int] = field(default_factory=list)  # of those, what its MTP lane holds exactly
     # a hybrid's recurrent state after ``checkpoint_pos`` prompt tokens (the prompt's all but last)
@@ -74,26 +70,10 @@ class Sequences:
 
     def speculation(self, settings: SpeculativeSettings, seq: int) -> tuple[SpeculativeSettings, Drafter,
                                                                             DepthPolicy]:
-        """As :meth:`Session.speculation`, with this sequence's drafters and policies."""
-        session, memory = self.session, self.memory[seq]
-        spec = settings.limited_to(session.max_draft)
-        mtp = session.mtp_lane(seq)
-        drafter: Drafter | None = None
-        if spec.mode == MTP:
-            drafter = mtp
-        elif spec.uses_ngram:
-            memory.ngram = memory.ngram or NgramDrafter()
-            drafter = memory.ngram
-            if spec.mode == MTP_NGRAM and mtp is not None:
-                memory.composed = memory.composed or ComposeDrafter(mtp, memory.ngram, session.max_draft)
-                drafter = memory.composed
-        if drafter is None:
-            return SPECULATION_OFF, memory.plain, PLAIN
-        if not spec.adaptive:
-            return spec, drafter, FixedDepth(MAX_DRAFT)
-        key = (spec.mode, spec.n_max)
-        memory.policies.setdefault(key, AdaptiveDepth(spec.n_max))
-        return spec, drafter, memory.policies[key]
+        """As :meth:`Session.speculation`, with this sequence's MTP lane, drafters and policies (the
+        target was prepared once for every sequence: engine/generation/parallel.py)."""
+        session = self.session
+        return self.memory[seq].drafters.choose(settings, session.mtp_lane(seq), session.target.threads)
 
     def reuse(self, seq: int, tokens: list[int], spec: SpeculativeSettings, drafter: Drafter) -> int:
         """Keep the longest prefix of ``tokens`` sequence ``seq`` still holds; start its drafter."""

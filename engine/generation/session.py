@@ -14,21 +14,12 @@ from engine.load_options import LoadOptions, check_options  # LoadOptions: bench
 from engine.runtime import Context, ContextParams, Model
 from engine.runtime.mtmd import Projector
 from engine.speculative import rollback
-from engine.speculative.adaptive import AdaptiveDepth
-from engine.speculative.compose import ComposeDrafter
-from engine.speculative.depth import PLAIN, DepthPolicy, FixedDepth
-from engine.speculative.drafter import Drafter, PlainDrafter
+from engine.speculative.choice import DrafterChoice
+from engine.speculative.depth import DepthPolicy
+from engine.speculative.drafter import Drafter
 from engine.speculative.mtp import MTPDrafter
 from engine.speculative.ngram import NgramDrafter
-from engine.speculative.settings import (
-    MAX_DRAFT,
-    MTP,
-    MTP_NGRAM,
-    NGRAM,
-    SPECULATION_OFF,
-    SpeculativeSettings,
-    deepest_draft,
-)
+from engine.speculative.settings import MAX_DRAFT, SpeculativeSettings, deepest_draft
 
 # Architectures whose attention depends on where cells sit in the KV pool, not only on what they hold
 # (deepseek4's compressed KV: its drafts changed with other sequences beside it in a shared pool, and
@@ -79,12 +70,9 @@ class Session:
         # None until a context asked for recurrent snapshots (llama.cpp clamps
         # n_rs_seq to 0 for architectures without rollback support)
         self._snapshots_supported: bool | None = self.target.n_rs_seq > 0 if (want_mtp and self._hybrid) else None
-        # n-gram drafting needs no head; its map lives as long as this model (engine/speculative/ngram.py)
-        self.ngram_drafter: NgramDrafter | None = None
-        self._composed: ComposeDrafter | None = None
-        # adaptive depth per (mode, n_max): what it measured (costs, acceptance) carries over to the next reply
-        self._depth_policies: dict[tuple[str, int, int, int], AdaptiveDepth] = {}
-        self.plain_drafter = PlainDrafter()
+        # the drafters and adaptive depth policies a request chooses from, kept between replies: the
+        # n-gram map lives as long as this model, adaptive depth's measurements carry over (choice.py)
+        self.drafters = DrafterChoice()
         self._mtp_lanes: dict[int, MTPDrafter] = {}  # per sequence of a multi-sequence session (mtp_lane)
         # the vision projector, when the load names one: the model then takes images (engine/generation/images.py)
         self.projector: Projector | None = None
@@ -141,21 +129,10 @@ class Session:
             self.rollback_strategy = rollback.choose(self.target, self._hybrid, MAX_DRAFT)
         self.prepared_for_mtp, self.prepared_for_drafts = mtp, drafts
 
-    def drafter_for(self, settings: SpeculativeSettings) -> Drafter | None:
-        """The drafter a generation with these settings (already
-        :meth:`~SpeculativeSettings.limited_to` this model) drafts with; None: plain decoding."""
-        if settings.uses_mtp and self.mtp_drafter is None:
-            return None
-        if settings.uses_ngram and self.ngram_drafter is None:
-            self.ngram_drafter = NgramDrafter()
-        if settings.mode == NGRAM:
-            return self.ngram_drafter
-        if settings.mode == MTP_NGRAM:
-            assert self.mtp_drafter is not None and self.ngram_drafter is not None
-            if self._composed is None:
-                self._composed = ComposeDrafter(self.mtp_drafter, self.ngram_drafter, self.max_draft)
-            return self._composed
-        return self.mtp_drafter if settings.mode == MTP else None
+    @property
+    def ngram_drafter(self) -> NgramDrafter | None:
+        """The n-gram drafter, once a request drafted n-grams (benchmarks make it forget)."""
+        return self.drafters.ngram
 
     def set_threads(self, n_threads: int, n_threads_draft: int = 0) -> None:
         """Decode with other thread counts from now on, without reloading (autotune times
@@ -169,25 +146,11 @@ class Session:
     def speculation(self, settings: SpeculativeSettings) -> tuple[SpeculativeSettings, Drafter, DepthPolicy]:
         """What a generation asking for ``settings`` runs with: the settings this model allows
         (the one place the model's limits apply), the drafter (plain decoding's drafts nothing)
-        and the depth policy. The target context is prepared for them."""
-        spec = settings.limited_to(self.max_draft)
-        drafter = self.drafter_for(spec)
-        if drafter is None:
-            spec, drafter = SPECULATION_OFF, self.plain_drafter
+        and the depth policy, as :class:`DrafterChoice` chooses them for every sequence of every
+        session. The target context is prepared for them."""
+        spec, drafter, policy = self.drafters.choose(settings, self.mtp_drafter, self.target.threads)
         self.prepare(mtp=spec.uses_mtp, drafts=spec.enabled)
-        return spec, drafter, self.depth_policy(spec)
-
-    def depth_policy(self, settings: SpeculativeSettings) -> DepthPolicy:
-        """The depth policy for these settings. Adaptive depth's is kept between generations:
-        the costs of this machine and model do not change from one reply to the next."""
-        if not settings.adaptive:
-            # a fixed depth asks for what fits; the drafter's own settings stop it at n_max
-            return FixedDepth(MAX_DRAFT) if settings.enabled else PLAIN
-        draft_threads = self.mtp_drafter.ctx.threads if self.mtp_drafter is not None else 0
-        key = (settings.mode, settings.n_max, self.target.threads, draft_threads)  # other threads, other costs
-        if key not in self._depth_policies:
-            self._depth_policies[key] = AdaptiveDepth(settings.n_max)
-        return self._depth_policies[key]
+        return spec, drafter, policy
 
     def _init_mtp(self, mtp_in_target: bool) -> None:
         if mtp_in_target:
@@ -273,9 +236,7 @@ class Session:
         if getattr(self, "projector", None) is not None:  # before the model it was loaded against
             self.projector.close()
             self.projector = None
-        if self.ngram_drafter is not None:
-            self.ngram_drafter.close()
-            self.ngram_drafter = self._composed = None
+        self.drafters.close()
         if self.mtp_drafter is not None:
             self.mtp_drafter.close()
             self.mtp_drafter = None

@@ -150,7 +150,7 @@ def test_deferring_and_settling_the_mtp_catch_up_leaves_mtp_drafts_unchanged(arc
         assert session.mtp_drafter is not None
 
         def drafts() -> tuple[list[tuple[int, ...]], list[int]]:
-            session._composed = None  # rebuilt with the patched constants
+            session.drafters.composed = None  # rebuilt with the patched constants
             session.ngram_drafter.forget()
             run(session, ngram(8), sampling=SAMPLED, max_tokens=64)
             # long enough that an MTP round keeps a draft right before an n-gram round: a backlog to settle
