@@ -108,6 +108,10 @@ def generate(
                            "Shorten the conversation or raise the context size.")
     stats.prompt_tokens = len(tokens)
     if request.max_tokens <= 0:  # nothing to generate: not even the first sampled token
+        if pictures is not None:  # counted as the prefill would take it: its text tokens and image rows
+            with session.projector.tokenize(pictures.text, pictures.images,
+                                            add_special=pictures.add_special) as chunks:
+                stats.prompt_tokens = chunks.n_tokens
         return ended_early(stats, "length", prompt_mode, on_stats)
     out = Output(session.model, request.stop, request.max_tokens, request.split_reasoning, on_text,
                  on_reasoning, opens_thinking, on_text_logprobs)
