@@ -135,6 +135,13 @@ def test_ollama_images_are_answered_as_chat_completions_answers_them(clients: Cl
         generated = clients.ollama.generate(model=MODEL_ID, prompt=QUESTION, images=[image], options=OLLAMA_GREEDY,
                                             stream=False)
         assert generated.response == expected[image]
+    # Ollama's rule: an image goes in place of the first "[img]" left in the text, else before the text
+    placed = clients.ollama.chat(model=MODEL_ID, messages=[{"role": "user", "content": f"[img]{QUESTION}",
+                                                            "images": [STRIPES]}], options=OLLAMA_GREEDY, stream=False)
+    assert placed.message.content == expected[STRIPES]
+    raw = {image: clients.ollama.generate(model=MODEL_ID, prompt=QUESTION, images=[image], raw=True,
+                                          options=OLLAMA_GREEDY, stream=False) for image in (QUADRANTS, STRIPES)}
+    assert raw[QUADRANTS].eval_count == N and raw[QUADRANTS].response != raw[STRIPES].response
     asked = [{"role": "user", "content": QUESTION, "images": [QUADRANTS]}]
     streamed = clients.ollama.chat(model=MODEL_ID, messages=asked, options=OLLAMA_GREEDY, stream=True)
     assert "".join(part.message.content or "" for part in streamed) == expected[QUADRANTS]
