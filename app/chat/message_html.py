@@ -36,6 +36,12 @@ def footer_links(index: int, role: str, message_id: int | None, status: str, ver
     return links
 
 
+def unbroken(text: str) -> str:
+    """``120 tokens · 16.2 tok/s · 4.0 s`` as HTML that wraps only at its dots: a narrow transcript broke the
+    footer inside a figure ("4.0" on one line, "s" on the next)."""
+    return " · ".join(html.escape(part).replace(" ", "&nbsp;") for part in text.split(" · "))
+
+
 def parse_link(text: str) -> tuple[str, tuple]:
     """What a clicked link asks for: ``(kind, arguments)``; ``("", ())`` for anything else."""
     if text.startswith("version:"):

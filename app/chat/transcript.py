@@ -47,7 +47,7 @@ from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from app.chat import image_input, markdown
 from app.chat.markdown import settle_point
-from app.chat.message_html import footer_links, header_html, parse_link, system_prompt_html
+from app.chat.message_html import footer_links, header_html, parse_link, system_prompt_html, unbroken
 from app.chat.shown_message import ShownMessage
 from app.theme import Palette
 from engine.speculative import stats_text
@@ -296,7 +296,7 @@ class TranscriptView(QTextBrowser):
         foot = stats_text.footer(m.stats, m.status) if m.role == "assistant" and m.status != "streaming" else ""
         links = footer_links(index, m.role, m.id, m.status, m.version, m.version_count,
                              m.unfinished and index == len(self.messages) - 1)
-        said = [html.escape(text) for text in (m.written_by if m.status != "streaming" else "", foot) if text]
+        said = [unbroken(text) for text in (m.written_by if m.status != "streaming" else "", foot) if text]
         foot = " &nbsp;·&nbsp; ".join(links + said)
         footer = f'<p style="color:{p.muted};font-size:small;margin-top:0">{foot}</p>' if foot else ""
         return head + self._images_html(m) + body + footer
