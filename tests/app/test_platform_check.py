@@ -42,3 +42,21 @@ def test_only_x11_is_checked():
 def test_with_the_library_present_nothing_is_said(monkeypatch):
     monkeypatch.setattr(ctypes, "CDLL", lambda name, *a, **kw: object())
     assert platform_check.missing_library({"DISPLAY": ":0"}, "linux") == ""
+
+
+def test_every_missing_xcb_library_is_named_with_its_packages(monkeypatch, capsys):
+    """libxcb-cursor0 present, libxcb-icccm4 and libxkbcommon-x11-0 missing (a fresh Debian under Xvfb): Qt
+    still blames xcb-cursor0; the app names the two that are missing and what to install."""
+    gone = {"libxcb-icccm.so.4", "libxkbcommon-x11.so.0"}
+
+    def cdll(name, *a, **kw):
+        if name in gone:
+            raise OSError(f"{name}: cannot open shared object file: No such file or directory")
+        return object()
+
+    monkeypatch.setattr(ctypes, "CDLL", cdll)
+    said = platform_check.missing_library({"DISPLAY": ":0"}, "linux")
+    assert "libraries libxcb-icccm.so.4, libxkbcommon-x11.so.0 are missing" in said
+    assert "sudo apt install libxcb-icccm4 libxkbcommon-x11-0" in said
+    assert "sudo dnf install xcb-util-wm libxkbcommon-x11" in said
+    assert platform_check.XCB_CURSOR not in said
