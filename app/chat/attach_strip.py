@@ -1,5 +1,6 @@
 """The images waiting to go with the next message: the Attach button at the input box's right edge and a
-row of thumbnails above it, each with a button that takes it off again.
+row of thumbnails above it, each opening its image full size (app/chat/image_viewer.py) and each with a ×
+button beside it that takes it off again.
 
 Images only reach a model that has a vision projector loaded. Without one the
 button is disabled and its tooltip says why and what to do; a paste or drop
@@ -15,7 +16,7 @@ from PySide6.QtCore import QEvent, QObject, QPointF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QIcon, QPainter, QPen, QPixmap, QPolygonF
 from PySide6.QtWidgets import QAbstractScrollArea, QFileDialog, QHBoxLayout, QToolButton, QWidget
 
-from app.chat import image_input
+from app.chat import image_input, image_viewer
 from app.chat.attachments import Attachment
 from app.theme import Palette
 
@@ -133,15 +134,19 @@ class AttachStrip(QWidget):
             if item.widget() is not None:
                 item.widget().deleteLater()
         for i, image in enumerate(self.images):
-            button = QToolButton()
-            button.setIcon(QIcon(QPixmap.fromImage(image_input.thumbnail(image, 48))))
-            button.setIconSize(QSize(48, 48))
-            button.setText("×")
-            button.setToolButtonStyle(button.toolButtonStyle().ToolButtonTextUnderIcon)
-            button.setToolTip(f"{image.mime}, {len(image.data) / 1024:,.0f} KiB: click to take it off")
-            button.setAccessibleName(f"Remove attached image {i + 1}")
-            button.clicked.connect(lambda _checked=False, at=i: self.remove(at))
-            self._row.insertWidget(i, button)
+            view = QToolButton()  # the thumbnail: a click (or Space) shows the image full size
+            view.setIcon(QIcon(QPixmap.fromImage(image_input.thumbnail(image, 48))))
+            view.setIconSize(QSize(48, 48))
+            view.setToolTip(f"{image.mime}, {len(image.data) / 1024:,.0f} KiB: click to see it full size")
+            view.setAccessibleName(f"View attached image {i + 1}")
+            view.clicked.connect(lambda _checked=False, at=i: image_viewer.show_image(self, self.images, at))
+            remove = QToolButton()
+            remove.setText("×")
+            remove.setToolTip("Take this image off the message")
+            remove.setAccessibleName(f"Remove attached image {i + 1}")
+            remove.clicked.connect(lambda _checked=False, at=i: self.remove(at))
+            self._row.insertWidget(2 * i, view)
+            self._row.insertWidget(2 * i + 1, remove, 0, Qt.AlignmentFlag.AlignTop)
         self.setVisible(bool(self.images))
         self.sig_changed.emit()
 

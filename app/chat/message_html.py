@@ -2,8 +2,9 @@
 and what a click on a link asks for.
 
 ``version:I:±1`` (the ``‹ 2/3 ›`` arrows), ``edit:I``, ``continue:``, ``system-prompt:``,
-``message-copy|delete|fork:I`` and a code block's ``copy:I:B``; the transcript emits the matching
-signal and the chat controller answers (app/chat/message_actions.py for the message actions).
+``message-copy|delete|fork:I``, a code block's ``copy:I:B`` and a thumbnail's ``image:I:N``; the
+transcript emits the matching signal and the chat controller answers (app/chat/message_actions.py for the
+message actions; a thumbnail opens app/chat/image_viewer.py).
 """
 
 from __future__ import annotations
@@ -56,9 +57,9 @@ def parse_link(text: str) -> tuple[str, tuple]:
     if text.startswith("message-"):  # message-delete:3 (a code block's Copy is copy:3:0)
         action, msg_index = text.removeprefix("message-").split(":")
         return "message", (action, int(msg_index))
-    if text.startswith("copy:"):
-        _, msg_index, block_index = text.split(":")
-        return "copy", (int(msg_index), int(block_index))
+    if text.startswith(("copy:", "image:")):  # a code block's Copy, or image N of the message
+        kind, msg_index, block_index = text.split(":")
+        return kind, (int(msg_index), int(block_index))
     return "", ()
 
 

@@ -12,7 +12,8 @@ earlier branches: the footer shows ``‹ 2/3 ›``, and the arrows are links the
 chat controller answers (``sig_version``). A user message's footer has an
 Edit link (``sig_edit``), and a reply that ended before its end (Stop, the
 length limit, a dead engine) a Continue link (``sig_continue``); every stored
-message has Copy, Delete and Fork links (``sig_message_action``). Web links in
+message has Copy, Delete and Fork links (``sig_message_action``). A message's
+images are thumbnails that open full size (app/chat/image_viewer.py). Web links in
 replies open in the browser; nothing else is followed.
 
 The chat's system prompt, when it has one, is shown above the messages (the
@@ -45,7 +46,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QTextBrowser, QWidget
 
-from app.chat import image_input, markdown
+from app.chat import image_viewer, markdown
 from app.chat.markdown import settle_point
 from app.chat.message_html import footer_links, header_html, parse_link, system_prompt_html, unbroken
 from app.chat.shown_message import ShownMessage
@@ -299,20 +300,7 @@ class TranscriptView(QTextBrowser):
         said = [unbroken(text) for text in (m.written_by if m.status != "streaming" else "", foot) if text]
         foot = " &nbsp;·&nbsp; ".join(links + said)
         footer = f'<p style="color:{p.muted};font-size:small;margin-top:0">{foot}</p>' if foot else ""
-        return head + self._images_html(m) + body + footer
-
-    def _images_html(self, m: ShownMessage) -> str:
-        """A message's images as thumbnails (drawn by :meth:`loadResource`)."""
-        if not m.images:
-            return ""
-        cells = []
-        for image in m.images:
-            name = f"thumb:{image.hash}"
-            if name not in self._thumbnails:
-                self._thumbnails[name] = image_input.thumbnail(image)
-            thumb = self._thumbnails[name]
-            cells.append(f'<img src="{name}" width="{thumb.width()}" height="{thumb.height()}"> ')
-        return f'<p style="margin-top:2px;margin-bottom:2px">{"".join(cells)}</p>'
+        return head + image_viewer.thumbnails_html(index, m.images, self._thumbnails) + body + footer
 
     def loadResource(self, kind: int, name: QUrl) -> object:
         """Thumbnails come from memory, drawn once; anything else as before."""
@@ -339,6 +327,8 @@ class TranscriptView(QTextBrowser):
             self.sig_system_prompt.emit()
         elif kind == "message":
             self.sig_message_action.emit(*args)
+        elif kind == "image":  # a thumbnail: the image full size
+            image_viewer.show_image(self, self.messages[args[0]].images, args[1])
         elif kind == "copy":
             msg_index, block_index = args
             code = markdown.code_blocks(self.messages[msg_index].content)[block_index]
