@@ -25,7 +25,7 @@ import numpy as np
 
 from engine.errors import GrammarError
 from engine.runtime import native
-from engine.runtime.distribution import DraftSampler, TokenRow
+from engine.runtime.distribution import NO_CUTS, Cuts, DraftSampler, TokenRow, candidates
 from engine.sampling import RANDOM_SEED, SamplingParams
 
 __all__ = ["Sampler", "SamplingParams"]
@@ -103,6 +103,14 @@ class Sampler:
             lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_dist(params.seed & 0xFFFFFFFF))
         self._row: TokenRow | None = None
         self.handle = chain
+        # what the stages before top-k may change (distribution.candidates): the biased tokens and every
+        # token the penalties may remember (a superset: all it ever accepted)
+        self._cuts = NO_CUTS if params.greedy else Cuts(params.top_k, params.min_p, params.top_p)
+        self._biased = sorted(logit_bias) if logit_bias else []
+        self._remembered: set[int] = set()
+
+    def _adjusted(self) -> list[int]:
+        return self._biased + sorted(self._remembered)
 
     def accept_prompt(self, tokens: Sequence[int]) -> None:
         """Put the prompt into the penalties' history, as llama.cpp does before
@@ -112,13 +120,17 @@ class Sampler:
         # the penalties' stage only: a grammar in the chain must not read the prompt as output
         for tok in tokens[-self.history:]:
             self._lib.llama_sampler_accept(self._penalties, int(tok))
+            self._remembered.add(int(tok))
 
     def draft_guide(self) -> DraftGuide | None:
         """A guide that keeps drafts inside the grammar, or None without one."""
         return DraftGuide(self._lib, self._grammar) if self._grammar is not None else None
 
     def sample(self, ctx_handle: Any, row: int) -> int:
-        return int(self._lib.llama_sampler_sample(self.handle, ctx_handle, row))
+        token = int(self._lib.llama_sampler_sample(self.handle, ctx_handle, row))  # accepts it too
+        if self.history:
+            self._remembered.add(token)
+        return token
 
     def distribution(self, logits: np.ndarray) -> np.ndarray:
         """The probabilities :meth:`sample` would draw from for this row of logits: every stage
@@ -126,19 +138,23 @@ class Sampler:
         accepted. For a sampling chain (temperature > 0)."""
         if self._row is None:
             self._row = TokenRow(self._lib, len(logits))
-        return self._row.probabilities(self._stages, logits)
+        # a grammar may cut every candidate and leave tokens further down: it needs the whole row
+        among = None if self._grammar is not None else candidates(logits, self._cuts, self._adjusted())
+        return self._row.probabilities(self._stages, logits, among)
 
     def accept(self, token: int) -> None:
         """Take ``token`` as the next emitted one (penalties' history, grammar), as :meth:`sample`
         does for the token it draws; for a token chosen from :meth:`distribution`."""
         self._lib.llama_sampler_accept(self.handle, int(token))
+        if self.history:
+            self._remembered.add(int(token))
 
     def draft_sampler(self) -> DraftSampler:
         """A drafter's sampler over this request's stages (not the grammar; see DraftSampler), seeded
         from the request's seed (a fresh one for a random seed)."""
         stages = [s for s in (self._bias, self._penalties) if s is not None] + self._shaping
         seed = None if self.params.seed == RANDOM_SEED else self.params.seed
-        return DraftSampler(self._lib, self.n_vocab, stages, self._penalties, seed)
+        return DraftSampler(self._lib, self.n_vocab, stages, self._penalties, seed, self._cuts, self._adjusted)
 
     def close(self) -> None:
         if getattr(self, "handle", None):
