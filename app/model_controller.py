@@ -36,6 +36,7 @@ from app.models.presets import ModelRecords, key
 from app.settings import Settings
 from engine.autotune.profiles import ProfileMatch, ProfileStore
 from engine.default_model import DESCRIPTION as DEFAULT_MODEL_DESCRIPTION
+from engine.default_model import default_model_file
 from engine.sampling import sampling_key
 from engine.worker.events import ErrorEvent, LoadedEvent, ModelInfo
 
@@ -58,6 +59,15 @@ def model_notice(model: ModelInfo) -> str:
         notice += (" " if notice else "") + model.mtp_unavailable_reason
     return notice
 
+
+
+def record_path(path: str | None) -> str | None:
+    """The file a load's preset and last use are kept for: the model's, or the built-in model's own file (None
+    in the settings), which the library lists, and offers a preset for, like any other."""
+    if path:
+        return path
+    builtin = default_model_file()
+    return str(builtin) if builtin is not None else None
 
 class ModelController(QObject):
     """Signals:
@@ -124,7 +134,7 @@ class ModelController(QObject):
     def _with_preset(self, choice: LoadChoice, current: LoadChoice) -> LoadChoice:
         """``choice`` with its model's preset context and threads, when it is another model than ``current``
         (the same model keeps what was last chosen for it, in the load sheet perhaps)."""
-        preset = self.records.preset(choice.path)
+        preset = self.records.preset(record_path(choice.path))
         if choice.path == current.path:
             return choice
         return replace(choice, n_ctx=preset.n_ctx if preset.n_ctx is not None else choice.n_ctx,
@@ -212,9 +222,10 @@ class ModelController(QObject):
         choice = self._pending.pop(ev.id, None) or LoadChoice.from_settings(self.settings)
         self._good = choice
         self._remember(choice)
-        if choice.path:
-            self.records.mark_used(choice.path)  # the library's "last used"; a refused write costs only that
-        self.chat.model_preset = self.records.preset(choice.path)
+        path = record_path(choice.path)  # the built-in model's too: the library lists its file with the others
+        if path:
+            self.records.mark_used(path)  # the library's "last used"; a refused write costs only that
+        self.chat.model_preset = self.records.preset(path)
         self.chat.model_has_mtp = ev.model.can_draft
         self.chat.model_loaded(ev.model.n_ctx)
         self._set_model(ev.model)
@@ -247,14 +258,15 @@ class ModelController(QObject):
     def preset_saved(self, path: str) -> None:
         """A model's preset changed: the loaded model's applies to the next reply (context and threads at its
         next load)."""
-        if self._good is not None and self._good.path and key(path) == key(self._good.path):
+        loaded = record_path(self._good.path) if self._good is not None else None
+        if loaded and key(path) == key(loaded):
             self.chat.model_preset = self.records.preset(path)
 
     def save_chat_as_preset(self) -> None:
         """Keep the open chat's sampling and system prompt as the loaded model's preset (Model menu)."""
-        path = self._good.path if self._good is not None else None
+        path = record_path(self._good.path) if self._good is not None else None
         if not path:
-            self.sig_message.emit("The built-in model has no preset: load a model of your own first.", 6000)
+            self.sig_message.emit("No model is loaded: its preset cannot be saved.", 6000)
             return
         chat = self.chat
         prompt = chat.store.get(chat.conversation_id).system_prompt if chat.conversation_id is not None else None

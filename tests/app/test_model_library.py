@@ -220,3 +220,28 @@ def test_a_models_preset_applies_when_it_loads_and_its_last_use_is_kept(qtbot, s
     window.chat.new_conversation()
     assert window.chat.chat_values().sampling == services.settings.sampling
     assert services.store.get(window.chat.conversation_id).system_prompt == services.settings.system_prompt
+
+
+def test_the_built_in_models_file_is_marked_used_and_its_preset_applies(qtbot, services):
+    """The library lists the built-in model's file like any other and offers its Preset…; the walkthrough
+    showed it "never used" while loaded, and a preset saved for it ("it applies when the model loads") that
+    never applied: both were kept only for models loaded by path."""
+    from engine.default_model import default_model_file
+
+    start_and_load(qtbot, services)
+    window, records = services.window, services.window.models.records
+    builtin = str(default_model_file())
+    assert window.models.model.is_default_model and services.settings.model_path is None
+    assert records.get(builtin).last_used == pytest.approx(time.time(), abs=60)
+    page = window.models_page
+    page.refresh_library()
+    qtbot.waitUntil(lambda: page.library.row_for(builtin) is not None, timeout=30000)
+    assert "never used" not in label(page.library.row_for(builtin))
+    sampling = replace(services.settings.sampling, top_k=7)
+    with qtbot.waitSignal(page.sig_preset):
+        page.library._save_preset(builtin, ModelPreset(sampling=sampling, system_prompt="Answer in one word."))
+    window.chat.new_conversation()
+    assert window.chat.chat_values().sampling.top_k == 7
+    assert services.store.get(window.chat.conversation_id).system_prompt == "Answer in one word."
+    window.models.save_chat_as_preset()  # Model → Save this chat's settings as the model's preset: the built-in's
+    assert ModelRecords().preset(builtin).sampling.top_k == 7
