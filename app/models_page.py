@@ -96,13 +96,14 @@ class ModelsPage(QWidget):
             self.download_recommended(rec)
 
     def _recommended_failed(self, rec: catalog.Recommendation, msg: str) -> None:
-        self.recommended.set_row_status(rec, "Download model + sidecar" if rec.sidecar else "Download")
+        self.recommended.set_row_status(rec, self.recommended.download_label(rec))
         if msg.startswith(hub.UNREACHABLE):
             self.recommended.set_offline(f"{rec.repo} cannot be downloaded now.")
         else:
             self.recommended.status.setText(msg)
 
     def _download_resolved(self, rec: catalog.Recommendation, resolved: catalog.Resolved) -> None:
+        self.recommended.show_files(rec, resolved)  # "+ projector" if the look-up on connecting missed it
         self.recommended.set_row_status(rec, "Downloading…", size=resolved.size)
         done: dict[tuple[str, str], Path] = {}
         targets = [(r, f) for r, f, _s in resolved.target]

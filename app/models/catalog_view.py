@@ -2,6 +2,11 @@
 search and without a network, each with its size, a fit badge against this
 machine's memory and one Download button for the target and its sidecar.
 
+Once the hub answers, each recommendation's files are looked up (``catalog.resolve``, off the GUI thread):
+the row then shows the hub's size for exactly what Download fetches, and a vision model's row says
+"+ projector" with the projector's size (its Target cell and its button), so the user sees the extra file
+before clicking rather than in the download list after.
+
 Whether the hub can be reached is probed once (a TCP connect with a 3 s limit,
 ``engine.store.hub.unreachable_reason``) and said in plain words above the list,
 so an offline user learns it at once rather than from a search that retries for
@@ -24,7 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import background
-from engine.store import catalog, fit, hub
+from engine.store import catalog, credentials, fit, hub
 
 COLUMNS = ["Model", "Target", "MTP heads", "Size", "This computer", ""]
 _BADGE_COLOUR = {"fits": "#1a7f37", "tight fit": "#9a6700", "does not fit": "#cf222e"}
@@ -61,6 +66,7 @@ class RecommendedModels(QGroupBox):
         self.recommendations: list[catalog.Recommendation] = []
         self.available: int | None = None
         self.online: bool | None = None  # None until the probe has answered
+        self.projectors: dict[str, int] = {}  # repository -> bytes of the vision projector its download brings
         self._tasks: list[background.Task] = []
         self.status = QLabel("Checking the connection to Hugging Face…")
         self.status.setWordWrap(True)
@@ -101,10 +107,41 @@ class RecommendedModels(QGroupBox):
     def _probed(self, reason: str | None) -> None:
         self.online = reason is None
         if reason is None:
+            for rec in self.recommendations:
+                self._look_up(rec)
             self.status.setText("Connected to Hugging Face. Download fetches a recommended model (and its MTP "
                                 "sidecar); Search Hugging Face for others.")
         else:
             self.set_offline(f"Hugging Face cannot be reached: {reason}.")
+
+    def _look_up(self, rec: catalog.Recommendation) -> None:
+        """The files Download would fetch, asked of the hub now (a failure leaves the catalog's figures: the
+        Download click asks again and says why)."""
+        task = self._track(background.run(lambda r: catalog.resolve(r, None, credentials.get_token()), rec))
+        task.sig_done.connect(lambda resolved: self.show_files(rec, resolved))
+
+    def download_label(self, rec: catalog.Recommendation) -> str:
+        """The idle Download button's words: what one click fetches."""
+        extras = [part for part, has in (("sidecar", rec.sidecar is not None),
+                                         ("projector", rec.repo in self.projectors)) if has]
+        return " + ".join(["Download model", *extras]) if extras else "Download"
+
+    def show_files(self, rec: catalog.Recommendation, resolved: catalog.Resolved) -> None:
+        """The hub's answer for ``rec``: its real size, and "+ projector" with the projector's size when one
+        comes with the download."""
+        if rec not in self.recommendations:
+            return
+        row = self.recommendations.index(rec)
+        idle = self.buttons[row].text() == self.download_label(rec)
+        target = f"{rec.repo} ({rec.quant})"
+        if resolved.projector:
+            self.projectors[rec.repo] = sum(size for _r, _f, size in resolved.projector)
+            target += f" + projector ({self.projectors[rec.repo] / 2**30:.2f} GiB)"
+            self.table.item(row, 1).setToolTip("With the vision projector its repository ships: "
+                                               + ", ".join(name for _r, name, _s in resolved.projector))
+        self.table.item(row, 1).setText(target)
+        self.set_row_status(rec, self.download_label(rec) if idle else self.buttons[row].text(), resolved.size)
+        self.table.resizeRowsToContents()
 
     def set_offline(self, why: str) -> None:
         """Say plainly that the hub is out of reach and what still works."""
@@ -126,7 +163,7 @@ class RecommendedModels(QGroupBox):
                 item.setToolTip(self._tooltip(rec, estimate) if j in (3, 4) else (rec.note or text))
                 self.table.setItem(i, j, item)
             _paint_badge(self.table.item(i, 4), verdict)
-            button = QPushButton("Download model + sidecar" if rec.sidecar else "Download")
+            button = QPushButton(self.download_label(rec))
             button.setToolTip("Downloads the target's files" + (" and its MTP sidecar" if rec.sidecar else
                                                                  " (its MTP head is inside)")
                               + ", with the vision projector (mmproj) when its repository ships one, beside it "
@@ -135,6 +172,8 @@ class RecommendedModels(QGroupBox):
             button.clicked.connect(lambda _c=False, r=rec: self.sig_download.emit(r))
             self.table.setCellWidget(i, 5, button)
             self.buttons.append(button)
+            if self.online:  # the probe answered before the catalog was read
+                self._look_up(rec)
         self.table.resizeRowsToContents()
 
     def _tooltip(self, rec: catalog.Recommendation, estimate: fit.MemoryEstimate | None,

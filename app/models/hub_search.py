@@ -147,13 +147,17 @@ class HubSearch(QGroupBox):
         self._repo, self._groups = repo, groups
         self.files.setRowCount(len(groups))
         for i, g in enumerate(groups):
-            values = [g.quant, f"{g.size / 2**30:.2f} GiB", "MTP sidecar" if g.is_mtp else
-                      ("model" + (f", {g.shards} shards" if g.shards > 1 else "")), ", ".join(g.files)]
+            kind = "MTP sidecar" if g.is_mtp else "vision projector" if g.is_projector else \
+                "model" + (f", {g.shards} shards" if g.shards > 1 else "")
+            values = [g.quant, f"{g.size / 2**30:.2f} GiB", kind, ", ".join(g.files)]
             for j, v in enumerate(values):
                 self.files.setItem(i, j, QTableWidgetItem(v))
         side = hub.suggest_sidecar(repo, groups)
-        self.sidecar_hint.setText(f"MTP sidecar for this model: {side[0]} — {side[1]}" if side
-                                  else "No MTP sidecar known for this repository.")
+        projectors = [g for g in groups if g.is_projector]
+        vision = (f" Vision projector here: {projectors[0].files[0]} ({projectors[0].size / 2**30:.2f} GiB); "
+                  "select its row too to read images.") if projectors else ""
+        self.sidecar_hint.setText((f"MTP sidecar for this model: {side[0]} — {side[1]}." if side
+                                   else "No MTP sidecar known for this repository.") + vision)
 
     def download_selected(self) -> None:
         """Queue every file of the selected rows (a sharded quantization is several files)."""

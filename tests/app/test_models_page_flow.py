@@ -114,6 +114,43 @@ def test_download_both_fetches_target_and_sidecar_and_sets_the_pair(qtbot, page,
         assert view.table.item(0, 3).text() == f"{real / GIB:.2f} GiB"  # the hub's size replaces the catalog's
 
 
+def test_a_vision_models_row_says_plus_projector_with_its_size_before_the_click_and_a_text_models_does_not(
+        qtbot, page, tmp_path, monkeypatch):
+    from engine.synth import SynthSpec
+    from engine.synth.projector import ProjectorSpec, projector_path
+
+    model = synth("glm4moe")
+    projector = projector_path(ProjectorSpec(target=SynthSpec(arch="qwen35", weights="random", seed=1)))
+    repos = {"test/Vision-GGUF": {"Vision-Q8_0.gguf": model.path("combined"), "mmproj-Vision-F16.gguf": projector},
+             "test/Text-GGUF": {"Text-Q8_0.gguf": model.path("combined")}}
+    families = [{"name": name, "arch": "glm4moe", "targets": [repo], "mtp": "in-file",
+                 "recommended": {"repo": repo, "quant": "Q8_0", "size": 1000, "size_basis": "a test figure"}}
+                for name, repo in (("Vision", "test/Vision-GGUF"), ("Text", "test/Text-GGUF"))]
+    path = tmp_path / "catalog.json"
+    path.write_text(json.dumps({"version": 2, "families": families}))
+    monkeypatch.setattr(catalog, "CATALOG", path)
+    with FakeHub(repos) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        page.show_recommended()
+        view = page.recommended
+        combined = model.path("combined").stat().st_size
+        qtbot.waitUntil(lambda: view.table.rowCount() == 2 and view.table.item(1, 3).text() != "≈ 0.0 GiB",
+                        timeout=10000)  # both looked up: the hub's sizes replace the catalog's
+        qtbot.waitUntil(lambda: view.table.item(0, 3).text() != "≈ 0.0 GiB", timeout=10000)
+        projector_gib = f"{projector.stat().st_size / GIB:.2f} GiB"
+        assert view.table.item(0, 1).text() == f"test/Vision-GGUF (Q8_0) + projector ({projector_gib})"
+        assert view.buttons[0].text() == "Download model + projector"
+        assert view.table.item(0, 3).text() == f"{(combined + projector.stat().st_size) / GIB:.2f} GiB"
+        assert "mmproj-Vision-F16.gguf" in view.table.item(0, 1).toolTip()
+        assert "projector" not in view.table.item(1, 1).text() and view.buttons[1].text() == "Download"
+        assert view.table.item(1, 3).text() == f"{combined / GIB:.2f} GiB"
+        # the hub's file list names the projector as what it is, and the hint offers it
+        page.hub._show_files("test/Vision-GGUF", hub.repo_files("test/Vision-GGUF", server.url))
+        kinds = {page.hub.files.item(i, 3).text(): page.hub.files.item(i, 2).text() for i in range(2)}
+        assert kinds == {"Vision-Q8_0.gguf": "model", "mmproj-Vision-F16.gguf": "vision projector"}
+        assert "Vision projector here: mmproj-Vision-F16.gguf" in page.hub.sidecar_hint.text()
+
+
 def on_disk(page) -> int:
     """The library's rows for files (the catalog's models not downloaded follow them)."""
     return sum(row.on_disk for row in page.library.rows_shown())
