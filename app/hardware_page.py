@@ -10,6 +10,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import (
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QPlainTextEdit,
     QProgressBar,
@@ -73,7 +74,11 @@ class HardwarePage(QWidget):
         self.summary.setWordWrap(True)
         self.devices = QTableWidget(0, 4)
         self.devices.setHorizontalHeaderLabels(["Device", "Description", "Type", "Memory"])
-        self.devices.horizontalHeader().setStretchLastSection(True)
+        header = self.devices.horizontalHeader()  # the description takes the room, the rest their text's width:
+        for column, mode in enumerate((QHeaderView.ResizeMode.ResizeToContents, QHeaderView.ResizeMode.Stretch,
+                                       QHeaderView.ResizeMode.ResizeToContents,
+                                       QHeaderView.ResizeMode.ResizeToContents)):
+            header.setSectionResizeMode(column, mode)  # a stretched Memory column cut "Intel(R) Xeon(R) …"
         self.devices.verticalHeader().hide()
         self.recommendation = QLabel()
         self.recommendation.setWordWrap(True)

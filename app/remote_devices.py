@@ -14,6 +14,7 @@ from typing import Any
 from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QLineEdit,
     QPushButton,
@@ -36,6 +37,8 @@ class RemoteDevicesBox(QGroupBox):
         self.table = QTableWidget(0, 3)
         self.table.setHorizontalHeaderLabels(["Server", "Device", "Memory"])
         self.table.horizontalHeader().setStretchLastSection(True)
+        for column in (0, 1):  # an address or an error is read whole, not cut at the default width
+            self.table.horizontalHeader().setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
         self.table.verticalHeader().hide()
         self.status = QLabel("No remote servers named. Run `mtp-studio rpc-server` on a machine that lends its "
                              "devices; see docs/multi-machine.md (no authentication: trusted LAN or SSH tunnel).")
