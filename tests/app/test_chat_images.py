@@ -8,7 +8,7 @@ import shutil
 import sqlite3
 
 import pytest
-from PySide6.QtCore import QMimeData, QUrl
+from PySide6.QtCore import QMimeData, Qt, QUrl
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QFileDialog
 
@@ -30,6 +30,7 @@ from engine.synth.images import BLACK, BLUE, GREEN, RED, WHITE, YELLOW, field_pn
 from engine.synth.projector import ProjectorSpec, projector_path
 from engine.worker.protocol import IMAGE_MARKER
 from tests.app.conftest import start_and_load
+from tests.app.test_image_viewer import _close_with_escape, _thumbnail_points, _viewers
 
 QUADRANTS = field_png([[RED, GREEN], [BLUE, YELLOW]])
 STRIPES = field_png([[BLACK, WHITE, BLACK, WHITE]], width=48, height=32)
@@ -215,6 +216,13 @@ def test_attached_images_reach_the_model_and_come_back_after_a_restart(qtbot, se
     shown = window.transcript.messages[-2]
     assert shown.role == "user" and len(shown.images) == 1
     assert QImage.fromData(shown.images[0].data).pixel(4, 4) == QImage.fromData(QUADRANTS).pixel(4, 4)
+    window.show()  # its thumbnail in the live transcript opens the image full size (tests/app/test_image_viewer.py)
+    qtbot.waitExposed(window)
+    thumb = _thumbnail_points(window.transcript)[0]
+    qtbot.mouseClick(window.transcript.viewport(), Qt.MouseButton.LeftButton, pos=thumb)
+    qtbot.waitUntil(lambda: len(_viewers()) == 1, timeout=3000)
+    assert _viewers()[0].picture.pixmap().size() == QImage.fromData(QUADRANTS).size()
+    _close_with_escape(qtbot, _viewers()[0])
 
     # the same words with another image, dropped as a file into a new chat, then the first one by the button
     window.chat.new_conversation()

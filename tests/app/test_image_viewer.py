@@ -1,6 +1,7 @@
 """An image in the chat opens full size: a click on its thumbnail in the transcript (a chat opened from the
 database, as after a restart) or in the attach strip shows it in a viewer at its own pixel size, or fitted to
-the screen keeping its aspect ratio; the caption says its size; Esc closes it. Measured on the widgets, not
+the screen keeping its aspect ratio; the caption says its size; Esc closes it; Tab and Enter open it too.
+Measured on the widgets, not
 compared pixel by pixel."""
 
 from __future__ import annotations
@@ -87,6 +88,15 @@ def test_a_click_on_a_stored_thumbnail_opens_the_image_at_its_size_and_escape_cl
             assert f"{name} · {size.width()} × {size.height()} px · PNG" in viewer.caption.text()
             assert viewer.windowTitle().startswith(name)
             _close_with_escape(qtbot, viewer)
+        # by keyboard: Tab reaches the first thumbnail's link (the first link in the transcript), Enter opens it
+        transcript.activateWindow()
+        transcript.setFocus()
+        qtbot.keyClick(transcript, Qt.Key.Key_Tab)
+        assert transcript.textCursor().charFormat().anchorHref() == "image:0:0"  # the thumbnail, selected
+        qtbot.keyClick(transcript, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: len(_viewers()) == 1, timeout=3000)
+        assert _viewers()[0].image_size == QImage.fromData(QUADRANTS).size()
+        _close_with_escape(qtbot, _viewers()[0])
     finally:
         again.close()
 
