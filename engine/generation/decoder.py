@@ -189,6 +189,9 @@ class Round:
     row0: int = 0  # its first row in the verify batch (several sequences may share one)
     # probabilistic draft sampling: the drafter's processed distribution q of each draft (else empty)
     q_rows: list[np.ndarray] = field(default_factory=list)
+    shadow_q: np.ndarray | None = None  # q of a sampled shadow draft
+    # how likely the shadow draft was to be kept: 0 or 1 when drafts must match, min(1, p/q) when sampled
+    shadow_hit: float = 0.0
 
 
 class Decoder:
@@ -297,7 +300,8 @@ class Decoder:
         if drafts and self.policy.shadow_probe:
             shadow, drafts = drafts, []
         return Round(drafts, shadow, [], 0, [], [], draft_s, 0.0, started=t_round,
-                     q_rows=q_rows if drafts and len(q_rows) == len(drafts) else [])
+                     q_rows=q_rows if drafts and len(q_rows) == len(drafts) else [],
+                     shadow_q=q_rows[0] if shadow and q_rows else None)
 
     def add_rows(self, rnd: Round, batch: Batch) -> None:
         """Put ``[id_last, drafts...]`` in the verify batch (from its row ``rnd.row0``)."""
@@ -319,6 +323,11 @@ class Decoder:
             if rnd.q_rows:
                 self._judge_drafts(rnd)
                 return
+            if rnd.shadow_q is not None:  # p of the plain row, before its token enters the chain
+                p = self.sampler.distribution(np.ctypeslib.as_array(self.target.logits(rnd.row0),
+                                                                    shape=(self.model.n_vocab,)))
+                d = rnd.shadow[0]
+                rnd.shadow_hit = min(1.0, float(p[d] / rnd.shadow_q[d]))
             for k in range(len(verified)):
                 row = rnd.row0 + k
                 tok = self.sampler.sample(self.target.handle, row)
@@ -371,7 +380,10 @@ class Decoder:
                 if self.drafter.draft_margins:  # the MTP head's, one per draft token
                     self.result.draft_margins_per_round.append(tuple(self.drafter.draft_margins))
         if rnd.shadow:
-            hit = int(accepts_draft(0, rnd.tokens[0], rnd.shadow[:1], self.model.is_eog))
+            # a sampled draft would have been kept with probability min(1, p/q) (rejection sampling), not
+            # only when the plain step happened to draw it: that chance, not a coin, is what acceptance is
+            hit = rnd.shadow_hit if rnd.shadow_q is not None else float(
+                accepts_draft(0, rnd.tokens[0], rnd.shadow[:1], self.model.is_eog))
             self.policy.observe(1, hit, rnd.verify_s, rnd.draft_s, rnd.seconds, shadow=True)
         else:
             self.policy.observe(len(rnd.drafts), rnd.accepted, rnd.verify_s, rnd.draft_s, rnd.seconds)

@@ -29,7 +29,7 @@ class DepthPolicy(Protocol):
 
     def choose(self, room: int) -> int: ...
 
-    def observe(self, n_drafted: int, n_accepted: int, verify_s: float, draft_s: float, round_s: float,
+    def observe(self, n_drafted: int, n_accepted: float, verify_s: float, draft_s: float, round_s: float,
                 shadow: bool = False) -> None: ...
 
 
@@ -48,7 +48,7 @@ class FixedDepth:
     def choose(self, room: int) -> int:
         return max(0, min(self.n_max, room))
 
-    def observe(self, n_drafted: int, n_accepted: int, verify_s: float, draft_s: float, round_s: float,
+    def observe(self, n_drafted: int, n_accepted: float, verify_s: float, draft_s: float, round_s: float,
                 shadow: bool = False) -> None:
         if self.n_max:
             self.depth = n_drafted

@@ -129,3 +129,46 @@ def test_several_sequences_at_once_sample_their_drafts_as_each_would_alone() -> 
         assert t.accepted_per_round == s.accepted_per_round
         assert t.stats.settings.label == "mtp n_max=3 probabilistic"
     assert sum(sum(t.accepted_per_round) for t in together) > 0
+
+
+class _ShadowEveryRound:
+    """A depth policy whose every round is a one-token shadow probe; it records what it is told."""
+
+    depth = None
+    shadow_probe = True
+
+    def __init__(self) -> None:
+        self.hits: list[float] = []
+
+    def new_reply(self, shadow_probes: bool = False) -> None:
+        pass
+
+    def choose(self, room: int) -> int:
+        return min(1, room)
+
+    def observe(self, n_drafted: int, n_accepted: float, verify_s: float, draft_s: float, round_s: float,
+                shadow: bool = False) -> None:
+        if shadow:  # the last token has no room for a draft: a plain step
+            assert n_drafted == 1
+            self.hits.append(n_accepted)
+
+
+def test_a_sampled_shadow_probe_counts_the_chance_its_draft_would_have_been_kept() -> None:
+    # a head that agrees everywhere: q equals p, so rejection sampling keeps every draft, while the
+    # plain step draws the head's sample only now and then (exact match said ~0.4 here)
+    agreeing = SynthModel(SynthSpec(arch="glm4moe", heads=(HeadMap(agree=1.0),), logit_scale=0.5))
+    session = open_session(agreeing)
+    try:
+        policy = _ShadowEveryRound()
+        r = generate(session, GenerateRequest(prompt=PROMPT, max_tokens=32, sampling=SamplingParams(temperature=1.0,
+                     seed=4), speculative=mtp(1, draft_sampling=PROBABILISTIC)), policy=policy)
+        assert len(r.tokens) == 32 and sum(r.drafted_per_round) == 0  # shadows only: nothing verified
+        assert len(policy.hits) >= 25
+        assert min(policy.hits) > 0.999, policy.hits
+
+        matching = _ShadowEveryRound()
+        generate(session, GenerateRequest(prompt=PROMPT, max_tokens=32, sampling=SamplingParams(temperature=1.0,
+                 seed=4), speculative=mtp(1)), policy=matching)
+        assert set(matching.hits) <= {0.0, 1.0} and 0.0 in matching.hits  # a matched draft is kept or not
+    finally:
+        session.close()

@@ -284,3 +284,20 @@ def test_tunable_numbers_are_one_checked_value():
         easy.play(policy, 40)
         hard.play(policy, 3)
     assert slow.acceptance.q(adaptive.FRESH)[0] > quick.acceptance.q(adaptive.FRESH)[0]
+
+
+def test_a_fractional_shadow_hit_counts_as_that_share_of_an_accepted_draft():
+    from engine.speculative.adaptive.acceptance import Acceptance
+    from engine.speculative.adaptive.params import AFTER_FULL, AFTER_MISS
+
+    whole, shares = Acceptance(3, AdaptiveParams()), Acceptance(3, AdaptiveParams())
+    for hit in (1, 0, 0, 0):
+        whole.observe(1, hit)
+    for _ in range(4):
+        shares.observe(1, 0.25)  # four rounds, each a quarter likely to be kept
+    reached, accepted = shares.pooled_counts
+    assert reached == whole.pooled_counts[0]  # four rounds reached position 0 either way
+    assert accepted[0] == pytest.approx(0.25 * reached[0]) and accepted[1:] == [0.0, 0.0]
+    assert shares.context == AFTER_MISS
+    shares.observe(1, 0.75)
+    assert shares.context == AFTER_FULL

@@ -50,19 +50,28 @@ class Acceptance:
         weight = self.params.context_prior_weight
         return [(a + weight * q) / (r + weight) for r, a, q in zip(reached, accepted, self.pooled(), strict=True)]
 
-    def observe(self, n_drafted: int, n_accepted: int) -> None:
-        """Count one round, then move to the context it leaves (a plain step says nothing about the text)."""
+    def observe(self, n_drafted: int, n_accepted: float) -> None:
+        """Count one round, then move to the context it leaves (a plain step says nothing about the text).
+
+        ``n_accepted`` may be a fraction: a sampled shadow draft is counted by the chance rejection
+        sampling would have kept it (engine/generation/decoder.py), and leaves a full accept's context
+        when that chance is at least one half."""
         counts = [self.pooled_counts]
         if self.context in self.by_context:
             counts.append(self.by_context[self.context])
         p = self.params
         for reached, accepted in counts:
-            for i in range(min(n_accepted + 1, n_drafted, self.n_max)):
+            for i in range(min(int(n_accepted) + 1, n_drafted, self.n_max)):
                 reached[i] = p.decay * reached[i] + 1.0
-                accepted[i] = p.decay * accepted[i] + (1.0 if i < n_accepted else 0.0)
+                accepted[i] = p.decay * accepted[i] + min(1.0, max(0.0, n_accepted - i))
             # positions past a draft fade, so a deeper draft is tried again some day
             for i in range(n_drafted if n_drafted else self.n_max, self.n_max):
                 reached[i] *= p.idle_decay
                 accepted[i] *= p.idle_decay
         if n_drafted:
-            self.context = AFTER_FULL if n_accepted >= n_drafted else AFTER_MISS
+            self.context = AFTER_FULL if full_accept(n_drafted, n_accepted) else AFTER_MISS
+
+
+def full_accept(n_drafted: int, n_accepted: float) -> bool:
+    """Every draft kept (for a fraction, see :meth:`Acceptance.observe`: likelier kept than not)."""
+    return n_accepted >= n_drafted - 0.5

@@ -104,12 +104,13 @@ class AdaptiveDepth:
         self.depth = n
         return n
 
-    def observe(self, n_drafted: int, n_accepted: int, verify_s: float, draft_s: float, round_s: float,
+    def observe(self, n_drafted: int, n_accepted: float, verify_s: float, draft_s: float, round_s: float,
                 shadow: bool = False) -> None:
         """What one round measured: drafts proposed and accepted, and where its time went.
 
         ``shadow``: the round was a plain step with a shadow probe — ``n_drafted`` drafts
-        not verified, ``n_accepted`` of them equal to what the target produced.
+        not verified, ``n_accepted`` of them equal to what the target produced (a sampled draft: the
+        chance rejection sampling would have kept it).
         """
         costs = self.costs
         if costs.timed:

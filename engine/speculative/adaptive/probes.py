@@ -13,6 +13,7 @@ without easy stretches keeps them rare.
 
 from __future__ import annotations
 
+from engine.speculative.adaptive.acceptance import full_accept
 from engine.speculative.adaptive.params import AdaptiveParams
 
 
@@ -50,12 +51,12 @@ class Probes:
         """A round drafts by choice: the schedule starts over."""
         self.plain_steps, self.every = 0, self.params.probe_first
 
-    def searched(self, n_drafted: int, n_accepted: int) -> None:
+    def searched(self, n_drafted: int, n_accepted: float) -> None:
         """One round after a miss: a plain step or a probe is a step of the search; a round
         that kept every draft found a stretch."""
         p = self.params
         if not n_drafted or self.probing:
             self.steps_searched = p.hazard_decay * self.steps_searched + 1.0
             self.stretches_found *= p.hazard_decay
-        if n_drafted and n_accepted >= n_drafted:
+        if n_drafted and full_accept(n_drafted, n_accepted):
             self.stretches_found += 1.0
