@@ -8,8 +8,9 @@ shared draft context, an n-gram drafter, or the plain one). One :meth:`step`:
 
 1. a cancelled generation ends;
 2. every decoding generation proposes its round (depth — chosen together for
-   sequences under adaptive depth, adaptive/batch.py — then drafts: the looped
-   MTP lanes decode each draft step's rows together on the shared draft context);
+   sequences under adaptive depth, adaptive/batch.py — then drafts: the MTP
+   lanes decode each draft step's rows together on the shared draft context,
+   chained heads with that step's head selected);
 3. **one** target decode verifies all their rows (``[id_last, drafts...]`` of
    each, with its sequence id), with one prompt chunk of a generation still
    reading its prompt after them (as much as the batch holds: a long prompt
@@ -120,7 +121,7 @@ class ParallelGenerator:
         # noise from the same request alone (tests/engine/test_parallel.py); not understood yet
         arch = session.facts.architecture
         self.chunks_share_batch = not session.model.meta(f"{arch}.attention.sliding_window")
-        # the draft steps of every looped MTP lane, decoded together (_draft)
+        # the draft steps of every MTP lane, decoded together (_draft; chained heads: one head per decode)
         mtp = session.mtp_drafter
         self.draft_batch = Batch(mtp.batch.capacity, mtp.n_embd) if mtp is not None else Batch(1)
         # the cost of a verify by its total rows, whoever's they are (adaptive/batch.py)
@@ -306,9 +307,11 @@ class ParallelGenerator:
             d.out.push(d.id_last, False, d.margin(row), d.logprob(row, d.id_last))
 
     def _draft(self, plans: list[tuple[_Running, int]]) -> dict[int, tuple[list[int], float]]:
-        """Each sequence's drafts of ``n`` tokens at most, and its drafter's time. The looped MTP lanes
-        decode their rows of each draft step together, in one decode of the shared draft context
-        (MTPDrafter.drafting); others (chained heads, n-gram) draft on their own."""
+        """Each sequence's drafts of ``n`` tokens at most, and its drafter's time. The MTP lanes decode
+        their rows of each draft step together, in one decode of the shared draft context
+        (MTPDrafter.drafting); with chained heads that decode selects the step's head, the same for
+        every lane (a lane that stopped drafting is simply no longer in it). Others (n-gram, the
+        composition) draft on their own."""
         out: dict[int, tuple[list[int], float]] = {}
         steps: dict[int, tuple[_Running, Generator[Batch, int, list[int]], float]] = {}
         for r, n in plans:
@@ -316,7 +319,7 @@ class ParallelGenerator:
             d = r.decoder
             if n <= 0:
                 out[id(r)] = ([], 0.0)
-            elif isinstance(drafter, MTPDrafter) and not drafter.chained:
+            elif isinstance(drafter, MTPDrafter):
                 steps[id(r)] = (r, drafter.drafting(d.id_last, d.pos0, n), before)
             else:
                 out[id(r)] = (drafter.draft(d.id_last, d.pos0, n), drafter.seconds["draft"] - before)
@@ -329,21 +332,34 @@ class ParallelGenerator:
                 out[key] = (list(done.value), r.decoder.drafter.seconds["draft"] - before)
                 return None
 
+        def head(key: int) -> int:  # the head a lane's yielded rows are decoded with (chained heads)
+            return steps[key][0].decoder.drafter.head
+
+        mtp = self.session.mtp_drafter
+        if not steps or mtp is None:
+            return out
+        ctx = mtp.ctx
+
+        def decode(batch: Batch, at: int) -> None:
+            if mtp.chained:  # the lanes' generators each selected their own; another may have ended since
+                ctx.set_nextn_layer_offset(at)
+            ctx.decode(batch)
+
         pending = {key: b for key in steps if (b := advance(key, None)) is not None}
         while pending:
             together, offsets = self.draft_batch, {}
             together.clear()
+            shared = head(next(iter(pending)))
             for key, batch in pending.items():
-                if together.n + batch.n <= together.capacity:
+                if head(key) == shared and together.n + batch.n <= together.capacity:
                     offsets[key] = together.extend(batch)
-            ctx = self.session.mtp_drafter.ctx
             if together.n:
-                ctx.decode(together)
+                decode(together, shared)
             # every lane in the shared decode reads its rows before anything decodes again; a lane that
-            # did not fit (a long deferred catch-up) decodes alone after them
+            # did not fit (a long deferred catch-up) or needs another head decodes alone after them
             for key in [*offsets, *(k for k in pending if k not in offsets)]:
                 if key not in offsets:
-                    ctx.decode(pending[key])
+                    decode(pending[key], head(key))
                 nxt = advance(key, offsets.get(key, 0))
                 if nxt is None:
                     del pending[key]

@@ -139,9 +139,9 @@ class MTPDrafter:
                 n_ctx=target_ctx.n_ctx * n_seq, n_batch=tp.n_batch, n_ubatch=tp.n_ubatch,
                 n_threads=n_threads or tp.n_threads, mtp=True, n_seq_max=n_seq, kv_unified=kv_unified,
                 # One output row per draft step (every row of a chained prefix
-                # at most): llama.cpp's default reserves logits for n_batch
-                # rows, ~0.5 GB with a 262k vocabulary. llama.cpp reserves one per sequence at least.
-                n_outputs_max=max(1, self.n_heads, n_seq),
+                # at most) of every sequence drafting together: llama.cpp's default reserves logits for
+                # n_batch rows, ~0.5 GB with a 262k vocabulary. llama.cpp reserves one per sequence at least.
+                n_outputs_max=max(1, self.n_heads * n_seq),
             ),
         )
         self.ctx.set_embeddings_nextn(True, True)
@@ -192,6 +192,7 @@ class MTPDrafter:
         # the head was to drafting another token; tests tell a numeric near-tie from a wrong state)
         self.draft_margins: list[float] | None = None
         self._drafted_at = -1  # pos0 of the last looped draft whose first decode wrote (id_last, pending_h) there
+        self.head = 0  # chained heads: the head (layer offset) the batch drafting() last yielded is decoded with
 
     # -- Drafter interface --------------------------------------------------
     def begin(self, settings: SpeculativeSettings, keep: int = 0) -> None:
@@ -305,7 +306,9 @@ class MTPDrafter:
         """:meth:`draft` in steps: each step yields the batch of rows to decode on the draft context and is
         sent the row at which they were decoded: 0 alone, or their offset where a multi-sequence engine
         decoded several sequences' rows together (engine/generation/parallel.py). Returns the drafts.
-        Chained heads select their block per decode, so they draft alone and yield nothing."""
+        Chained heads select their block per decode: a yielded batch is decoded with head :attr:`head`
+        selected (the generator selects it before yielding; an engine decoding several lanes'
+        rows together selects it itself, since every lane is then at the same step)."""
         if self._fold_tokens and not self.fold:  # deferred plain steps: caught up on their own, not folded
             self.settle()
         t0 = time.perf_counter()
@@ -320,10 +323,8 @@ class MTPDrafter:
         if self.penalties is not None:
             self.penalties.start()
         try:
-            if self.chained:
-                drafts = self._draft_chained(id_last, pos0, n_max, p_min)
-            else:
-                drafts = yield from self._looped_steps(id_last, pos0, n_max, p_min)
+            steps = self._chained_steps if self.chained else self._looped_steps
+            drafts = yield from steps(id_last, pos0, n_max, p_min)
         finally:
             if self.guide is not None:
                 self.guide.end()
@@ -484,37 +485,44 @@ class MTPDrafter:
             ctypes.memmove(batch.embd_row_address(0), h_row, self._row_bytes)
         return drafts
 
-    def _draft_chained(self, id_last: int, pos0: int, n_max: int, p_min: float) -> list[int]:
-        """Head i drafts token i from the prefix re-decoded with its own KV layer.
+    def _chained_steps(self, id_last: int, pos0: int, n_max: int, p_min: float) -> Generator[Batch, int, list[int]]:
+        """Head i drafts token i from the prefix re-decoded with its own KV layer: one decode per draft
+        token, yielded to be decoded with :attr:`head` selected (see :meth:`drafting`).
 
         Row j of step i carries ``pending_h`` (j = 0) or the hidden state head
-        j-1 produced for its draft (j > 0), as llama.cpp's driver does.
+        j-1 produced for its draft (j > 0), as llama.cpp's driver does. Every lane
+        is at the same step when a multi-sequence engine decodes their steps
+        together, so one layer offset serves the whole batch.
         """
         drafts: list[int] = []
         batch = self.batch
         head_h: list[np.ndarray] = []
-        for head in range(n_max):
-            self.ctx.seq_rm(pos0, -1, self.seq)
-            self.ctx.set_nextn_layer_offset(head)
-            batch.clear()
-            # A graph that does not crop returns row 0's state for a lone
-            # output row; with every row an output, the last row is right.
-            every_row = not self.crops_rows
-            batch.add(id_last, pos0, head == 0 or every_row, self.seq)
-            ctypes.memmove(batch.embd_row_address(0), self.pending_h.ctypes.data, self._row_bytes)
-            for j, drafted in enumerate(drafts):
-                batch.add(drafted, pos0 + 1 + j, every_row or j == len(drafts) - 1, self.seq)
-                ctypes.memmove(batch.embd_row_address(j + 1), head_h[j].ctypes.data, self._row_bytes)
-            self.ctx.decode(batch)
-            token = self._pick(batch.n - 1, p_min)
-            if token is None:
-                break
-            drafts.append(token)
-            if self._forbidden:
-                break
-            h_row = self.ctx.embeddings_nextn_ith(batch.n - 1)
-            head_h.append(np.ctypeslib.as_array(h_row, shape=(self.n_embd,)).copy())
-        self.ctx.set_nextn_layer_offset(0)
+        # A graph that does not crop returns row 0's state for a lone
+        # output row; with every row an output, the last row is right.
+        every_row = not self.crops_rows
+        try:
+            for head in range(n_max):
+                self.ctx.seq_rm(pos0, -1, self.seq)
+                self.ctx.set_nextn_layer_offset(head)
+                self.head = head
+                batch.clear()
+                batch.add(id_last, pos0, head == 0 or every_row, self.seq)
+                ctypes.memmove(batch.embd_row_address(0), self.pending_h.ctypes.data, self._row_bytes)
+                for j, drafted in enumerate(drafts):
+                    batch.add(drafted, pos0 + 1 + j, every_row or j == len(drafts) - 1, self.seq)
+                    ctypes.memmove(batch.embd_row_address(j + 1), head_h[j].ctypes.data, self._row_bytes)
+                last = (yield batch) + batch.n - 1
+                token = self._pick(last, p_min)
+                if token is None:
+                    break
+                drafts.append(token)
+                if self._forbidden:
+                    break
+                h_row = self.ctx.embeddings_nextn_ith(last)
+                head_h.append(np.ctypeslib.as_array(h_row, shape=(self.n_embd,)).copy())
+        finally:
+            self.head = 0
+            self.ctx.set_nextn_layer_offset(0)
         return drafts
 
 

@@ -19,7 +19,7 @@ from engine.generation.session import CELL_ORDER_SENSITIVE, LoadOptions, Session
 from engine.gguf.facts import read_facts
 from engine.runtime import SamplingParams
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp
-from tests.engine.conftest import ALL_MTP_ARCHS, synth
+from tests.engine.conftest import ALL_MTP_ARCHS, heads_for, synth
 
 PROMPTS = [" the river model", " a quiet light", " numbers and words", " the old bridge"]
 
@@ -199,3 +199,50 @@ def test_the_sequences_draft_steps_are_decoded_together(monkeypatch):
     together, together_tokens = mtp_decodes(4, together=True)
     assert together_tokens == alone_tokens
     assert together < 0.5 * alone, (together, alone)
+
+
+def count_draft_decodes(ctx, monkeypatch) -> list[int]:
+    """Count the decodes of ``ctx`` that draft (have an output row; a catch-up has none)."""
+    calls, decode = [0], ctx.decode
+
+    def counting(batch):
+        calls[0] += batch.n_outputs > 0
+        decode(batch)
+
+    monkeypatch.setattr(ctx, "decode", counting)
+    return calls
+
+
+@pytest.mark.parametrize("n_seq", [2, 3])
+@pytest.mark.parametrize("weights", ["mixed", "random"])
+@pytest.mark.parametrize("arch", ["step35", "mimo2"])
+def test_chained_heads_draft_every_sequence_s_step_in_one_decode(arch, weights, n_seq, monkeypatch):
+    # chained heads select their block per decode: step i of every sequence that drafts goes into one
+    # decode with head i selected, not one decode per sequence; a sequence that stops early (p_min) drops
+    # out of the later steps, and each one's tokens and drafts round by round are those of it alone
+    model = synth(arch, "mixed", agree=0.7, reads="hidden") if weights == "mixed" else synth(arch, "random")
+    path, heads = str(model.path()), heads_for(arch)
+    for n_max, p_min in [*((n, 0.0) for n in range(1, heads + 1)), (heads, 0.3)]:
+        reqs = requests(mtp(n_max, p_min=p_min), n=n_seq)
+        with Session(LoadOptions(path=path, n_ctx=512 * n_seq)) as session:
+            assert session.mtp_status == "chained"
+            calls = count_draft_decodes(session.mtp_drafter.ctx, monkeypatch)
+            solo = [generate(session, replace(r, record_margins=True)) for r in reqs]
+            alone_decodes = calls[0]
+            monkeypatch.undo()
+            noise = identity.measure_noise(session)
+        with Session(LoadOptions(path=path, n_ctx=512, parallel=n_seq)) as session:
+            calls = count_draft_decodes(session.mtp_drafter.ctx, monkeypatch)
+            engine, jobs, per_step = ParallelGenerator(session), [Job(r) for r in reqs], []
+            for job in jobs:
+                engine.add(job)
+            while not engine.idle:
+                before = calls[0]
+                engine.step()
+                per_step.append(calls[0] - before)
+            monkeypatch.undo()
+        for s, job in zip(solo, jobs, strict=True):
+            assert job.error is None, job.error
+            same_as_alone(s, job.result, noise)
+        assert max(per_step) <= min(n_max, heads), (n_max, p_min, per_step)  # one decode per head, not per sequence
+        assert sum(per_step) < alone_decodes, (n_max, p_min, sum(per_step), alone_decodes)
