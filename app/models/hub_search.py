@@ -58,6 +58,8 @@ class HubSearch(QGroupBox):
         self.token.setPlaceholderText("Access token (kept in the system keyring)")
         save_token = QPushButton("Save token")
         self.results = QListWidget()
+        self.results.setWordWrap(True)  # a row's end (the repository, "built-in catalog") is read, not scrolled to
+        self.results.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.files = QTableWidget(0, 4)
         self.files.setHorizontalHeaderLabels(["Quantization", "Size", "Kind", "Files"])
         self.files.horizontalHeader().setStretchLastSection(True)
@@ -111,13 +113,13 @@ class HubSearch(QGroupBox):
         if not msg.startswith(hub.UNREACHABLE):
             self.status.setText(f"Search failed: {msg}")
             return
-        self.status.setText(f"Offline: {msg}.")
+        self.status.setText(f"Offline: {msg.rstrip('.')}.")
         self.sig_offline.emit("a search just found the hub out of reach.")
         task = self._running.add(background.run(catalog_matches, self.query.text()))  # reads the catalog's file
         task.sig_done.connect(lambda found: self._show_catalog(msg, found))
 
     def _show_catalog(self, msg: str, found: list[catalog.Recommendation]) -> None:
-        self.status.setText(f"Offline: {msg}. " + (f"{len(found)} model(s) in the built-in catalog match; "
+        self.status.setText(f"Offline: {msg.rstrip('.')}. " + (f"{len(found)} model(s) in the built-in catalog match; "
                                                     "download them from Recommended MTP models once online."
                                                     if found else "Nothing in the built-in catalog matches."))
         for rec in found:
