@@ -68,7 +68,18 @@ class ShortcutsSheet(QDialog):
         col = QVBoxLayout(self)
         col.addWidget(self.table)
         col.addWidget(close)
-        self.resize(620, 520)
+        self.resize(620, self._height_for_every_row(col, close, window))
+
+    def _height_for_every_row(self, col: QVBoxLayout, close: QWidget, window: QWidget) -> int:
+        """Tall enough to show every row without scrolling (at 520 px the message box's keys were below the
+        fold), but never taller than most of the screen."""
+        table = self.table
+        margins = col.contentsMargins()
+        needed = (table.horizontalHeader().sizeHint().height() + table.verticalHeader().length()
+                  + 2 * table.frameWidth() + col.spacing() + close.sizeHint().height()
+                  + margins.top() + margins.bottom())
+        screen = window.screen() or self.screen()
+        return min(needed, int(screen.availableGeometry().height() * 0.9)) if screen is not None else needed
 
     def rows(self) -> list[tuple[str, str, str]]:
         return [tuple(self.table.item(r, c).text() for c in range(3))  # type: ignore[misc]
