@@ -108,6 +108,10 @@ class Sampler:
         self._cuts = NO_CUTS if params.greedy else Cuts(params.top_k, params.min_p, params.top_p)
         self._biased = sorted(logit_bias) if logit_bias else []
         self._remembered: set[int] = set()
+        # greedy with nothing before the pick: the largest logit, lowest id on ties (what llama.cpp's
+        # greedy stage picks), read off the row in numpy instead of a 151,936-entry pass through the chain
+        self._argmax = params.greedy and not self.history and self._bias is None and self._grammar is None \
+            and n_vocab > 0
 
     def _adjusted(self) -> list[int]:
         return self._biased + sorted(self._remembered)
@@ -127,6 +131,9 @@ class Sampler:
         return DraftGuide(self._lib, self._grammar) if self._grammar is not None else None
 
     def sample(self, ctx_handle: Any, row: int) -> int:
+        if self._argmax:  # a chain with no state: nothing to accept
+            return int(np.ctypeslib.as_array(self._lib.llama_get_logits_ith(ctx_handle, row), shape=(self.n_vocab,))
+                       .argmax())
         token = int(self._lib.llama_sampler_sample(self.handle, ctx_handle, row))  # accepts it too
         if self.history:
             self._remembered.add(token)

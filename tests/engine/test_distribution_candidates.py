@@ -93,3 +93,29 @@ def test_candidates_fall_back_to_the_whole_row_without_top_k_or_for_small_vocabu
     assert candidates(logits, Cuts(min_p=0.5, top_p=0.9), []) is None  # top-p's cut needs the whole row's mass
     near = candidates(logits, Cuts(min_p=float(np.exp(-5.0))), [999])  # within 5 of the unadjusted top, 998
     assert near is not None and set(near) == set(range(993, 1000))
+
+
+def test_plain_greedy_picks_what_llama_cpps_greedy_stage_picks_ties_included():
+    from engine.generation.session import LoadOptions, Session
+    from engine.runtime.context import Batch
+    from engine.sampling import GREEDY
+    from tests.engine.conftest import synth
+
+    session = Session(LoadOptions(path=str(synth("glm4moe", "random").path()), n_ctx=256, mtp=False))
+    fast = Sampler(GREEDY, session.model.n_vocab, 256)
+    chain = Sampler(GREEDY, 0, 256)  # no vocabulary size given: llama.cpp's chain picks
+    try:
+        assert fast._argmax and not chain._argmax
+        batch = Batch(64)
+        for i, token in enumerate(session.model.tokenize(" the river model")[:6]):
+            batch.add(token, i, True)
+        session.target.decode(batch)
+        for row in range(batch.n):
+            assert fast.sample(session.target.handle, row) == chain.sample(session.target.handle, row)
+        logits = np.ctypeslib.as_array(session.target.logits(0), shape=(session.model.n_vocab,))
+        logits[[40, 7, 300]] = logits.max() + 1.0  # a three-way tie at the top: the lowest id
+        assert fast.sample(session.target.handle, 0) == chain.sample(session.target.handle, 0) == 7
+    finally:
+        fast.close()
+        chain.close()
+        session.close()
