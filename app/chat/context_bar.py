@@ -101,10 +101,13 @@ class ContextBar(QWidget):
         self.bar.setStyleSheet(f"QProgressBar {{ border:none; background:{p.border}; border-radius:3px; }}"
                                f" QProgressBar::chunk {{ background:{colour}; border-radius:3px; }}")
         about = "about " if self.estimated else ""
-        text = f"{about}{self.used:,} / {size:,} tokens of context ({100 * share:.0f}%)"
+        # a reply that ran to the context's end counts its last token, which never took a slot: "513 / 512"
+        text = f"{about}{min(self.used, size):,} / {size:,} tokens of context ({100 * share:.0f}%)"
         dropped = self.chat.dropped_messages
         if dropped:
             text += f" · the oldest {dropped} message{'s' if dropped != 1 else ''} left out"
+        elif share >= 1.0:
+            text += " · full: the next reply leaves out the oldest messages"
         elif share >= FULL_AT:
             text += " · nearly full: the oldest messages will be left out"
         self.label.setText(text)

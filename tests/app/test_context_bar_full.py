@@ -1,0 +1,28 @@
+"""The context bar when a reply ran to the context's very end, as in the walkthrough (five turns on 512 tokens):
+it read "513 / 512 tokens of context (100%) · nearly full" (the reply's last token is counted but never took a
+slot). Now it never counts past the context and says it is full; the label and the bar stay inside the row."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPoint, QRect
+
+
+def test_a_context_run_to_its_end_reads_full_never_more_than_the_size(qtbot, services):
+    window = services.window
+    window.resize(1000, 700)
+    window.show()
+    qtbot.waitExposed(window)
+    window.chat.model_loaded(512)
+    bar = window.chat_pane.context_bar
+    bar._set(513, estimated=False)  # prompt 492 + 21 generated: what the reply's statistics said
+    qtbot.wait(20)
+    text = bar.label.text()
+    assert text.startswith("512 / 512 tokens of context (100%)"), text
+    assert "full: the next reply leaves out the oldest messages" in text and "nearly" not in text, text
+    row = QRect(QPoint(0, 0), bar.size())
+    for part in (bar.label, bar.bar):
+        assert row.contains(part.geometry()), (part, part.geometry(), row)
+    assert bar.label.width() >= bar.label.sizeHint().width(), "the label is cut"
+    assert bar.bar.width() >= 60, "the label squeezed the bar away"
+    bar._set(470, estimated=False)
+    assert "nearly full" in bar.label.text() and bar.label.text().startswith("470 / 512")
