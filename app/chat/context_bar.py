@@ -12,7 +12,7 @@ out the oldest turns, and the bar says so.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QSize, QTimer
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
 
 from app.chat.controller import ChatController
@@ -22,6 +22,25 @@ from engine.speculative.stats import StatsSnapshot
 from engine.worker.events import DoneEvent, StatsEvent, TokensEvent
 
 FULL_AT = 0.9  # from this share of the context on, the bar turns to the warning colour
+
+
+class OneLineFirst(QLabel):
+    """A label that asks for one line and wraps only when the row is short of room: as one unbreakable line,
+    "… · nearly full: the oldest messages will be left out" set the chat pane's minimum width, which squeezed
+    the chat list to ~90 px at 1000×700; a plain word-wrapped label wrapped even at 1920 px."""
+
+    MIN_WIDTH = 160
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setWordWrap(True)
+
+    def sizeHint(self) -> QSize:
+        line = self.fontMetrics().horizontalAdvance(self.text()) + 2 * self.margin() + 2
+        return QSize(line, self.fontMetrics().height() + 2 * self.margin())
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(min(self.sizeHint().width(), self.MIN_WIDTH), super().minimumSizeHint().height())
 
 
 class ContextBar(QWidget):
@@ -37,7 +56,7 @@ class ContextBar(QWidget):
         self.bar = QProgressBar()
         self.bar.setTextVisible(False)
         self.bar.setFixedHeight(6)
-        self.label = QLabel()
+        self.label = OneLineFirst()
         self.label.setStyleSheet(f"color:{palette.muted}; font-size:small;")
         row = QHBoxLayout(self)
         row.setContentsMargins(4, 0, 4, 0)
