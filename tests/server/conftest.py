@@ -32,6 +32,25 @@ def link(model_path: str) -> Iterator[WorkerLink]:
     engine.close()
 
 
+@pytest.fixture(scope="module")
+def vision_files(isolated_dirs: None) -> tuple[str, str]:
+    """The synthetic qwen35 target of the image tests (combined layout) and its projector."""
+    from engine.synth import SynthModel
+    from engine.synth.projector import ProjectorSpec, projector_path
+    from tests.server.vision_server import SPEC
+
+    return str(SynthModel(SPEC).path("combined")), str(projector_path(ProjectorSpec(target=SPEC)))
+
+
+@pytest.fixture(scope="module")
+def vision_link(vision_files: tuple[str, str]) -> Iterator[WorkerLink]:
+    """A real worker with that target and projector loaded, MTP to depth 2."""
+    model, mmproj = vision_files
+    engine = WorkerLink(load_request_for(model, n_ctx=1024, n_threads=1, mmproj=mmproj), speculative=mtp(2))
+    yield engine
+    engine.close()
+
+
 def start_server(link: WorkerLink, **options: object) -> ServerThread:
     config = ServerConfig(port=0, model_id=MODEL_ID, **options)  # type: ignore[arg-type]
     return ServerThread(link, config).start()

@@ -3,7 +3,6 @@ server and a real worker holding a synthetic qwen35 target with its synthetic pr
 
 from __future__ import annotations
 
-import base64
 import re
 import signal
 import subprocess
@@ -16,41 +15,19 @@ import pytest
 
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
-from engine.server.engine_link import WorkerLink, load_request_for
-from engine.speculative.settings import SPECULATION_OFF, mtp
-from engine.synth import SynthModel, SynthSpec
-from engine.synth.images import BLACK, BLUE, GREEN, RED, WHITE, YELLOW, field_png
-from engine.synth.projector import ProjectorSpec, projector_path
+from engine.server.engine_link import WorkerLink
+from engine.speculative.settings import SPECULATION_OFF
 from engine.worker.protocol import IMAGE_MARKER
 from tests.server.conftest import MODEL_ID, start_server
+from tests.server.vision_server import QUADRANTS, STRIPES, data_url
 
-QUADRANTS = field_png([[RED, GREEN], [BLUE, YELLOW]])
-STRIPES = field_png([[BLACK, WHITE, BLACK, WHITE]], width=48, height=32)
-SPEC = SynthSpec(arch="qwen35", weights="random", seed=1)
 QUESTION = "What is this?"
-
-
-def data_url(image: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(image).decode()
 
 
 def ask(client: openai.OpenAI, url: str, **kw: object) -> object:
     content = [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": f" {QUESTION}"}]
     return client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": content}],
                                           temperature=0, max_tokens=8, **kw)
-
-
-@pytest.fixture(scope="module")
-def files(isolated_dirs: None) -> tuple[str, str]:
-    return str(SynthModel(SPEC).path("combined")), str(projector_path(ProjectorSpec(target=SPEC)))
-
-
-@pytest.fixture(scope="module")
-def vision_link(files: tuple[str, str]) -> Iterator[WorkerLink]:
-    model, mmproj = files
-    engine = WorkerLink(load_request_for(model, n_ctx=1024, n_threads=1, mmproj=mmproj), speculative=mtp(2))
-    yield engine
-    engine.close()
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +38,9 @@ def client(vision_link: WorkerLink) -> Iterator[openai.OpenAI]:
 
 
 @pytest.fixture(scope="module")
-def expected(files: tuple[str, str]) -> dict[bytes, str]:
+def expected(vision_files: tuple[str, str]) -> dict[bytes, str]:
     """Each image's greedy reply, generated in this process from the same message with the same image."""
-    model, mmproj = files
+    model, mmproj = vision_files
     messages = ({"role": "user", "content": f"{IMAGE_MARKER} {QUESTION}"},)
     with Session(LoadOptions(path=model, n_ctx=1024, mmproj=mmproj, mtp=False)) as session:
         return {image: generate(session, GenerateRequest(messages=messages, images=(image,), max_tokens=8,
@@ -123,13 +100,13 @@ def test_a_model_without_a_projector_refuses_images_with_a_400(link: WorkerLink)
         running.stop()
 
 
-def test_serve_with_a_projector_answers_a_local_image_it_is_allowed_to_read(files: tuple[str, str],
+def test_serve_with_a_projector_answers_a_local_image_it_is_allowed_to_read(vision_files: tuple[str, str],
                                                                           expected: dict[bytes, str],
                                                                           tmp_path: Path) -> None:
     path = tmp_path / "cat.png"
     path.write_bytes(QUADRANTS)
-    proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--threads", "1", "--model", files[0],
-                             "--mmproj", files[1], "--allow-local-images", "--port", "0", "--ctx", "1024",
+    proc = subprocess.Popen([sys.executable, "-m", "engine", "serve", "--threads", "1", "--model", vision_files[0],
+                             "--mmproj", vision_files[1], "--allow-local-images", "--port", "0", "--ctx", "1024",
                              "--speculative", "off"], stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stderr is not None

@@ -14,16 +14,10 @@ import ollama
 import openai
 import pytest
 
-from engine.server.engine_link import WorkerLink, load_request_for
-from engine.speculative.settings import mtp
-from engine.synth import SynthModel, SynthSpec
-from engine.synth.images import BLACK, BLUE, GREEN, RED, WHITE, YELLOW, field_png
-from engine.synth.projector import ProjectorSpec, projector_path
+from engine.server.engine_link import WorkerLink
 from tests.server.conftest import MODEL_ID, start_server
+from tests.server.vision_server import QUADRANTS, STRIPES, data_url
 
-QUADRANTS = field_png([[RED, GREEN], [BLUE, YELLOW]])
-STRIPES = field_png([[BLACK, WHITE, BLACK, WHITE]], width=48, height=32)
-SPEC = SynthSpec(arch="qwen35", weights="random", seed=1)
 QUESTION = " What is this?"
 N = 8
 REMOTE = "https://example.com/cat.png"
@@ -33,10 +27,6 @@ OLLAMA_GREEDY = {"temperature": 0, "num_predict": N, "repeat_penalty": 1.0, "top
 
 def b64(image: bytes) -> str:
     return base64.b64encode(image).decode()
-
-
-def data_url(image: bytes) -> str:
-    return "data:image/png;base64," + b64(image)
 
 
 class Clients:
@@ -68,19 +58,6 @@ class Clients:
                    {"type": "input_text", "text": QUESTION}]
         return self.openai.responses.create(model=MODEL_ID, input=[{"role": "user", "content": content}],
                                             temperature=0, max_output_tokens=N, **kw)
-
-
-@pytest.fixture(scope="module")
-def files(isolated_dirs: None) -> tuple[str, str]:
-    return str(SynthModel(SPEC).path("combined")), str(projector_path(ProjectorSpec(target=SPEC)))
-
-
-@pytest.fixture(scope="module")
-def vision_link(files: tuple[str, str]) -> Iterator[WorkerLink]:
-    model, mmproj = files
-    engine = WorkerLink(load_request_for(model, n_ctx=1024, n_threads=1, mmproj=mmproj), speculative=mtp(2))
-    yield engine
-    engine.close()
 
 
 @pytest.fixture(scope="module")
