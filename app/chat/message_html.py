@@ -39,8 +39,9 @@ def footer_links(index: int, role: str, message_id: int | None, status: str, ver
 
 def unbroken(text: str) -> str:
     """``120 tokens · 16.2 tok/s · 4.0 s`` as HTML that wraps only at its dots: a narrow transcript broke the
-    footer inside a figure ("4.0" on one line, "s" on the next)."""
-    return " · ".join(html.escape(part).replace(" ", "&nbsp;") for part in text.split(" · "))
+    footer inside a figure ("4.0" on one line, "s" on the next; "tok/" and "s")."""
+    return " · ".join(html.escape(part).replace(" ", "&nbsp;").replace("/", "/&#8288;")  # U+2060 joins "tok/"
+                      for part in text.split(" · "))  # to "s": Qt breaks after a slash too
 
 
 def parse_link(text: str) -> tuple[str, tuple]:
