@@ -68,7 +68,7 @@ class ModelPicker(QWidget):
             text = "No model loaded — choose one"
         else:
             text = BUILT_IN if model.is_default_model else Path(model.path).name
-        self.button.setText(text + "  ▾")
+        self.button.setText(text)  # the arrow is Qt's own menu indicator (a "▾" here made two)
         self.button.setToolTip(model.path if model is not None else "Choose the model to chat with")
 
     def set_library(self, rows: list[LibraryRow]) -> None:
