@@ -1,5 +1,6 @@
 """MTP acceptance on the text after an image: the image rows written into the MTP context
-(``hidden``: the fallback this engine uses; ``embedding``) against llama.cpp's way (``skip``: no image
+(``exact``: image embedding and h_target(p-1), patch 0007, the default; ``hidden``: h_target(p-1) in
+both inputs, the fallback without the patch; ``embedding``) against llama.cpp's way (``skip``: no image
 rows in the MTP context, a stale hidden state for the next text row). engine/speculative/mtp_images.py.
 
     .venv/bin/python scripts/mtp_after_image.py [--tokens 64] [--n-max 3]
@@ -16,6 +17,7 @@ import time
 
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
+from engine.runtime import state_batch
 from engine.speculative.mtp_images import IMAGE_ROWS
 from engine.speculative.settings import SpeculativeSettings
 from engine.synth import HeadMap, SynthModel, SynthSpec
@@ -39,6 +41,9 @@ def main() -> int:
         model = SynthModel(SynthSpec(arch=arch, weights=weights, heads=(HeadMap("hidden", 0.7, 0),), seed=1))
         mmproj = str(projector_path(ProjectorSpec(target=model.spec)))
         with Session(LoadOptions(path=str(model.path("combined")), n_ctx=1024, mmproj=mmproj)) as session:
+            assert session.mtp_drafter is not None
+            if not state_batch.takes_states(session.mtp_drafter.ctx):
+                print("note: this engine was built without patch 0007: exact rows are written as hidden ones")
             for rows in IMAGE_ROWS:
                 tokens = drafted = accepted = 0
                 seconds = 0.0

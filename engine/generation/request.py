@@ -14,7 +14,7 @@ from typing import Any
 
 from engine.generation import chat_template
 from engine.runtime import SamplingParams
-from engine.speculative.mtp_images import HIDDEN
+from engine.speculative.mtp_images import EXACT
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 from engine.speculative.stats import GenerationStats
 
@@ -59,7 +59,7 @@ class GenerateRequest:
     # image parts of the messages (engine/generation/images.py); they need the session's projector
     images: tuple[bytes, ...] = ()
     # how the MTP context gets an image's rows (engine/speculative/mtp_images.py; benches compare them)
-    image_rows: str = HIDDEN
+    image_rows: str = EXACT
 
 
 @dataclass

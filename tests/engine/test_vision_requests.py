@@ -15,7 +15,7 @@ from engine.generation import images as vision
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.load_plan import LoadPlan
 from engine.generation.session import LoadOptions, Session
-from engine.speculative.mtp_images import EMBEDDING, HIDDEN, IMAGE_ROWS, SKIP
+from engine.speculative.mtp_images import EMBEDDING, EXACT, HIDDEN, IMAGE_ROWS, SKIP
 from engine.speculative.settings import SpeculativeSettings
 from engine.synth import SynthModel, SynthSpec
 from engine.synth.images import BLACK, BLUE, GREEN, RED, WHITE, YELLOW, field_png
@@ -91,7 +91,7 @@ def test_greedy_mtp_after_an_image_is_plain_greedy(synth_models: object, arch: s
 
 
 def test_the_image_rows_reach_the_mtp_context(synth_models: object) -> None:
-    """Skipping them (llama.cpp's way) and writing them give the head other states to draft from."""
+    """Skipping them (llama.cpp's way) and writing them, each way, give the head other states to draft from."""
     model = synth_models("qwen35", weights="random", reads="hidden", seed=1)
     mmproj = str(projector_path(ProjectorSpec(target=model.spec)))
     margins = {}
@@ -102,6 +102,7 @@ def test_the_image_rows_reach_the_mtp_context(synth_models: object) -> None:
                                                       speculative=SpeculativeSettings("mtp", 1)))
             margins[rows] = result.draft_margins_per_round
     assert margins[SKIP] != margins[HIDDEN] != margins[EMBEDDING] != margins[SKIP]
+    assert margins[EXACT] not in (margins[SKIP], margins[HIDDEN], margins[EMBEDDING])
 
 
 def test_the_room_left_counts_the_images_cells_not_its_positions(files: tuple[str, str]) -> None:
