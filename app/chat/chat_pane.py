@@ -18,6 +18,7 @@ model has a vision projector.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 
 from PySide6.QtCore import QEvent, QMimeData, Qt, Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeyEvent
@@ -163,6 +164,12 @@ class ChatPane(QWidget):
         self.attachments.place_button_in(self.composer)
         col.addWidget(self.blocked_label)
         col.addLayout(buttons)
+        # Tab from the message box goes to Send (the row's layout order made it Regenerate), then the other reply
+        # buttons; the Attach button at the box's edge comes after them
+        chain = (self.composer, self.send_button, self.stop_button, self.continue_button, self.regen_button,
+                 self.edit_button, self.attachments.attach_button)
+        for first, second in pairwise(chain):
+            QWidget.setTabOrder(first, second)
 
         self.composer.sig_submit.connect(self.send)
         self.composer.sig_images.connect(self.attachments.add)

@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QApplication
 
-from tests.app.conftest import start_and_load
+from tests.app.conftest import start_and_load, type_and_send
 
 CTRL, SHIFT = Qt.KeyboardModifier.ControlModifier, Qt.KeyboardModifier.ShiftModifier
 
@@ -113,3 +113,26 @@ def test_help_lists_every_menu_shortcut_and_the_message_box_keys(qtbot, services
     listed = {command for _where, command, _keys in rows}
     assert {a.text().rstrip("…") for a in shortcuts} <= listed  # nothing with a key is left out
     assert all(row in rows for row in MESSAGE_BOX_KEYS)
+
+
+def test_tab_from_the_message_box_goes_to_send_then_the_other_reply_buttons(qtbot, services):
+    window = active(qtbot, services.window)
+    start_and_load(qtbot, services)
+    services.settings.max_tokens = 4
+    pane = window.chat_pane
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
+        type_and_send(qtbot, window, "Name a colour.")
+    assert pane.send_button.isEnabled() and pane.regen_button.isEnabled()  # a chat with a reply: both enabled
+    window.composer.setFocus()
+    qtbot.keyClicks(window.composer, "hello")
+    qtbot.keyClick(window.composer, Qt.Key.Key_Tab)
+    assert QApplication.focusWidget() is pane.send_button  # not Regenerate, laid out first in the row
+    qtbot.keyClick(pane.send_button, Qt.Key.Key_Backtab, SHIFT)
+    assert QApplication.focusWidget() is window.composer
+    buttons = [pane.send_button, pane.stop_button, pane.continue_button, pane.regen_button, pane.edit_button]
+    chain, widget = [], window.composer
+    while len(chain) < 12:  # the chain's next focusable widgets after the box (disabled and hidden ones too)
+        widget = widget.nextInFocusChain()
+        if widget.focusPolicy() & Qt.FocusPolicy.TabFocus:
+            chain.append(widget)
+    assert chain[:5] == buttons  # then Stop, Continue, Regenerate and Edit, the rest of the window after them
