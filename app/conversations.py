@@ -140,6 +140,7 @@ class ConversationController(QObject):
         sidebar.list.clicked.connect(self._on_clicked)
         sidebar.list.customContextMenuRequested.connect(self._menu)
         chat.sig_reply_finished.connect(lambda _status: self.refresh())
+        chat.sig_version_shown.connect(self.refresh)  # a branch brings its title (app/chat/versions.py)
         self._model_name = ""  # the loaded model, remembered with each chat it replies in
         if hasattr(chat.client, "sig_loaded"):
             chat.client.sig_loaded.connect(self._on_loaded)

@@ -59,7 +59,7 @@ class ChatController(QObject):
         sig_context_notice(str): what the open chat's last reply left out to fit the context ("" for nothing).
         sig_conversation_opened(): another conversation (or none) is shown; what can be edited changed.
         sig_save_notice(str): why a reply is not saved yet ("" once it is).
-        sig_version_shown(): a reply's other version replaced the one shown; whether it can be continued changed.
+        sig_version_shown(): another version is shown (a reply's, or a message's with its branch and title).
         sig_model_changed(object): the loaded model's ModelInfo (None: none); whether it takes images changed.
     """
 
@@ -150,10 +150,7 @@ class ChatController(QObject):
         shown = [self._shown(m, i == len(stored) - 1) for i, m in enumerate(stored)]
         self.transcript.system_prompt = self.store.get(conversation_id).system_prompt  # shown above the messages
         self.transcript.set_messages(shown)
-        last = next((m.stats for m in reversed(shown) if m.stats), None)
-        self.stats_panel.reset()
-        if last:
-            self.stats_panel.update_stats(last, final=True)
+        self.stats_panel.show_last(shown)
         self.sig_conversation_opened.emit()
 
     def _shown(self, m: Message, last: bool) -> ShownMessage:
@@ -293,10 +290,11 @@ class ChatController(QObject):
                                               "the chat). Free some space and try again."))
             return
         if m.role == "user":
-            self.open(self.conversation_id)  # another branch below it
+            self.open(self.conversation_id)  # another branch below it (its statistics with it)
         else:
             self.transcript.replace(index, self._shown(m, len(self.transcript.messages) - 1 == index))
-            self.sig_version_shown.emit()
+            self.stats_panel.show_last(self.transcript.messages)  # the panel tells of the version shown
+        self.sig_version_shown.emit()  # the chat list's title and Continue follow the branch
 
     def stop(self) -> None:
         self.stream.stop()

@@ -52,6 +52,13 @@ class StatsPanel(QWidget):
         self.prefill = None
         self.update()
 
+    def show_last(self, messages: list) -> None:
+        """The statistics of the newest reply among ``messages`` (ShownMessage) that has any; none: nothing."""
+        last = next((m.stats for m in reversed(messages) if m.stats), None)
+        self.reset()
+        if last:
+            self.update_stats(last, final=True)
+
     def set_speedup(self, speedup: float | None, source: str = "autotuned", *, measured_with: str | None = None,
                     sampling: str | None = None) -> None:
         """The measured speedup of the settings this reply uses (None: not measured), and the sampling it was

@@ -13,6 +13,7 @@ live in the row's ``versions`` column (JSON); a version that is not shown
 carries its branch there (``"tail"``: the rows after it, each with its own
 versions). Switching copies the shown branch into its version and writes the
 chosen branch back as rows, in one transaction: a full disk leaves it as it was.
+A chat's title made from its first message follows the version of it shown.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 from app.chat import rows
 from app.chat.disk import storable, transaction, writing
+from app.chat.titles import title_from
 
 
 def _row(db: sqlite3.Connection, message_id: int) -> sqlite3.Row:
@@ -58,6 +60,7 @@ def select_version(db: sqlite3.Connection, message_id: int, index: int) -> None:
         if rows.text_value(row["role"]) == "user" and index != shown:
             every[shown]["tail"] = _take_tail(db, row)
             _put_tail(db, row["conversation_id"], every[index].pop("tail", []))
+            _follow_title(db, row, every[shown]["content"], every[index]["content"])
         chosen = every[index]
         stats = json.dumps(chosen["stats"]) if chosen.get("stats") is not None else None
         db.execute("UPDATE messages SET content=?, status=?, stats=?, created=?, versions=?, version=?, images=? "
@@ -92,6 +95,15 @@ def branch(db: sqlite3.Connection, message_id: int, text: str, title: str | None
             db.execute("UPDATE conversations SET title=? WHERE id=?", (storable(title), conversation_id))
         db.execute("UPDATE conversations SET updated=? WHERE id=?", (now, conversation_id))
     return int(reply or 0)
+
+
+def _follow_title(db: sqlite3.Connection, row: sqlite3.Row, before: str, after: str) -> None:
+    """A title made from the first message follows the version of it shown (its branch); one the user gave stays."""
+    first = db.execute("SELECT MIN(id) FROM messages WHERE conversation_id=?", (row["conversation_id"],)).fetchone()
+    if first is None or first[0] != row["id"]:
+        return
+    made, shown = (storable(title_from(text or "Image")) for text in (before, after))
+    db.execute("UPDATE conversations SET title=? WHERE id=? AND title=?", (shown, row["conversation_id"], made))
 
 
 def _take_tail(db: sqlite3.Connection, row: sqlite3.Row) -> list[dict[str, Any]]:

@@ -113,3 +113,47 @@ def test_continue_follows_the_reply_version_shown(qtbot, services):
     window.transcript._on_anchor(QUrl("version:1:1"))
     assert "2/2" in window.transcript.toPlainText()
     assert not continue_button.isVisibleTo(window), "Continue stayed from the version shown before"
+
+
+def test_switching_a_branch_brings_its_title_and_statistics(qtbot, services):
+    start_and_load(qtbot, services)
+    window, store = services.window, services.store
+    services.settings.max_tokens = 6
+    send(qtbot, window, "The river")
+    river = store.messages(window.chat.conversation_id)[1].stats
+    window.chat_pane.edit_button.click()
+    services.settings.max_tokens = 3  # the other branch's reply is another length: its statistics differ
+    window.composer.setPlainText("The mountain")
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
+        window.send()
+    conv = window.chat.conversation_id
+    listed = window.sidebar.list.currentIndex()
+    assert store.get(conv).title == "The mountain" and listed.data() == "The mountain"
+    assert window.stats_panel.stats.generated_tokens == 3
+    window.transcript._on_anchor(QUrl("version:0:-1"))  # ‹ on the question: the river's branch
+    assert store.get(conv).title == "The river"
+    assert window.sidebar.list.currentIndex().data() == "The river"  # the chat list follows it
+    assert window.stats_panel.stats.generated_tokens == river["generated_tokens"] == 6
+    assert window.stats_panel.final
+    window.transcript._on_anchor(QUrl("version:0:1"))
+    assert window.sidebar.list.currentIndex().data() == "The mountain"
+    assert window.stats_panel.stats.generated_tokens == 3
+    store.update(conv, title="My own name")  # a title the user gave is kept whatever branch shows
+    window.transcript._on_anchor(QUrl("version:0:-1"))
+    assert store.get(conv).title == "My own name"
+
+
+def test_switching_a_replys_version_brings_its_statistics(qtbot, services):
+    start_and_load(qtbot, services)
+    window = services.window
+    services.settings.max_tokens = 6
+    send(qtbot, window, "The river")
+    services.settings.max_tokens = 3
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
+        window.chat_pane.regen_button.click()
+    assert window.stats_panel.stats.generated_tokens == 3
+    window.transcript._on_anchor(QUrl("version:1:-1"))  # ‹ on the reply: its first version
+    assert "1/2" in window.transcript.toPlainText()
+    assert window.stats_panel.stats.generated_tokens == 6 and window.stats_panel.final
+    window.transcript._on_anchor(QUrl("version:1:1"))
+    assert window.stats_panel.stats.generated_tokens == 3
