@@ -60,6 +60,7 @@ class ReplyStream(QObject):
         self.context_size = 0  # tokens; the loaded model's n_ctx (0 before a model is loaded)
         self._text = ""
         self._continued = ""  # the text a continued reply had before (Continue appends to it)
+        self._so_far: tuple[int, int] | None = None  # a continued reply's tokens and parts before (None: unknown)
         self._last_save = 0.0
         self._stopping = False
         self.author: dict[str, str] = {}  # the model and sampling this reply is asked with (app/chat/written_by.py)
@@ -77,6 +78,7 @@ class ReplyStream(QObject):
         self.turn, self.reply, self._stopping = turn, reply, False
         self.stats_panel.reset()
         self._text = self._continued = reply.content if turn.continuing else ""
+        self._so_far = written_by.so_far(reply.stats) if turn.continuing else None
         self._last_save = time.monotonic()
         self.request_id = self.ask(turn)
         if turn.continuing:
@@ -165,12 +167,14 @@ class ReplyStream(QObject):
         # which characters came from accepted drafts, kept when the transcript's pieces are the whole text
         spans = (written_by.spans_of(shown.segments) if shown is not None
                  and "".join(t for t, _d in shown.segments) == self._text else None)
+        whole = (self._so_far[0] + stats.generated_tokens, self._so_far[1] + 1) if self._so_far and stats else None
         if self.reply is not None:
             self.saver.save(self.reply.id, content=self._text, status=status,
-                            stats=written_by.with_author(stats.to_dict(), self.author, spans)
+                            stats=written_by.with_author(stats.to_dict(), self.author, spans, whole)
                             if stats is not None else None)
         if shown is not None:
             shown.written_by = written_by.author_text(self.author, stats)
+            shown.continued = whole
         self.transcript.end_reply(status, stats, unfinished=unfinished and bool(self._text))
         self.request_id = None
         self.reply = None

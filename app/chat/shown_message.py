@@ -26,6 +26,7 @@ class ShownMessage:
     unfinished: bool = False  # ended before its end (stopped, interrupted, the length limit): Continue goes on
     images: tuple[Attachment, ...] = ()  # attached images, shown as thumbnails above the text
     written_by: str = ""  # a reply's model, sampling and speculative settings, in words (app/chat/written_by.py)
+    continued: tuple[int, int] | None = None  # after Continue: the whole reply's tokens, and its parts
 
 
 def shown(m: Message, last: bool, waiting: dict[str, Any], images: tuple[Attachment, ...], max_tokens: int,
@@ -40,7 +41,8 @@ def shown(m: Message, last: bool, waiting: dict[str, Any], images: tuple[Attachm
     ended_early = last and unfinished(m.role, status, stats, max_tokens)
     return ShownMessage(m.role, content, status, stats, id=m.id, version=m.version, version_count=m.version_count,
                         unfinished=ended_early, images=images, written_by=written_by.author_text(author, stats),
-                        segments=written_by.segments_of(content, stored) if m.role == "assistant" else [])
+                        segments=written_by.segments_of(content, stored) if m.role == "assistant" else [],
+                        continued=written_by.continued_of(stored))
 
 
 def unfinished(role: str, status: str, stats: StatsSnapshot | None, max_tokens: int) -> bool:

@@ -294,7 +294,8 @@ class TranscriptView(QTextBrowser):
             body = f'<p style="white-space:pre-wrap">{body}</p>'
         else:
             body = markdown.render(m.content, p.code_palette(), copy_prefix=f"copy:{index}:")
-        foot = stats_text.footer(m.stats, m.status) if m.role == "assistant" and m.status != "streaming" else ""
+        foot = (stats_text.footer(m.stats, m.status, m.continued)
+                if m.role == "assistant" and m.status != "streaming" else "")
         links = footer_links(index, m.role, m.id, m.status, m.version, m.version_count,
                              m.unfinished and index == len(self.messages) - 1)
         said = [unbroken(text) for text in (m.written_by if m.status != "streaming" else "", foot) if text]

@@ -9,6 +9,9 @@ taken off again before the statistics are read.
 The same goes for which characters came from accepted drafts (:data:`DRAFTS_KEY`, character spans of the
 reply's text): "Highlight text from accepted drafts" showed them while the reply streamed and lost them
 once the chat was opened again.
+
+And how much of a reply came before its last part (:data:`CONTINUED_KEY`): after Continue the statistics
+are the last request's (its tokens, its speed), so the footer adds the whole reply's token count to them.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from engine.speculative.stats import StatsSnapshot
 
 KEY = "written_by"
 DRAFTS_KEY = "draft_spans"  # [[start, end], ...]: characters of the reply's text from accepted drafts
+CONTINUED_KEY = "continued"  # {"tokens": the whole reply's, "parts": the requests that wrote it}: after Continue
 
 
 def sampling_words(sampling: SamplingParams) -> str:
@@ -28,21 +32,38 @@ def sampling_words(sampling: SamplingParams) -> str:
     return f"temperature {sampling.temperature:g}" if label == "custom" else label
 
 
-def with_author(stats: dict[str, Any], author: dict[str, str],
-                spans: list[tuple[int, int]] | None = None) -> dict[str, Any]:
-    """``stats`` (a StatsSnapshot's dict) with what wrote the reply and, when known, its draft spans."""
+def with_author(stats: dict[str, Any], author: dict[str, str], spans: list[tuple[int, int]] | None = None,
+                continued: tuple[int, int] | None = None) -> dict[str, Any]:
+    """``stats`` (a StatsSnapshot's dict) with what wrote the reply and, when known, its draft spans and (a
+    continued reply) its whole token count and parts."""
     out = {**stats, KEY: dict(author)} if author else dict(stats)
     if spans is not None:
         out[DRAFTS_KEY] = [list(span) for span in spans]
+    if continued is not None:
+        out[CONTINUED_KEY] = {"tokens": continued[0], "parts": continued[1]}
     return out
+
+
+def continued_of(raw: Any) -> tuple[int, int] | None:
+    """A continued reply's whole token count and parts, from its stored statistics (None: not continued)."""
+    value = raw.get(CONTINUED_KEY) if isinstance(raw, dict) else None
+    if isinstance(value, dict) and all(isinstance(value.get(k), int) for k in ("tokens", "parts")):
+        return value["tokens"], value["parts"]
+    return None
+
+
+def so_far(raw: Any) -> tuple[int, int] | None:
+    """The tokens and parts of a reply about to be continued, from its stored statistics (None: not known)."""
+    tokens = raw.get("generated_tokens") if isinstance(raw, dict) else None
+    return continued_of(raw) or ((tokens, 1) if isinstance(tokens, int) else None)
 
 
 def split(raw: Any) -> tuple[Any, dict[str, str]]:
     """Stored statistics as the reader of statistics expects them, and what wrote the reply ({}: not said)."""
-    if not isinstance(raw, dict) or not {KEY, DRAFTS_KEY} & raw.keys():
+    if not isinstance(raw, dict) or not {KEY, DRAFTS_KEY, CONTINUED_KEY} & raw.keys():
         return raw, {}
     author = raw.get(KEY) if isinstance(raw.get(KEY), dict) else {}
-    return ({k: v for k, v in raw.items() if k not in (KEY, DRAFTS_KEY)},
+    return ({k: v for k, v in raw.items() if k not in (KEY, DRAFTS_KEY, CONTINUED_KEY)},
             {k: v for k, v in author.items() if isinstance(v, str)})
 
 

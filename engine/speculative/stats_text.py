@@ -134,12 +134,17 @@ def status_line(s: StatsSnapshot) -> str:
     return " · ".join(part for part in (speed(s), acceptance(s)) if part)
 
 
-def footer(s: StatsSnapshot | None, status: str) -> str:
-    """The line under a reply: how it ended (unless it simply finished), then its figures."""
+def footer(s: StatsSnapshot | None, status: str, continued: tuple[int, int] | None = None) -> str:
+    """The line under a reply: how it ended (unless it simply finished), then its figures. ``continued``
+    (the whole reply's tokens and parts, after Continue): ``s`` is the last part's, so the whole count
+    comes first and the figures after it are labelled as the last part's."""
     parts = {"interrupted": ["interrupted: the engine stopped before the reply ended"],
              "cancelled": ["stopped"], "error": ["failed"]}.get(status, [])
-    if s is not None:
+    if s is not None and continued is not None:
+        parts += [f"{continued[0]} tokens, continued", f"last part: {s.generated_tokens} tokens"]
+    elif s is not None:
         parts.append(f"{s.generated_tokens} tokens")
+    if s is not None:
         parts += [text for text in (speed(s), acceptance(s)) if text]
         if s.rounds:
             parts.append(f"mean length {s.mean_accepted_length or 0:.2f}")

@@ -157,3 +157,21 @@ def test_switching_a_replys_version_brings_its_statistics(qtbot, services):
     assert window.stats_panel.stats.generated_tokens == 6 and window.stats_panel.final
     window.transcript._on_anchor(QUrl("version:1:1"))
     assert window.stats_panel.stats.generated_tokens == 3
+
+
+def test_a_continued_replys_footer_counts_the_whole_reply_and_labels_the_last_parts_speed(qtbot, services):
+    start_and_load(qtbot, services)
+    window, store = services.window, services.store
+    services.settings.max_tokens = 8
+    send(qtbot, window, "Once upon a time")
+    conv = window.chat.conversation_id
+    services.settings.max_tokens = 5
+    for whole in (13, 18):  # 8, then 5 more, then 5 more
+        with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
+            window.chat_pane.continue_button.click()
+        assert store.messages(conv)[1].stats["generated_tokens"] == 5  # the statistics stored are the last part's
+        for _reopened in (False, True):
+            footer = window.transcript.toPlainText().splitlines()[-1]
+            assert f"{whole} tokens" in footer and "continued" in footer, footer
+            assert "last part: 5 tokens" in footer and footer.index("last part") < footer.index("tok/"), footer
+            window.chat.open(conv)
