@@ -69,6 +69,39 @@ def test_cpu_engine_on_an_nvidia_machine_recommends_the_cuda_build():
     assert rec.command == "mtp-studio engine build --backend cuda"
 
 
+def _installer_engine(backend: str, loaded: list[tuple[str, str]]) -> dict:
+    """An installer's build record (packaging/build_engine_libs.py) and the backends ggml loaded from it."""
+    return {"llama_cpp_python": "0.3.36", "backend": backend, "backend_loading": "dynamic", "cache_key": "k1",
+            "loaded_backends": [{"name": n, "library": lib} for n, lib in loaded]}
+
+
+def test_an_installer_engine_says_which_backend_ggml_chose_and_why():
+    cpu_only = recommend(report(engine=_installer_engine("cpu", [("RPC", "libggml-rpc.so"),
+                                                                  ("CPU", "libggml-cpu-zen4.so")])))
+    assert "This engine picks its backend at start: it runs on the CPU (libggml-cpu-zen4.so, the best of its CPU " \
+           "variants for this processor)." in cpu_only.reasons and cpu_only.matches
+    # the Vulkan installer on a machine without a GPU: covered by its CPU variants, no "build the CPU engine"
+    no_gpu = recommend(report(engine=_installer_engine("vulkan", [("Vulkan", "libggml-vulkan.so"),
+                                                                   ("CPU", "libggml-cpu-haswell.so")])))
+    assert any(r.endswith("libggml-cpu-haswell.so, the best of its CPU variants for this processor); its Vulkan "
+                          "backend loaded but found no GPU.") for r in no_gpu.reasons)
+    assert "The active engine (Vulkan) matches." in no_gpu.reasons
+    assert not any("build the" in r for r in no_gpu.reasons)
+    no_loader = recommend(report(engine=_installer_engine("vulkan", [("CPU", "libggml-cpu-haswell.so")])))
+    assert any(r.endswith("its Vulkan backend did not load (no Vulkan runtime or driver here).")
+               for r in no_loader.reasons)
+    with_gpu = recommend(report(
+        engine=_installer_engine("vulkan", [("Vulkan", "libggml-vulkan.so"), ("CPU", "libggml-cpu-haswell.so")]),
+        gpus=[GPU("amd", "AMD Radeon RX 7900 XTX", None, "Mesa 24", "vulkan")],
+        engine_devices=[EngineDevice("Vulkan0", "AMD Radeon RX 7900 XTX (RADV NAVI31)", "gpu", 24000, 24560),
+                        EngineDevice("CPU", "Xeon", "cpu", 60000, 65536)]))
+    assert with_gpu.matches and "This engine picks its backend at start: GPU layers run on Vulkan0 (AMD Radeon RX " \
+        "7900 XTX (RADV NAVI31)) through Vulkan (libggml-vulkan.so), the rest on the CPU (libggml-cpu-haswell.so, " \
+        "the best of its CPU variants for this processor)." in with_gpu.reasons
+    # a developer build (backends linked in) says nothing about a run-time choice
+    assert not any("picks its backend" in r for r in recommend(report()).reasons)
+
+
 def test_amx_is_explained():
     rec = recommend(report(cpu_flags=["avx2", "amx_tile"]))
     assert rec.matches and any("AMX" in r for r in rec.reasons)
