@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from engine.build_record import read_record
 from engine.hardware import memory, nvidia, parsers
 from engine.hardware.parsers import GPU
 
@@ -225,6 +226,8 @@ def collect() -> HardwareReport:
     try:
         report.engine_devices, report.gpu_offload = _engine_devices()
         report.engine["loaded_backends"] = native.loaded_backends()  # which CPU variant / GPU library ggml chose
+        # "dynamic": an installer's engine, whose backends ggml picks at start (engine/hardware/recommend.py)
+        report.engine["backend_loading"] = read_record().get("backend_loading", "linked in")
     except Exception as exc:  # a broken engine build is itself a finding
         report.notes.append(f"The engine could not list its devices: {exc}")
     return report

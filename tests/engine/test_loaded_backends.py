@@ -16,3 +16,5 @@ def test_the_probe_reports_the_loaded_cpu_backend_and_its_library():
     if sys.platform.startswith("linux"):  # read from the probe child's memory map
         assert cpu[0]["library"].startswith("libggml-cpu")
         assert "sapphirerapids" not in cpu[0]["library"]
+    # how the backends load, from the build record: the developer engine links them in (an installer's: "dynamic")
+    assert report.engine.get("backend_loading") == "linked in"
