@@ -48,7 +48,9 @@ def recommend(report: HardwareReport) -> Recommendation:
     chosen = run_time_choice(report)
     if chosen:
         reasons.append(chosen)
-    if active != want and not (chosen and want == "cpu"):  # an installer's engine carries every CPU variant
+    if chosen and want == "cpu":  # an installer's engine carries every CPU variant: nothing to build
+        want = active
+    if active != want:
         reasons.append(f"The engine is {_backend_text(active)}; build the {BACKEND_NAMES.get(want, want)} engine.")
     else:
         reasons.append(f"The active engine ({_backend_text(active)}) matches.")

@@ -85,7 +85,7 @@ def test_an_installer_engine_says_which_backend_ggml_chose_and_why():
                                                                    ("CPU", "libggml-cpu-haswell.so")])))
     assert any(r.endswith("libggml-cpu-haswell.so, the best of its CPU variants for this processor); its Vulkan "
                           "backend loaded but found no GPU.") for r in no_gpu.reasons)
-    assert "The active engine (Vulkan) matches." in no_gpu.reasons
+    assert "The active engine (Vulkan) matches." in no_gpu.reasons and no_gpu.matches
     assert not any("build the" in r for r in no_gpu.reasons)
     no_loader = recommend(report(engine=_installer_engine("vulkan", [("CPU", "libggml-cpu-haswell.so")])))
     assert any(r.endswith("its Vulkan backend did not load (no Vulkan runtime or driver here).")
