@@ -124,6 +124,35 @@ def test_shell_scripts_parse(script):
     assert proc.returncode == 0, proc.stderr
 
 
+def test_build_linux_takes_vulkan_and_refuses_a_gpu_backend_it_cannot_ship(tmp_path):
+    script = str(PACKAGING / "build_linux.sh")
+    cuda = subprocess.run(["bash", script, "--gpu", "cuda"], capture_output=True, text=True, timeout=30)
+    assert cuda.returncode == 2 and "CUDA's runtime is not shipped" in cuda.stderr
+    by_env = subprocess.run(["bash", script], capture_output=True, text=True, timeout=30,
+                            env={"PATH": "/usr/bin:/bin", "MTP_GPU": "rocm"})
+    assert by_env.returncode == 2 and "--gpu rocm" in by_env.stderr
+    # vulkan is accepted: the script gets past its arguments to the interpreter check (none at this path)
+    vulkan = subprocess.run(["bash", script, "--gpu", "vulkan"], capture_output=True, text=True, timeout=30,
+                            env={"PATH": "/usr/bin:/bin", "PYTHON": str(tmp_path / "no-python")})
+    assert vulkan.returncode == 1 and "not found; run packaging/bootstrap.sh" in vulkan.stderr
+
+
+def test_the_smoke_test_runs_a_crashed_process_once_more_and_says_so(tmp_path):
+    smoke = _load("smoke_frozen")
+    marker = tmp_path / "crashed-once"
+    code = (f"import os, pathlib, signal; m = pathlib.Path({str(marker)!r})\n"
+            "if not m.exists(): m.touch(); os.kill(os.getpid(), signal.SIGSEGV)\nprint('second run')")
+    notes: list[str] = []
+    proc = smoke.run_once_more_after_a_crash([sys.executable, "-c", code], {"PATH": "/usr/bin:/bin"}, tmp_path, 60,
+                                             notes)
+    assert proc.returncode == 0 and proc.stdout.strip() == "second run"
+    assert len(notes) == 1 and notes[0].endswith(": died of signal 11, ran it once more")
+    # a process that fails without a signal is a failure, not a crash: run once
+    notes.clear()
+    failed = smoke.run_once_more_after_a_crash([sys.executable, "-c", "raise SystemExit(3)"], {}, tmp_path, 60, notes)
+    assert failed.returncode == 3 and notes == []
+
+
 def test_the_release_workflow_builds_on_three_oses_and_its_bash_steps_parse():
     flow = yaml.safe_load((ROOT / ".github" / "workflows" / "release.yml").read_text())
     build = flow["jobs"]["build"]
@@ -134,6 +163,9 @@ def test_the_release_workflow_builds_on_three_oses_and_its_bash_steps_parse():
     for run in bash_steps:
         proc = subprocess.run(["bash", "-n"], input=run, capture_output=True, text=True)
         assert proc.returncode == 0, (run, proc.stderr)
+    # the Linux tarball carries the Vulkan backend, and its smoke test checks it
+    assert any("build_linux.sh --gpu vulkan" in run for run in bash_steps)
+    assert any("smoke_frozen.py --vulkan" in run for run in bash_steps)
 
 
 def test_the_pyinstaller_spec_and_the_inno_script_are_well_formed():
