@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -42,6 +43,21 @@ def type_and_send(qtbot, window, text: str, *, paste: bool = False) -> None:
     window.send_button.click()
 
 
+def write_database(path, script: str) -> None:
+    """A conversation database as an older version of the app left it: ``script`` run on a new file."""
+    db = sqlite3.connect(path)
+    db.executescript(script)
+    db.commit()
+    db.close()
+
+
+def send_and_wait(qtbot, window, text: str, timeout: int = 60000) -> None:
+    """Put ``text`` in the composer, send it and wait until the reply has finished."""
+    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=timeout):
+        window.composer.setPlainText(text)
+        window.send()
+
+
 def reply_with_stats(qtbot, services, text: str = " the river model") -> tuple[list, list]:
     """Send ``text`` and wait for the reply; the statistics streamed meanwhile and each final one."""
     window = services.window
@@ -49,7 +65,5 @@ def reply_with_stats(qtbot, services, text: str = " the river model") -> tuple[l
     finals: list = []
     services.client.sig_stats.connect(lambda ev: live.append(ev.stats))
     services.client.sig_done.connect(lambda ev: finals.append(ev.stats))
-    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=120000):
-        window.composer.setPlainText(text)
-        window.send()
+    send_and_wait(qtbot, window, text, timeout=120000)
     return live, finals

@@ -8,14 +8,8 @@ from dataclasses import replace
 from engine.autotune.profiles import ProfileStore, new_profile
 from engine.sampling import BALANCED, GREEDY
 from engine.speculative.settings import mtp
-from tests.app.conftest import start_and_load
+from tests.app.conftest import send_and_wait, start_and_load
 from tests.engine.conftest import synth
-
-
-def reply(qtbot, window, text: str) -> None:
-    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
-        window.composer.setPlainText(text)
-        window.send()
 
 
 def test_the_headline_states_the_autotuned_speedup_only_for_the_sampling_it_was_measured_with(qtbot, services):
@@ -37,12 +31,12 @@ def test_the_headline_states_the_autotuned_speedup_only_for_the_sampling_it_was_
     window.models.apply_profile()
     qtbot.waitUntil(lambda: window.chat.profile_speculative == mtp(3), timeout=30000)
     assert window.chat.profile_sampling == "balanced"
-    reply(qtbot, window, " the river model")
+    send_and_wait(qtbot, window, " the river model")
     assert panel.headline() == "MTP: 1.4× faster than without (autotuned)"
 
     # another sampling in this chat: the same setting still drafts, but its figure is not claimed
     services.settings.sampling = replace(GREEDY, repeat_penalty=1.05)
-    reply(qtbot, window, " the river")
+    send_and_wait(qtbot, window, " the river")
     assert panel.stats.settings == mtp(3) and panel.stats.rounds > 0
     line = panel.headline()
     assert "1.4" not in line and line.endswith("tokens per step (autotuned for balanced)"), line
@@ -54,5 +48,5 @@ def test_the_headline_states_the_autotuned_speedup_only_for_the_sampling_it_was_
     window.models.apply_profile()
     qtbot.waitUntil(lambda: window.chat.profile_speculative == mtp(2), timeout=30000)
     assert window.chat.profile_sampling == "greedy"
-    reply(qtbot, window, " a model")
+    send_and_wait(qtbot, window, " a model")
     assert panel.headline() == "MTP: 1.3× faster than without (autotuned)"

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from PySide6.QtCore import QUrl
 
-from tests.app.conftest import start_and_load
+from tests.app.conftest import send_and_wait, start_and_load
 
 
 def send(qtbot, window, text: str) -> None:
-    window.composer.setPlainText(text)
-    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
-        window.send()
+    send_and_wait(qtbot, window, text)
 
 
 def test_an_edit_branches_and_the_old_branch_comes_back_with_its_reply(qtbot, services):
@@ -20,9 +18,7 @@ def test_an_edit_branches_and_the_old_branch_comes_back_with_its_reply(qtbot, se
     send(qtbot, window, "The river")
     first = [m.content for m in store.messages(window.chat.conversation_id)]
     window.chat_pane.edit_button.click()
-    window.composer.setPlainText("The mountain")
-    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
-        window.send()
+    send_and_wait(qtbot, window, "The mountain")
     conv = window.chat.conversation_id
     second = [m.content for m in store.messages(conv)]
     assert second[0] == "The mountain" and second[1] and len(second) == 2
@@ -123,9 +119,7 @@ def test_switching_a_branch_brings_its_title_and_statistics(qtbot, services):
     river = store.messages(window.chat.conversation_id)[1].stats
     window.chat_pane.edit_button.click()
     services.settings.max_tokens = 3  # the other branch's reply is another length: its statistics differ
-    window.composer.setPlainText("The mountain")
-    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
-        window.send()
+    send_and_wait(qtbot, window, "The mountain")
     conv = window.chat.conversation_id
     listed = window.sidebar.list.currentIndex()
     assert store.get(conv).title == "The mountain" and listed.data() == "The mountain"

@@ -5,7 +5,6 @@ on a model without a vision projector; databases from before images open and gai
 from __future__ import annotations
 
 import shutil
-import sqlite3
 
 import pytest
 from PySide6.QtCore import QMimeData, Qt, QUrl
@@ -29,7 +28,7 @@ from engine.synth import SynthModel, SynthSpec
 from engine.synth.images import BLACK, BLUE, GREEN, RED, WHITE, YELLOW, field_png
 from engine.synth.projector import ProjectorSpec, projector_path
 from engine.worker.protocol import IMAGE_MARKER
-from tests.app.conftest import start_and_load
+from tests.app.conftest import start_and_load, write_database
 from tests.app.test_image_viewer import _close_with_escape, _thumbnail_points, _viewers
 
 QUADRANTS = field_png([[RED, GREEN], [BLUE, YELLOW]])
@@ -114,10 +113,7 @@ PRAGMA user_version=2;
 
 def test_a_database_from_before_images_opens_and_takes_them(tmp_path):
     path = tmp_path / "v2.sqlite3"
-    db = sqlite3.connect(path)
-    db.executescript(V2_SCHEMA)
-    db.commit()
-    db.close()
+    write_database(path, V2_SCHEMA)
     store = ConversationStore(path)
     try:
         assert [(m.content, m.images) for m in store.messages(1)] == [("hi", ()), ("hello", ())]

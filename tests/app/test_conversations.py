@@ -35,16 +35,21 @@ def test_the_list_model_passes_qts_model_checks_and_filters_by_search(qtmodeltes
         store.close()
 
 
+def _chat_list(qtbot, store: ConversationStore) -> tuple:
+    """A chat controller and the conversation list beside it, on real widgets (no worker)."""
+    transcript = TranscriptView(LIGHT)
+    qtbot.addWidget(transcript)
+    chat = ChatController(store, EngineClient(), transcript, StatsPanel(LIGHT), Settings())
+    model = ConversationListModel(store)
+    sidebar = ConversationSidebar(model)
+    qtbot.addWidget(sidebar)
+    return transcript, chat, model, sidebar, ConversationController(store, chat, sidebar, model)
+
+
 def test_deleting_the_open_conversation_closes_it_and_updates_the_list(qtbot, tmp_path):
     store = ConversationStore(tmp_path / "c.sqlite3")
     try:
-        transcript, panel = TranscriptView(LIGHT), StatsPanel(LIGHT)
-        qtbot.addWidget(transcript)
-        chat = ChatController(store, EngineClient(), transcript, panel, Settings())
-        model = ConversationListModel(store)
-        sidebar = ConversationSidebar(model)
-        qtbot.addWidget(sidebar)
-        conversations = ConversationController(store, chat, sidebar, model)
+        transcript, chat, model, sidebar, conversations = _chat_list(qtbot, store)
         conversations.new_chat()
         conversations.new_chat()  # the open chat is still empty: reused, not a second "New chat"
         assert model.rowCount() == 1
@@ -65,14 +70,8 @@ def test_a_right_click_on_another_chat_leaves_the_open_one_selected(qtbot, tmp_p
 
     store = ConversationStore(tmp_path / "c.sqlite3")
     try:
-        transcript, panel = TranscriptView(LIGHT), StatsPanel(LIGHT)
-        qtbot.addWidget(transcript)
-        chat = ChatController(store, EngineClient(), transcript, panel, Settings())
-        model = ConversationListModel(store)
-        sidebar = ConversationSidebar(model)
-        qtbot.addWidget(sidebar)
+        transcript, chat, model, sidebar, conversations = _chat_list(qtbot, store)
         sidebar.show()
-        conversations = ConversationController(store, chat, sidebar, model)
         other = store.create("Other chat")
         store.add_message(other.id, "user", "the other one")
         conversations.new_chat()

@@ -9,7 +9,6 @@ worker, since stopping a real reply is the point.
 from __future__ import annotations
 
 import json
-import sqlite3
 
 import pytest
 from PySide6.QtCore import QObject, QStandardPaths, Qt, QTimer, QUrl, Signal
@@ -25,7 +24,7 @@ from app.settings import Settings
 from app.theme import DARK, LIGHT
 from engine.speculative.stats import StatsSnapshot
 from engine.worker.events import DoneEvent, TokenEvent
-from tests.app.conftest import start_and_load
+from tests.app.conftest import start_and_load, write_database
 
 
 class FakeClient(QObject):
@@ -147,10 +146,7 @@ def test_any_message_can_be_edited_from_its_edit_link_and_the_later_turns_stay_i
 
 def test_a_database_with_reply_versions_opens_and_branches_keep_every_message(tmp_path):
     path = tmp_path / "old.sqlite3"
-    db = sqlite3.connect(path)
-    db.executescript(OLD_SCHEMA)
-    db.commit()
-    db.close()
+    write_database(path, OLD_SCHEMA)
     store = ConversationStore(path)  # migrated from before versions
     try:
         user, reply = store.messages(1)
@@ -246,10 +242,7 @@ INSERT INTO messages VALUES (2, 1, 'assistant', 'hello', 'complete', '{"generate
 
 def test_a_database_from_before_versions_opens_and_gains_them(tmp_path):
     path = tmp_path / "old.sqlite3"
-    db = sqlite3.connect(path)
-    db.executescript(OLD_SCHEMA)
-    db.commit()
-    db.close()
+    write_database(path, OLD_SCHEMA)
     store = ConversationStore(path)
     try:
         assert store.get(1).title == "Old chat" and store.get(1).model == ""

@@ -4,7 +4,6 @@ searching the library: real GGUF files (synthetic), real profile store, real win
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -14,10 +13,10 @@ from app.models.library_rows import autotune_notes, label, make_rows
 from app.models_page import ModelsPage
 from engine.autotune.profiles import ProfileStore, new_profile
 from engine.speculative.settings import mtp
-from engine.store import catalog, library
+from engine.store import library
 from tests.app.conftest import start_and_load
 from tests.app.test_model_library import folder  # noqa: F401 (a fixture)
-from tests.engine.conftest import synth
+from tests.app.test_models_page_flow import sidecar_family
 from tests.fake_hub import FakeHub
 
 
@@ -57,16 +56,7 @@ def page(qtbot, folder, tmp_path):  # noqa: F811
 
 
 def test_download_on_a_catalog_row_of_the_library(qtbot, page, tmp_path, monkeypatch):
-    model = synth("glm4moe")
-    repos = {"test/Synth-GGUF": {"Synth-Q8_0.gguf": model.path("trunk")},
-             "test/Synth-MTP-GGUF": {"Synth-MTP-Q8_0.gguf": model.path("sidecar")}}
-    family = {"name": "Synth (MTP sidecar)", "arch": "glm4moe", "targets": ["test/Synth-GGUF"], "mtp": "sidecar",
-              "recommended": {"repo": "test/Synth-GGUF", "quant": "Q8_0", "size": 1000,
-                              "size_basis": "a test figure"},
-              "sidecar": {"repo": "test/Synth-MTP-GGUF", "pattern": "*MTP*.gguf", "size": 100}}
-    path = tmp_path / "catalog.json"
-    path.write_text(json.dumps({"version": 2, "families": [family]}))
-    monkeypatch.setattr(catalog, "CATALOG", path)
+    repos = sidecar_family(tmp_path, monkeypatch)
     view = page.library
     with FakeHub(repos) as server:
         monkeypatch.setenv("HF_ENDPOINT", server.url)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from engine.speculative import stats_text
 from engine.speculative.settings import SpeculativeSettings
-from tests.app.conftest import reply_with_stats, start_and_load
+from tests.app.conftest import reply_with_stats, send_and_wait, start_and_load
 from tests.engine.conftest import synth
 
 
@@ -47,9 +47,7 @@ def test_highlighting_marks_text_from_accepted_drafts(qtbot, services):
     services.settings.max_tokens = 40
     start_and_load(qtbot, services)
     window = services.window
-    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
-        window.composer.setPlainText(" the river")
-        window.send()
+    send_and_wait(qtbot, window, " the river")
     reply = window.transcript.messages[-1]
     drafted_text = "".join(t for t, d in reply.segments if d)
     assert drafted_text and len(drafted_text) > len(reply.content) / 2  # most tokens came from drafts

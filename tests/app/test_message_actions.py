@@ -12,13 +12,11 @@ from PySide6.QtWidgets import QApplication
 
 from app.chat import message_actions
 from app.chat.store import ConversationStore
-from tests.app.conftest import start_and_load
+from tests.app.conftest import send_and_wait, start_and_load
 
 
 def send(qtbot, window, text: str) -> None:
-    window.composer.setPlainText(text)
-    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
-        window.send()
+    send_and_wait(qtbot, window, text)
 
 
 def click_link(qtbot, view, href: str) -> None:

@@ -19,7 +19,7 @@ from app.models_page import ModelsPage
 from app.reply_values import stored
 from engine.sampling import SamplingParams
 from engine.store import catalog, fit, library
-from tests.app.conftest import start_and_load
+from tests.app.conftest import send_and_wait, start_and_load
 from tests.engine.conftest import synth
 
 GIB = 2**30
@@ -201,9 +201,7 @@ def test_a_models_preset_applies_when_it_loads_and_its_last_use_is_kept(qtbot, s
     window.chat.new_conversation()
     assert services.store.get(window.chat.conversation_id).system_prompt == "Answer in one word."
     assert window.chat.chat_values().sampling.top_k == 7
-    window.composer.setPlainText("Hello")
-    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
-        window.send()
+    send_and_wait(qtbot, window, "Hello")
     request = next(m for m in sent if type(m).__name__ == "GenerateRequestMsg")
     assert request.template == template and request.sampling.top_k == 7
     conv = window.chat.conversation_id

@@ -84,9 +84,11 @@ def test_offline_the_catalog_is_shown_with_fit_badges_and_the_offline_message_co
     assert on_gui == []
 
 
-def test_download_both_fetches_target_and_sidecar_and_sets_the_pair(qtbot, page, tmp_path, monkeypatch):
+def sidecar_family(tmp_path, monkeypatch, quants: tuple[str, ...] = ("Q8_0",)) -> dict:
+    """A catalog of one family, the synthetic glm4moe trunk in ``quants`` with its MTP sidecar in another
+    repository (Q8_0 recommended), made the app's catalog; returns the fake hub's repositories."""
     model = synth("glm4moe")
-    repos = {"test/Synth-GGUF": {"Synth-Q8_0.gguf": model.path("trunk"), "Synth-Q4_K_M.gguf": model.path("trunk")},
+    repos = {"test/Synth-GGUF": {f"Synth-{q}.gguf": model.path("trunk") for q in quants},
              "test/Synth-MTP-GGUF": {"Synth-MTP-Q8_0.gguf": model.path("sidecar")}}
     family = {"name": "Synth (MTP sidecar)", "arch": "glm4moe", "targets": ["test/Synth-GGUF"], "mtp": "sidecar",
               "recommended": {"repo": "test/Synth-GGUF", "quant": "Q8_0", "size": 1000,
@@ -95,6 +97,11 @@ def test_download_both_fetches_target_and_sidecar_and_sets_the_pair(qtbot, page,
     path = tmp_path / "catalog.json"
     path.write_text(json.dumps({"version": 2, "families": [family]}))
     monkeypatch.setattr(catalog, "CATALOG", path)
+    return repos
+
+
+def test_download_both_fetches_target_and_sidecar_and_sets_the_pair(qtbot, page, tmp_path, monkeypatch):
+    model, repos = synth("glm4moe"), sidecar_family(tmp_path, monkeypatch, ("Q8_0", "Q4_K_M"))
     with FakeHub(repos) as server:
         monkeypatch.setenv("HF_ENDPOINT", server.url)
         page.show_recommended()

@@ -14,7 +14,7 @@ from app.settings import Settings
 from app.settings_dialog import SettingsDialog
 from engine.sampling import BALANCED, PRECISE, RANDOM_SEED, sampling_key
 from engine.speculative.settings import mtp
-from tests.app.conftest import start_and_load
+from tests.app.conftest import send_and_wait, start_and_load
 from tests.engine.conftest import synth
 
 
@@ -143,9 +143,7 @@ def test_the_panel_states_the_measured_speedup_first_and_clears_on_a_model_chang
     window.chat.profile_speculative = mtp(3)
     window.chat.profile_speedup = 1.4  # as autotune measured it …
     window.chat.profile_sampling = sampling_key(services.settings.sampling)  # … with this chat's sampling
-    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
-        window.composer.setPlainText(" the river model")
-        window.send()
+    send_and_wait(qtbot, window, " the river model")
     assert panel.stats.rounds > 0
     assert panel.headline() == "MTP: 1.4× faster than without (autotuned)"
     panel.grab()  # paints: every MTP term drawn gets its tooltip
@@ -156,9 +154,7 @@ def test_the_panel_states_the_measured_speedup_first_and_clears_on_a_model_chang
     # Without a measured baseline nothing is claimed.
     window.chat.profile_speculative = None
     services.settings.speculative = "mtp"
-    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
-        window.composer.setPlainText(" the river")
-        window.send()
+    send_and_wait(qtbot, window, " the river")
     assert panel.headline().endswith("tokens per step (speedup not measured)")
     # Another model: the old figures go.
     with qtbot.waitSignal(services.client.sig_loaded, timeout=60000):

@@ -13,7 +13,7 @@ from app.settings_dialog import SettingsDialog
 from app.theme import LIGHT
 from engine.hardware import default_threads
 from engine.speculative.settings import SPECULATION_OFF, mtp, ngram
-from tests.app.conftest import start_and_load
+from tests.app.conftest import send_and_wait, start_and_load
 
 
 def test_regenerate_and_edit_are_disabled_until_the_chat_has_a_message(qtbot, services):
@@ -24,9 +24,7 @@ def test_regenerate_and_edit_are_disabled_until_the_chat_has_a_message(qtbot, se
     assert not pane.regen_button.isEnabled() and not pane.edit_button.isEnabled()
     assert "no message yet" in pane.regen_button.toolTip()
     services.settings.max_tokens = 8
-    window.composer.setPlainText("Hello")
-    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
-        window.send()
+    send_and_wait(qtbot, window, "Hello")
     assert pane.regen_button.isEnabled() and pane.edit_button.isEnabled()
     asked = window.chat.conversation_id
     window.conversation_list.new_chat()

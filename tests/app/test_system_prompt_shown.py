@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtCore import QUrl
 
 from app.chat.chat_settings import ChatSettingsDialog
-from tests.app.conftest import start_and_load
+from tests.app.conftest import send_and_wait, start_and_load
 
 
 def test_the_system_prompt_is_shown_and_its_edit_link_opens_the_chats_settings(qtbot, services, monkeypatch):
@@ -31,9 +31,7 @@ def test_the_system_prompt_is_shown_and_its_edit_link_opens_the_chats_settings(q
     assert services.store.get(window.chat.conversation_id).system_prompt == "Answer in one line."
     # a reply keeps it on top; a chat with none shows none
     services.settings.max_tokens = 4
-    window.composer.setPlainText("hello")
-    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
-        window.send()
+    send_and_wait(qtbot, window, "hello")
     window.chat.open(window.chat.conversation_id)
     assert window.transcript.toPlainText().startswith("System prompt: Answer in one line.")
     services.settings.system_prompt = ""

@@ -4,7 +4,7 @@ the message that names the chat)."""
 from __future__ import annotations
 
 from app.chat.titles import title_from
-from tests.app.conftest import start_and_load
+from tests.app.conftest import send_and_wait, start_and_load
 
 
 def test_markdown_marks_are_taken_off_the_title():
@@ -22,7 +22,5 @@ def test_a_new_chat_is_titled_in_plain_words(qtbot, services):
     start_and_load(qtbot, services)
     window = services.window
     services.settings.max_tokens = 4
-    window.composer.setPlainText("# **Why** is `the river` *blue*?")
-    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
-        window.send()
+    send_and_wait(qtbot, window, "# **Why** is `the river` *blue*?")
     assert services.store.get(window.chat.conversation_id).title == "Why is the river blue?"

@@ -11,7 +11,7 @@ from PySide6.QtGui import QColor
 from app.chat.written_by import KEY, segments_of, spans_of, split
 from engine.sampling import PRESETS
 from engine.speculative.settings import mtp
-from tests.app.conftest import start_and_load
+from tests.app.conftest import send_and_wait, start_and_load
 from tests.engine.conftest import synth
 
 
@@ -23,9 +23,7 @@ def test_a_reply_names_the_model_and_settings_that_wrote_it(qtbot, services):
     start_and_load(qtbot, services)
     window, store = services.window, services.store
     services.settings.max_tokens = 6
-    window.composer.setPlainText("The river")
-    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
-        window.send()
+    send_and_wait(qtbot, window, "The river")
     conv = window.chat.conversation_id
     foot = footer_of_last(window)
     assert "built-in model · temperature 0 · off" in foot and "6 tokens" in foot
@@ -42,9 +40,7 @@ def test_another_model_and_version_each_keep_their_own(qtbot, services):
     start_and_load(qtbot, services)
     window, store = services.window, services.store
     services.settings.max_tokens = 6
-    window.composer.setPlainText("The river")
-    with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
-        window.send()
+    send_and_wait(qtbot, window, "The river")
     conv = window.chat.conversation_id
     services.settings.sampling = PRESETS["balanced"]  # the next version with a preset's sampling
     path = synth("glm4moe").path("combined")
