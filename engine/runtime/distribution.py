@@ -141,7 +141,7 @@ class DraftSampler:
     """
 
     def __init__(self, lib: Any, n_vocab: int, stages: Sequence[Any], penalties: Any, seed: int | None,
-                 cuts: Cuts = NO_CUTS, adjusted: Callable[[], Sequence[int]] = list) -> None:
+                 cuts: Cuts, adjusted: Callable[[], Sequence[int]]) -> None:
         """``stages``: the target chain's stages for ``q`` in order, ``penalties`` among them
         (cloned per round) or None. ``cuts``: the chain's top-k, min-p and top-p, and ``adjusted``:
         the tokens its bias and penalties may change, at the start of a round (:func:`candidates`)."""
@@ -166,7 +166,7 @@ class DraftSampler:
     def sample(self, logits: np.ndarray) -> int:
         """A draft drawn from ``q`` of one row of the head's logits; ``q`` is kept in :attr:`rows`."""
         stages = [self._clone if s is self._penalties and self._clone is not None else s for s in self._stages]
-        q = self._row.probabilities(stages, logits, candidates(logits, self._cuts, sorted(self._adjusted)))
+        q = self._row.probabilities(stages, logits, candidates(logits, self._cuts, list(self._adjusted)))
         token = draw(q, self.rng)
         self.rows.append(q)
         if self._clone is not None:

@@ -114,7 +114,7 @@ class Sampler:
             and n_vocab > 0
 
     def _adjusted(self) -> list[int]:
-        return self._biased + sorted(self._remembered)
+        return [*self._biased, *self._remembered]  # candidates() sorts and drops duplicates
 
     def accept_prompt(self, tokens: Sequence[int]) -> None:
         """Put the prompt into the penalties' history, as llama.cpp does before

@@ -14,7 +14,7 @@ Request rules:
   ``image`` blocks (in a user turn or a tool_result) take a ``base64`` source or a ``url`` source (a data
   URL; a local path or ``file://`` URL on a server started with ``--allow-local-images``; a remote URL
   is refused, never fetched), read as the OpenAI API's ``image_url`` parts are
-  (``openai_format.take_image``); ``document``, ``file`` sources and any other block type are refused
+  (``openai_format.take_source``); ``document``, ``file`` sources and any other block type are refused
   (400 naming the block).
 - ``max_tokens``: Anthropic requires it; missing means the context size.
 - ``stop_sequences`` (up to 16), ``temperature`` (default 1.0, Anthropic's), ``top_p``, ``top_k``
@@ -54,7 +54,7 @@ from engine.server.openai_format import (
     check_text,
     function_tool,
     speculative_from,
-    take_image,
+    take_source,
 )
 from engine.server.reply import Reply, arguments_object
 
@@ -143,11 +143,11 @@ def _image(block: dict[str, Any], where: str, images: list[str]) -> str:
         if not isinstance(payload, str) or not payload or not isinstance(media_type, str):
             raise bad("messages", f"{where}.source: a base64 source needs its 'data' (base64 text) and "
                       "'media_type'", "invalid_type")
-        return take_image({"type": "image", "url": data_url(payload, media_type)}, where, images)
+        return take_source(data_url(payload, media_type), where, images)
     if kind == "url":
         if not isinstance(source.get("url"), str) or not source["url"]:
             raise bad("messages", f"{where}.source: a url source needs its 'url'", "invalid_type")
-        return take_image({"type": "image", "url": source["url"]}, where, images)
+        return take_source(source["url"], where, images)
     raise bad("messages", f"{where}.source: image sources of type {kind!r} are not supported; send a base64 "
               "source or a url source (a data: URL)", "unsupported_parameter")
 

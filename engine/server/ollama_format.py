@@ -18,7 +18,7 @@ Request rules:
   ``suffix`` (fill in the middle), ``template`` and ``context`` are refused. No ``prompt`` (and, for
   chat, no ``messages``) is Ollama's load check: the parser returns a :class:`LoadCheck`, answered by
   :func:`load_body` (``done_reason: "load"``, or ``"unload"`` with ``keep_alive: 0``).
-- Images are read as the OpenAI API's ``image_url`` parts are (``openai_format.take_image``, each a
+- Images are read as the OpenAI API's ``image_url`` parts are (``openai_format.take_source``, each a
   data URL); a model without a vision projector refuses them (400).
 - ``format``: ``"json"`` -> any JSON object; a schema object -> JSON of that schema; ``""`` -> none.
 - ``options``: ``temperature``, ``top_p``, ``top_k``, ``min_p``, ``seed`` (negative: random),
@@ -59,7 +59,7 @@ from engine.server.openai_format import (
     function_tools,
     speculative_from,
     stop_strings,
-    take_image,
+    take_source,
 )
 from engine.server.reply import Reply, TokenLogprob, arguments_object
 
@@ -245,7 +245,7 @@ def _with_images(text: str, value: Any, where: str, param: str, images: list[str
         if not isinstance(image, str) or not image:
             raise bad(param, f"{where}[{k}] must be a base64-encoded image", "invalid_type")
         source = image if image.startswith("data:") else data_url(image, "image/*")
-        marker = take_image({"type": "image", "url": source}, f"{where}[{k}]", images, param)
+        marker = take_source(source, f"{where}[{k}]", images, param)
         if "[img]" in text:
             text = text.replace("[img]", marker, 1)
         else:

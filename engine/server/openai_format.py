@@ -299,6 +299,11 @@ def take_image(part: dict[str, Any], where: str, images: list[str], param: str =
         source = image_source(part)
     except ImageError as exc:
         raise bad(param, f"{where}: {exc}", "invalid_type") from None
+    return take_source(source, where, images, param)
+
+
+def take_source(source: str, where: str, images: list[str], param: str = "messages") -> str:
+    """:func:`take_image` for an API whose image is its source already (a URL, a path or a data URL)."""
     if source.startswith(("http://", "https://")):
         raise bad(param, f"{where}: remote image URLs are not fetched ({source[:80]}); send the image itself "
                   "as a data:image/…;base64 URL", "unsupported_parameter")

@@ -47,7 +47,7 @@ class ImageCatchUp:
     def __init__(self, drafter: MTPDrafter, mode: str = EXACT) -> None:
         if mode not in IMAGE_ROWS:
             raise ValueError(f"image rows are written as one of {IMAGE_ROWS}, not {mode!r}")
-        self.asked, self.drafter = mode, drafter
+        self.drafter = drafter
         if mode == EXACT and not state_batch.takes_states(drafter.ctx):
             mode = HIDDEN  # an engine without patch 0007: the closest it can do
         self.mode = mode
