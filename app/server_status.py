@@ -43,7 +43,7 @@ class ServerStatus(QToolButton):
         """What to ask before quitting while the server runs ("" when it is stopped)."""
         if not self.address:
             return ""
-        n = self._in_flight
+        n = self._panel.link.in_flight()  # now, not as the last queued signal said: a request may just have come
         return (f"The local server is running at {self.address} with {n} request{'s' if n != 1 else ''} in flight; "
                 "quit anyway? Editors and agents using it lose their connection.")
 
