@@ -30,9 +30,10 @@ only the rest (a continued conversation reads only its new turn), as the
 single-sequence prefix cache does; a hybrid's recurrent state is reused only
 where the new prompt extends all of it.
 
-Not yet (docs/parallel.md): a depth policy that learns the cost of the *whole*
-batch (each sequence's adaptive policy times the shared decode as its own),
-images.
+Sequences under adaptive depth have their depths chosen together, against
+the cost of the *whole* batch: a verify timed by its total rows and draft
+steps timed once for every sequence drafting in them (adaptive/batch.py).
+A request with images runs alone (the worker drains the batch first).
 """
 
 from __future__ import annotations
@@ -124,8 +125,9 @@ class ParallelGenerator:
         # the draft steps of every MTP lane, decoded together (_draft; chained heads: one head per decode)
         mtp = session.mtp_drafter
         self.draft_batch = Batch(mtp.batch.capacity, mtp.n_embd) if mtp is not None else Batch(1)
-        # the cost of a verify by its total rows, whoever's they are (adaptive/batch.py)
+        # the cost of a verify by its total rows, whoever's they are, and of a shared draft step (adaptive/batch.py)
         self.batch_costs = Costs(AdaptiveParams())
+        self.draft_s = 0.0  # the last step's drafting, every sequence's together
 
     @property
     def idle(self) -> bool:
@@ -214,7 +216,8 @@ class ParallelGenerator:
         then does anything roll back (a checkpoint replay decodes the target again)."""
         t_step = time.perf_counter()
         reading = next((r for r in self.running if not r.prefilled and r.decoder.out.finish is None), None)
-        if reading is not None and not self.chunks_share_batch:  # the prompt chunk in a decode of its own
+        chunk_alone = reading is not None and not self.chunks_share_batch
+        if chunk_alone:  # the prompt chunk in a decode of its own
             self.batch.clear()
             alone = self._add_prompt_chunk(reading)
             t0 = time.perf_counter()
@@ -242,9 +245,12 @@ class ParallelGenerator:
             d.learn(rnd)
             d.emit(rnd)
             d.tick(r.job.on_stats)
-        if rounds:
-            drafts = sum(len(rnd.drafts) for _, rnd in rounds)
-            self.batch_costs.observe(self.batch.n - 1, drafts, decode_s, sum(rnd.draft_s for _, rnd in rounds),
+        if rounds and chunk is None and not chunk_alone:
+            # the batch's costs: a verify of its rows, its draft steps (shared by every sequence drafting
+            # that deep: as many as the deepest draft, timed once), the rest. A step whose decode carried a
+            # prompt chunk says nothing about what verify rows cost, and is not counted.
+            steps = max(len(rnd.drafts) + len(rnd.shadow) for _, rnd in rounds)
+            self.batch_costs.observe(self.batch.n - 1, steps, decode_s, self.draft_s,
                                      time.perf_counter() - t_step)
 
     def _propose_all(self) -> list[tuple[_Running, Round]]:
@@ -264,7 +270,9 @@ class ParallelGenerator:
         t_step = time.perf_counter()
         depths = self._depths(rooms)
         plans = [(r, r.decoder.policy.choose(room) if id(r) not in depths else depths[id(r)]) for r, room in rooms]
+        t_draft = time.perf_counter()
         drafted = self._draft(plans)
+        self.draft_s = time.perf_counter() - t_draft
         return [(r, r.decoder.drafted(*drafted[id(r)], t_step)) for r, _ in plans]
 
     def _add_prompt_chunk(self, r: _Running) -> tuple[_Running, int, int, int] | None:

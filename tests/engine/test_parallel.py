@@ -201,6 +201,41 @@ def test_the_sequences_draft_steps_are_decoded_together(monkeypatch):
     assert together < 0.5 * alone, (together, alone)
 
 
+def test_the_batch_learns_a_shared_draft_step_once_and_not_from_prompt_chunks(monkeypatch):
+    """The cost model adaptive depth chooses a batch's depths with (adaptive/batch.py): one draft step
+    per shared decode of the draft context, however many sequences drafted in it (counted once per
+    sequence, drafting looked N times dearer and adaptive stopped drafting where a fixed depth gained),
+    and no verify timing from a decode that also carried a newcomer's prompt chunk."""
+    path = str(synth("glm4moe", "oracle", agree=1.0).path())
+    reqs = [GenerateRequest(prompt=p, max_tokens=24, speculative=mtp(3)) for p in PROMPTS]
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=4)) as session:
+        engine = ParallelGenerator(session)
+        seen: list[tuple[int, int]] = []
+        observe = engine.batch_costs.observe
+        monkeypatch.setattr(engine.batch_costs, "observe",
+                            lambda rows, steps, *times: (seen.append((rows + 1, steps)), observe(rows, steps, *times)))
+        draft_decodes = count_draft_decodes(session.mtp_drafter.ctx, monkeypatch)
+        jobs = [Job(r) for r in reqs]
+        for job in jobs[:3]:
+            engine.add(job)
+        while any(not r.prefilled for r in engine.running):
+            engine.step()
+        engine.add(jobs[3])  # joins later: its prompt chunks ride in the verify decodes
+        chunk_steps = 0
+        while not engine.idle:
+            chunk_steps += any(not r.prefilled for r in engine.running)
+            engine.step()
+    assert all(job.result is not None for job in jobs)
+    assert chunk_steps >= 1
+    # every drafting step drafted 3 deep in every sequence (every draft accepted): three shared steps
+    drafting = [(rows, steps) for rows, steps in seen if steps]
+    assert drafting and all(steps <= 3 for _, steps in drafting), seen
+    assert any(rows >= 3 * 4 for rows, _ in drafting)  # three sequences' four rows each, at least
+    assert sum(steps for _, steps in seen) <= draft_decodes[0]
+    # a step counted is one without a prompt chunk: never more rows than the running sequences verify
+    assert all(rows <= 4 * (3 + 1) for rows, _ in seen)
+
+
 def count_draft_decodes(ctx, monkeypatch) -> list[int]:
     """Count the decodes of ``ctx`` that draft (have an output row; a catch-up has none)."""
     calls, decode = [0], ctx.decode
