@@ -12,11 +12,12 @@ shared draft context, an n-gram drafter, or the plain one). One :meth:`step`:
    lanes decode each draft step's rows together on the shared draft context,
    chained heads with that step's head selected);
 3. **one** target decode verifies all their rows (``[id_last, drafts...]`` of
-   each, with its sequence id), with one prompt chunk of a generation still
-   reading its prompt after them (as much as the batch holds: a long prompt
-   costs running replies a share of each step, not its whole prefill; on a
-   model with sliding-window attention the chunk is decoded on its own first);
-4. each samples its own rows and the reader's drafter catches up on its chunk;
+   each, with its sequence id), with a prompt chunk of every generation still
+   reading its prompt after them, in arrival order, as much as the batch holds
+   (a long prompt costs running replies a share of each step, not its whole
+   prefill; on a model with sliding-window attention one chunk is decoded on
+   its own first);
+4. each samples its own rows and each reader's drafter catches up on its chunk;
    then each rolls back what it rejected, and shows what it accepted.
 
 Each sequence's greedy output is what it would be alone: its rows attend only
@@ -211,25 +212,33 @@ class ParallelGenerator:
         return self._reap()
 
     def _step(self) -> None:
-        """Draft for every decoding sequence, then one target decode of their verify rows and a
-        prompt chunk of one sequence still reading its prompt; then each reads its rows, and only
-        then does anything roll back (a checkpoint replay decodes the target again)."""
+        """Draft for every decoding sequence, then one target decode of their verify rows and of the
+        prompt chunks of the sequences still reading their prompts (in arrival order, as many rows as
+        the batch holds); then each reads its rows, and only then does anything roll back (a
+        checkpoint replay decodes the target again)."""
         t_step = time.perf_counter()
-        reading = next((r for r in self.running if not r.prefilled and r.decoder.out.finish is None), None)
-        chunk_alone = reading is not None and not self.chunks_share_batch
-        if chunk_alone:  # the prompt chunk in a decode of its own
+        readers = [r for r in self.running if not r.prefilled and r.decoder.out.finish is None]
+        chunk_alone = bool(readers) and not self.chunks_share_batch
+        if chunk_alone:  # one prompt chunk in a decode of its own
             self.batch.clear()
-            alone = self._add_prompt_chunk(reading)
+            alone = self._add_prompt_chunk(readers[0])
             t0 = time.perf_counter()
             self.target.decode(self.batch)
             if alone is not None:
                 self._read_prompt_chunk(*alone, time.perf_counter() - t0)
-            reading = None
+            readers = []
         rounds = self._propose_all()
         self.batch.clear()
         for r, rnd in rounds:
             r.decoder.add_rows(rnd, self.batch)
-        chunk = self._add_prompt_chunk(reading) if reading is not None else None
+        # every newcomer's prompt rides along while the batch has room, as llama-server's slots do: four
+        # requests arriving together all start reading now, not one per step (their first tokens came
+        # a step apart each)
+        chunks = []
+        for r in readers:
+            if (chunk := self._add_prompt_chunk(r)) is None:
+                break
+            chunks.append(chunk)
         if not self.batch.n:
             return
         t0 = time.perf_counter()
@@ -237,7 +246,7 @@ class ParallelGenerator:
         decode_s = time.perf_counter() - t0
         for r, rnd in rounds:  # every sequence reads the decode's rows before anything decodes again
             r.decoder.sample(rnd, decode_s)
-        if chunk is not None:
+        for chunk in chunks:
             self._read_prompt_chunk(*chunk, decode_s)
         for r, rnd in rounds:
             d = r.decoder
@@ -245,7 +254,7 @@ class ParallelGenerator:
             d.learn(rnd)
             d.emit(rnd)
             d.tick(r.job.on_stats)
-        if rounds and chunk is None and not chunk_alone:
+        if rounds and not chunks and not chunk_alone:
             # the batch's costs: a verify of its rows, its draft steps (shared by every sequence drafting
             # that deep: as many as the deepest draft, timed once), the rest. A step whose decode carried a
             # prompt chunk says nothing about what verify rows cost, and is not counted.

@@ -236,6 +236,28 @@ def test_the_batch_learns_a_shared_draft_step_once_and_not_from_prompt_chunks(mo
     assert all(rows <= 4 * (3 + 1) for rows, _ in seen)
 
 
+def test_requests_arriving_together_read_their_prompts_in_one_decode(monkeypatch):
+    """Four requests that arrive together all read their (short) prompts in the first target decode and
+    have their first token after it, as llama-server's slots do; one prompt per step made the fourth
+    wait three steps for its first token."""
+    path = str(synth("glm4moe", "oracle", agree=1.0).path())
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=4)) as session:
+        engine = ParallelGenerator(session)
+        decodes = [0]
+        decode = session.target.decode
+        monkeypatch.setattr(session.target, "decode", lambda batch: (decodes.__setitem__(0, decodes[0] + 1),
+                                                                     decode(batch)))
+        jobs = [Job(GenerateRequest(prompt=p, max_tokens=8, speculative=mtp(3))) for p in PROMPTS]
+        for job in jobs:
+            engine.add(job)
+        engine.step()
+        assert decodes[0] == 1
+        assert all(r.prefilled and len(r.decoder.out.tokens) == 1 for r in engine.running)
+        while not engine.idle:
+            engine.step()
+    assert [len(job.result.tokens) for job in jobs] == [8] * 4
+
+
 def count_draft_decodes(ctx, monkeypatch) -> list[int]:
     """Count the decodes of ``ctx`` that draft (have an output row; a catch-up has none)."""
     calls, decode = [0], ctx.decode
