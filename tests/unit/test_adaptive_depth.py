@@ -301,3 +301,31 @@ def test_a_fractional_shadow_hit_counts_as_that_share_of_an_accepted_draft():
     assert shares.context == AFTER_MISS
     shares.observe(1, 0.75)
     assert shares.context == AFTER_FULL
+
+
+def test_short_replies_after_an_unlucky_miss_still_find_drafting():
+    """A server's short completions: one miss (its warm-up request), then text whose every draft is kept.
+    Each reply starts its probes afresh and a probe that hits is followed soon by another, so drafting
+    starts within a few replies. Before, the wait between probes doubled past a reply's length, the
+    plain-step count restarted with each reply, and no probe ever came again."""
+    world = World([1.0] * 3, verify_slope=0.6, draft_share=0.2)  # a CPU MoE model: depth pays
+    assert world.best(3) == 3
+    policy = AdaptiveDepth(3)
+    policy.observe(1, 0, world.verify(2), world.draft * world.v1, world.verify(2) + world.draft * world.v1)
+    depths: list[list[int]] = []
+    for _ in range(6):
+        policy.new_reply(shadow_probes=True)
+        tokens, chosen = 0, []
+        while tokens < 32:
+            n = policy.choose(32 - tokens)
+            draft_s = max(n, 1) * world.draft * world.v1 if n else 0.0
+            if policy.shadow_probe:  # drafted, not verified: the plain step's token was the draft
+                policy.observe(1, 1, world.verify(1), draft_s, world.verify(1) + draft_s, shadow=True)
+                tokens += 1
+                continue
+            policy.observe(n, n, world.verify(n + 1), draft_s, world.verify(n + 1) + draft_s)
+            chosen.append(n)
+            tokens += n + 1
+        depths.append(chosen)
+    assert any(depths[1]) or any(depths[2]), depths  # drafting found within the first replies
+    assert depths[-1] and all(n >= 1 for n in depths[-1]), depths

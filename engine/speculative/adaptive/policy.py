@@ -60,10 +60,25 @@ class AdaptiveDepth:
         rates = self.rates(cap, context)
         return rates.index(max(rates))
 
+    def could_pay(self, cap: int) -> bool:
+        """Would drafting pay at some depth up to ``cap`` if every draft were accepted? When not (a draft
+        step dearer than what a kept token saves, as a real vocabulary's head on a small trunk is),
+        learning acceptance cannot change the choice, and probes may stay rare."""
+        plain = 1.0 / self.costs.round(0)
+        return any((1 + n) / self.costs.round(n) > plain for n in range(1, cap + 1))
+
     def probe_gap(self, cap: int) -> int:
-        """Plain steps until the next probe (probes.py): searching after a miss when easy stretches pay."""
-        if self.acceptance.context != AFTER_MISS or cap < 1:
+        """Plain steps until the next probe (probes.py), chosen as a probe starts, by the context the
+        rounds before it left: after a kept draft (the last probe hit) soon again, since each hit moves
+        ``q_0`` only part of the way to drafting; searching after a miss by the hazard of easy stretches;
+        at a reply's start after ``probe_first``. Backing off where nothing can be found."""
+        if cap < 1 or not self.could_pay(cap):
             return self.probes.backed_off()
+        context = self.acceptance.context
+        if context == AFTER_FULL:
+            return self.probes.after_hit()
+        if context != AFTER_MISS:
+            return self.params.probe_first
         full = self.rates(cap, AFTER_FULL)
         if max(full) <= full[0]:
             return self.probes.backed_off()
@@ -72,11 +87,16 @@ class AdaptiveDepth:
     # -- the loop's calls ---------------------------------------------------
     def new_reply(self, shadow_probes: bool = False) -> None:
         """A generation starts: its first rounds use the pooled counts (a reply that ended in a hard
-        stretch says little about how the next starts), and a plain-step streak does not carry over."""
+        stretch says little about how the next starts), and a plain-step streak does not carry over.
+        Its first probe comes after ``probe_first`` plain steps however far the last reply backed off:
+        otherwise, once the wait outgrew the replies (a server's 32-token completions), no reply ever
+        probed again and adaptive depth stayed plain for good after one unlucky miss."""
         self.shadow = shadow_probes and self.params.shadow_probes
         self.acceptance.context = FRESH
         self.probes.plain_steps = 0
         self.probes.probing = False
+        if self.could_pay(self.n_max):
+            self.probes.every = min(self.probes.every, self.params.probe_first)
 
     def choose(self, room: int) -> int:
         """This round's draft length, at most ``room`` (what is left of the reply and context)."""

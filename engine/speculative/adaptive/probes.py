@@ -7,8 +7,10 @@ stretch ``m / 2`` tokens late on average, each token losing ``g`` (the share of
 a plain step drafting saves there); with easy stretches starting at a rate
 ``h`` per plain step that is ``c / m + h * g * m / 2``, least at
 ``m = sqrt(2 c / (h g))``. ``h`` is counted (stretches found per plain step
-searched). Otherwise probes back off, doubling up to ``probe_max``: text
-without easy stretches keeps them rare.
+searched). After a probe whose draft was kept the next comes soon (one hit
+moves acceptance only part of the way to drafting); where even drafts always
+kept would not pay, probes back off, doubling up to ``probe_max``, as they do
+after misses where easy stretches do not pay.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ class Probes:
 
     def backed_off(self) -> int:
         return min(self.params.probe_max, 2 * self.every)
+
+    def after_hit(self) -> int:
+        """The wait after a probe whose draft was kept: a quarter of ``probe_first`` (at least 2)."""
+        return max(2, self.params.probe_first // 4)
 
     def gap(self, gain: float, cost: float) -> int:
         """Plain steps until the next probe, while searching: ``gain`` is the share of a plain step
