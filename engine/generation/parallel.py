@@ -279,9 +279,7 @@ class ParallelGenerator:
         t_step = time.perf_counter()
         depths = self._depths(rooms)
         plans = [(r, r.decoder.policy.choose(room) if id(r) not in depths else depths[id(r)]) for r, room in rooms]
-        t_draft = time.perf_counter()
         drafted = self._draft(plans)
-        self.draft_s = time.perf_counter() - t_draft
         return [(r, r.decoder.drafted(*drafted[id(r)], t_step)) for r, _ in plans]
 
     def _add_prompt_chunk(self, r: _Running) -> tuple[_Running, int, int, int] | None:
@@ -328,7 +326,15 @@ class ParallelGenerator:
         their rows of each draft step together, in one decode of the shared draft context
         (MTPDrafter.drafting); with chained heads that decode selects the step's head, the same for
         every lane (a lane that stopped drafting is simply no longer in it). Others (n-gram, the
-        composition) draft on their own."""
+        composition) draft on their own.
+
+        Sets :attr:`draft_s`, what the batch's draft steps cost: the shared decodes' time less the share
+        (by rows, as MTPDrafter apportions a folded decode alone) of the catch-up rows folded into them,
+        and without a lane's catch-up settled before drafting. That catch-up is upkeep the head pays
+        whether it drafts or not; counted as the price of drafting, it made drafting look dearer than
+        it is, and adaptive depth chose plain steps that cost the upkeep and gained nothing."""
+        t_draft = time.perf_counter()
+        self.draft_s = 0.0
         out: dict[int, tuple[list[int], float]] = {}
         steps: dict[int, tuple[_Running, Generator[Batch, int, list[int]], float]] = {}
         for r, n in plans:
@@ -354,15 +360,22 @@ class ParallelGenerator:
 
         mtp = self.session.mtp_drafter
         if not steps or mtp is None:
+            self.draft_s = time.perf_counter() - t_draft
             return out
         ctx = mtp.ctx
+        rows = [0]
 
         def decode(batch: Batch, at: int) -> None:
             if mtp.chained:  # the lanes' generators each selected their own; another may have ended since
                 ctx.set_nextn_layer_offset(at)
             ctx.decode(batch)
+            rows[0] += batch.n
 
+        # a lane that does not fold settles its catch-up as its drafting starts (in the first advance); one
+        # that folds yields its first step as its catch-up rows and then the row of id_last
         pending = {key: b for key in steps if (b := advance(key, None)) is not None}
+        folded = sum(b.n - 1 for b in pending.values())
+        t_loop = time.perf_counter()
         while pending:
             together, offsets = self.draft_batch, {}
             together.clear()
@@ -382,6 +395,8 @@ class ParallelGenerator:
                     del pending[key]
                 else:
                     pending[key] = nxt
+        loop_s = time.perf_counter() - t_loop
+        self.draft_s = loop_s * (rows[0] - folded) / rows[0] if rows[0] else loop_s
         return out
 
     def _depths(self, rooms: list[tuple[_Running, int]]) -> dict[int, int]:

@@ -87,3 +87,17 @@ def test_sequences_share_their_draft_steps():
     assert choose_depths(q, [3] * 8, c) == [3] * 8
     per_sequence_steps = (8 * (1 + 0.9 + 0.81 + 0.729)) / (c.verify(32) + 8 * 3 * 0.5)
     assert per_sequence_steps < total_rate(q, (0,) * 8, c) < total_rate(q, (3,) * 8, c)
+
+
+def test_a_batch_that_never_timed_one_row_prices_extra_rows_by_the_prior_s_shape():
+    """Eight sequences verify eight rows at least, so a one-row verify is never timed. Extra rows are priced
+    from the smallest size timed by the prior's shape; taking that whole batch for "one row" priced each
+    extra row at 0.4 of the batch, and eight sequences whose every draft is kept never drafted."""
+    from engine.speculative.adaptive import AdaptiveParams
+
+    c = Costs(AdaptiveParams())
+    c.observe(7, 0, 0.037, 0.0, 0.038)  # eight plain rows: 37 ms
+    c.draft_step_s = 0.003
+    one_row = 0.037 / (1 + 0.4 * 7)
+    assert c.verify(9) == pytest.approx(0.037 + 0.4 * one_row)
+    assert sum(choose_depths([[1.0] * 3] * 8, [3] * 8, c)) > 0

@@ -24,10 +24,14 @@ def row_slope(timed: dict[int, float], prior_slope: float) -> float:
     The smallest slope between timed neighbours, and at most ``prior_slope`` of
     a one-row verify — optimistic on purpose: on a mixture-of-experts model the
     second row alone doubles the experts read, and later rows add much less.
+    Where one row was never timed (a batch of N sequences verifies N rows at
+    least) it is what the smallest timed size says by the prior's shape: taking
+    that whole batch for "one row" priced each extra row at 0.4 of the batch,
+    and adaptive depth under concurrency never drafted enough to learn better.
     """
     sizes = sorted(timed.items())
     slopes = [(t1 - t0) / (k1 - k0) for (k0, t0), (k1, t1) in zip(sizes, sizes[1:], strict=False)]
-    one = timed.get(1) or sizes[0][1]
+    one = timed.get(1) or _scaled(sizes[0][1], sizes[0][0], 1, prior_slope)
     return max(0.0, min([prior_slope * one, *slopes]))
 
 
