@@ -410,6 +410,12 @@ class Decoder:
     def finish(self, prompt_mode: str, on_stats: StatsCallback | None, keep_prefix: bool = True) -> GenerateResult:
         """Keep what the contexts hold for the next prompt; close the text and the statistics.
         ``keep_prefix`` False: the prefix cache does not describe this sequence (a multi-sequence run)."""
+        if not self.pictured and isinstance(self.drafter, MTPDrafter) and self.drafter.backlog:
+            # the catch-up the last rounds deferred (folded into a next draft that will not come, or
+            # plain steps'): decoded now, so the head holds every row the target kept and the next
+            # prompt reuses all of them. Left deferred, the MTP context ended short of the target,
+            # and the next turn read the reply's tail again on both contexts.
+            self.drafter.settle()
         if self.pictured or not keep_prefix:
             self.session.prefix.forget()
         else:

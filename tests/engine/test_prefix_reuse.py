@@ -15,6 +15,8 @@ from functools import partial
 import pytest
 
 from engine.generation import identity
+from engine.generation.generator import GenerateRequest
+from engine.generation.parallel import Job, ParallelGenerator
 from engine.generation.session import LoadOptions, Session
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp, ngram
 from tests.engine import conftest
@@ -163,5 +165,27 @@ def test_another_use_of_the_context_is_never_mistaken_for_the_last_generation():
         run(session, prompt=FIRST)
         identity.measure_noise(session)  # decodes on the target and clears it
         assert run(session, prompt=FIRST).stats.prompt_reused == 0
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize("spec", [mtp(3), mtp(3, depth="adaptive")], ids=["fixed", "adaptive"])
+def test_an_mtp_reply_leaves_the_head_holding_every_row_the_target_kept(spec):
+    """The catch-up of a reply's last rounds is deferred (folded into a next draft, or a plain step's) and
+    decoded when the reply ends, so the next prompt reuses all of it. Left deferred, the MTP context held
+    fewer rows than the target, and the next turn read the reply's tail again on both contexts."""
+    session = Session(LoadOptions(path=str(synth("glm4moe", "random", seed=5).path()), n_ctx=512))
+    try:
+        run(session, spec, prompt=FIRST)
+        assert session.prefix.tokens and session.prefix.mtp_tokens == session.prefix.tokens
+        with Session(LoadOptions(path=str(synth("glm4moe", "random", seed=5).path()), n_ctx=512,
+                                 parallel=2)) as together:  # each sequence of a multi-sequence session too
+            engine = ParallelGenerator(together)
+            for prompt, n in ((FIRST, 24), (OTHER, 16)):
+                engine.add(Job(GenerateRequest(prompt=prompt, max_tokens=n, speculative=spec)))
+            while not engine.idle:
+                engine.step()
+            for memory in engine.sequences.memory:
+                assert memory.held and memory.mtp_held == memory.held
     finally:
         session.close()
