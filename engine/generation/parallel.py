@@ -61,7 +61,7 @@ from engine.generation.sequences import Sequences
 from engine.generation.session import Session
 from engine.runtime import Batch
 from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams, Costs
-from engine.speculative.adaptive.batch import choose_depths
+from engine.speculative.adaptive.batch import SharedSteps, choose_depths
 from engine.speculative.mtp import MTPDrafter
 from engine.speculative.settings import MAX_DRAFT
 from engine.speculative.stats import GenerationStats
@@ -129,6 +129,7 @@ class ParallelGenerator:
         # the cost of a verify by its total rows, whoever's they are, and of a shared draft step (adaptive/batch.py)
         self.batch_costs = Costs(AdaptiveParams())
         self.draft_s = 0.0  # the last step's drafting, every sequence's together
+        self.draft_steps = SharedSteps()  # what a shared draft step costs, per step and per sequence in it
 
     @property
     def idle(self) -> bool:
@@ -328,11 +329,9 @@ class ParallelGenerator:
         every lane (a lane that stopped drafting is simply no longer in it). Others (n-gram, the
         composition) draft on their own.
 
-        Sets :attr:`draft_s`, what the batch's draft steps cost: the shared decodes' time less the share
-        (by rows, as MTPDrafter apportions a folded decode alone) of the catch-up rows folded into them,
-        and without a lane's catch-up settled before drafting. That catch-up is upkeep the head pays
-        whether it drafts or not; counted as the price of drafting, it made drafting look dearer than
-        it is, and adaptive depth chose plain steps that cost the upkeep and gained nothing."""
+        Sets :attr:`draft_s`, what the batch's draft steps cost: the shared decodes' time, the catch-up
+        rows folded into them included (a lane brings them when it drafts; while it does not, they wait),
+        and without a lane's catch-up settled before drafting; and times :attr:`draft_steps`."""
         t_draft = time.perf_counter()
         self.draft_s = 0.0
         out: dict[int, tuple[list[int], float]] = {}
@@ -363,18 +362,15 @@ class ParallelGenerator:
             self.draft_s = time.perf_counter() - t_draft
             return out
         ctx = mtp.ctx
-        rows = [0]
+        lanes = [0, 0]  # shared decodes, and the lanes in them
 
         def decode(batch: Batch, at: int) -> None:
             if mtp.chained:  # the lanes' generators each selected their own; another may have ended since
                 ctx.set_nextn_layer_offset(at)
             ctx.decode(batch)
-            rows[0] += batch.n
 
-        # a lane that does not fold settles its catch-up as its drafting starts (in the first advance); one
-        # that folds yields its first step as its catch-up rows and then the row of id_last
+        # a lane that does not fold settles its catch-up as its drafting starts (in the first advance)
         pending = {key: b for key in steps if (b := advance(key, None)) is not None}
-        folded = sum(b.n - 1 for b in pending.values())
         t_loop = time.perf_counter()
         while pending:
             together, offsets = self.draft_batch, {}
@@ -385,18 +381,20 @@ class ParallelGenerator:
                     offsets[key] = together.extend(batch)
             if together.n:
                 decode(together, shared)
+                lanes[0], lanes[1] = lanes[0] + 1, lanes[1] + len(offsets)
             # every lane in the shared decode reads its rows before anything decodes again; a lane that
             # did not fit (a long deferred catch-up) or needs another head decodes alone after them
             for key in [*offsets, *(k for k in pending if k not in offsets)]:
                 if key not in offsets:
                     decode(pending[key], head(key))
+                    lanes[0], lanes[1] = lanes[0] + 1, lanes[1] + 1
                 nxt = advance(key, offsets.get(key, 0))
                 if nxt is None:
                     del pending[key]
                 else:
                     pending[key] = nxt
-        loop_s = time.perf_counter() - t_loop
-        self.draft_s = loop_s * (rows[0] - folded) / rows[0] if rows[0] else loop_s
+        self.draft_s = time.perf_counter() - t_loop
+        self.draft_steps.observe(lanes[0], lanes[1], self.draft_s)
         return out
 
     def _depths(self, rooms: list[tuple[_Running, int]]) -> dict[int, int]:
@@ -413,8 +411,9 @@ class ParallelGenerator:
                 other_tokens += 1 + (stats.accepted / stats.rounds if stats.rounds else 0.0)
         if not chosen:
             return {}
-        depths = choose_depths([p.acceptance.q() for _, p, _ in chosen], [cap for _, _, cap in chosen],
-                               self.batch_costs, (other_rows, other_tokens))
+        costs = self.batch_costs
+        depths = choose_depths([p.acceptance.q() for _, p, _ in chosen], [cap for _, _, cap in chosen], costs,
+                               (other_rows, other_tokens), self.draft_steps.split(costs.draft_step(costs.verify(1))))
         return {id(r): p.take(n, cap) for (r, p, cap), n in zip(chosen, depths, strict=True)}
 
     def _reap(self) -> list[Job]:

@@ -101,3 +101,28 @@ def test_a_batch_that_never_timed_one_row_prices_extra_rows_by_the_prior_s_shape
     one_row = 0.037 / (1 + 0.4 * 7)
     assert c.verify(9) == pytest.approx(0.037 + 0.4 * one_row)
     assert sum(choose_depths([[1.0] * 3] * 8, [3] * 8, c)) > 0
+
+
+def test_a_shared_step_s_cost_is_split_into_its_per_step_and_per_sequence_parts():
+    from engine.speculative.adaptive.batch import SharedSteps
+
+    fit = SharedSteps()
+    assert fit.split(0.004) == (0.0, 0.004)  # nothing timed: all of it per sequence, the careful side
+    for steps, rows in [(3, 24), (1, 1), (3, 12), (2, 16), (1, 3)] * 4:
+        fit.observe(steps, rows, steps * 0.002 + rows * 0.001)
+    assert fit.split(0.004) == pytest.approx((0.002, 0.001))
+    same_shape = SharedSteps()
+    for _ in range(5):
+        same_shape.observe(3, 24, 3 * 0.002 + 24 * 0.001)  # always eight sequences three deep: parts unknown
+    assert same_shape.split(0.004) == pytest.approx((0.0, 0.030 / 24))
+
+
+def test_a_dear_row_in_each_draft_step_keeps_a_batch_from_drafting_where_a_shared_step_would_pay():
+    """A real vocabulary on a CPU: each sequence's row in a draft step is an LM head over 151,936 tokens.
+    Priced as one step for all, eight sequences would draft; priced per row, they do not (as measured:
+    MTP below MTP-off from two clients on, docs/benchmarks.md)."""
+    c = costs(per_row=0.3, fixed=1.0, step=0.5)
+    q = [[0.9] * 3] * 8
+    assert sum(choose_depths(q, [3] * 8, c, draft=(0.5, 0.0))) > 0
+    assert choose_depths(q, [3] * 8, c, draft=(0.05, 0.45)) == [0] * 8
+    assert choose_depths(q[:1], [3], c, draft=(0.05, 0.45)) == choose_depths(q[:1], [3], c)  # one: the same
