@@ -411,10 +411,15 @@ class ParallelGenerator:
                 other_tokens += 1 + (stats.accepted / stats.rounds if stats.rounds else 0.0)
         if not chosen:
             return {}
-        costs = self.batch_costs
-        depths = choose_depths([p.acceptance.q() for _, p, _ in chosen], [cap for _, _, cap in chosen], costs,
-                               (other_rows, other_tokens), self.draft_steps.split(costs.draft_step(costs.verify(1))))
-        return {id(r): p.take(n, cap) for (r, p, cap), n in zip(chosen, depths, strict=True)}
+        costs, caps = self.batch_costs, [cap for _, _, cap in chosen]
+        draft = self.draft_steps.split(costs.draft_step(costs.verify(1)))
+        qs = [p.acceptance.q() for _, p, _ in chosen]
+        depths = choose_depths(qs, caps, costs, (other_rows, other_tokens), draft)
+        # where even drafts always kept would not pay in this batch, learning acceptance cannot change the
+        # choice: no sequence probes (each probe is a draft step, an LM-head row at a real vocabulary)
+        pays = any(depths) or any(choose_depths([[1.0] * len(q) for q in qs], caps, costs, (other_rows, other_tokens),
+                                                draft))
+        return {id(r): p.take(n, cap, probe=pays) for (r, p, cap), n in zip(chosen, depths, strict=True)}
 
     def _reap(self) -> list[Job]:
         ended = [r for r in self.running if r.job.error is not None or r.decoder.out.finish is not None]

@@ -329,3 +329,11 @@ def test_short_replies_after_an_unlucky_miss_still_find_drafting():
         depths.append(chosen)
     assert any(depths[1]) or any(depths[2]), depths  # drafting found within the first replies
     assert depths[-1] and all(n >= 1 for n in depths[-1]), depths
+
+
+def test_a_batch_that_would_not_draft_with_every_draft_kept_stops_its_sequences_probing():
+    # engine/generation/parallel.py asks the batch's choice with every q at 1: where even that is no
+    # drafting, no sequence probes (at a real vocabulary each probe is a draft step's LM-head row)
+    policy = AdaptiveDepth(4)
+    assert [policy.take(0, 4, probe=False) for _ in range(200)] == [0] * 200
+    assert policy.take(0, 4) == 1 and policy.probes.probing  # allowed again: long due, it probes at once

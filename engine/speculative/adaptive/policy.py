@@ -108,15 +108,16 @@ class AdaptiveDepth:
             n = self.best(cap) if cap else 0
         return self.take(n, cap)
 
-    def take(self, n: int, cap: int) -> int:
+    def take(self, n: int, cap: int, probe: bool = True) -> int:
         """Make ``n`` (at most ``cap``) this round's draft length, probing instead of a plain step when
-        the schedule says so. :meth:`choose` decides ``n`` alone; a batch of sequences decides it for all
+        the schedule says so (and ``probe``: a batch that would not draft even if every draft were kept
+        says no). :meth:`choose` decides ``n`` alone; a batch of sequences decides it for all
         (adaptive/batch.py)."""
         n = min(n, cap)
         probes = self.probes
         probes.probing = False
         if n == 0 and cap:
-            if probes.plain_step():
+            if probes.plain_step() and probe:
                 probes.start_probe(self.probe_gap(cap))
                 n = 1
         elif n:
