@@ -107,14 +107,14 @@ def test_a_shared_step_s_cost_is_split_into_its_per_step_and_per_sequence_parts(
     from engine.speculative.adaptive.batch import SharedSteps
 
     fit = SharedSteps()
-    assert fit.split(0.004) == (0.0, 0.004)  # nothing timed: all of it per sequence, the careful side
+    assert fit.split(0.004) == (0.004, 0.0)  # nothing timed: all of it per step, the hopeful side
     for steps, rows in [(3, 24), (1, 1), (3, 12), (2, 16), (1, 3)] * 4:
         fit.observe(steps, rows, steps * 0.002 + rows * 0.001)
     assert fit.split(0.004) == pytest.approx((0.002, 0.001))
-    same_shape = SharedSteps()
+    probes_only = SharedSteps()
     for _ in range(5):
-        same_shape.observe(3, 24, 3 * 0.002 + 24 * 0.001)  # always eight sequences three deep: parts unknown
-    assert same_shape.split(0.004) == pytest.approx((0.0, 0.030 / 24))
+        probes_only.observe(1, 1, 0.003)  # one sequence alone each time: the parts cannot be told apart
+    assert probes_only.split(0.004) == pytest.approx((0.003, 0.0))
 
 
 def test_a_dear_row_in_each_draft_step_keeps_a_batch_from_drafting_where_a_shared_step_would_pay():

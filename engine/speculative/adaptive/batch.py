@@ -90,9 +90,11 @@ class SharedSteps:
     """What a shared draft step costs: ``a`` per step and ``b`` per sequence drafting in it, fitted by least
     squares with forgetting to what the steps timed took (``seconds ~ a * steps + b * rows``).
 
-    While the timings cannot tell the parts apart (every step had the same number of sequences, or
-    nothing was timed) the whole is counted per sequence: the careful side, as it never makes drafting
-    look cheaper than it was; a probe of one sequence alone is enough to tell them apart.
+    While the timings cannot tell the parts apart (nothing was timed, or every step had the same number
+    of sequences: only one-sequence probes so far) the whole is counted per step: the hopeful side, as
+    the single-sequence prior is (a policy that never drafts never learns). Once the batch has drafted
+    with several sequences beside those probes, the fit splits it, and drafting stops where each
+    sequence's row makes it dear (at a real vocabulary, on a CPU).
     """
 
     def __init__(self, decay: float = 0.95) -> None:
@@ -111,16 +113,16 @@ class SharedSteps:
         self._rt = d * self._rt + rows * seconds
 
     def split(self, fallback: float) -> tuple[float, float]:
-        """(per step, per sequence in a step) in seconds; ``fallback`` seconds per sequence-step before
-        anything was timed."""
-        if not self._rr:
-            return 0.0, fallback
+        """(per step, per sequence in a step) in seconds; ``fallback`` seconds per step before anything
+        was timed."""
+        if not self._ss:
+            return fallback, 0.0
         det = self._ss * self._rr - self._sr * self._sr
-        if det > 1e-9 * self._ss * self._rr:  # the step counts and the row counts vary apart
+        if det > 1e-3 * self._ss * self._rr:  # the step counts and the row counts vary apart
             a = (self._st * self._rr - self._sr * self._rt) / det
             b = (self._ss * self._rt - self._sr * self._st) / det
             if a >= 0 and b >= 0:
                 return a, b
-            if b < 0:  # rows cost nothing measurable: all per step
-                return max(0.0, self._st / self._ss), 0.0
-        return 0.0, max(0.0, self._rt / self._rr)
+            if a < 0:  # a step costs nothing measurable beyond its rows: all per sequence
+                return 0.0, max(0.0, self._rt / self._rr)
+        return max(0.0, self._st / self._ss), 0.0
