@@ -32,8 +32,9 @@ single-sequence prefix cache does; a hybrid's recurrent state is reused only
 where the new prompt extends all of it.
 
 Sequences under adaptive depth have their depths chosen together, against
-the cost of the *whole* batch: a verify timed by its total rows and draft
-steps timed once for every sequence drafting in them (adaptive/batch.py).
+the cost of the *whole* batch: a verify timed by its total rows, and shared
+draft steps costing a part per step and a part per sequence in them
+(adaptive/batch.py).
 A request with images runs alone (the worker drains the batch first).
 """
 
@@ -256,9 +257,9 @@ class ParallelGenerator:
             d.emit(rnd)
             d.tick(r.job.on_stats)
         if rounds and not chunks and not chunk_alone:
-            # the batch's costs: a verify of its rows, its draft steps (shared by every sequence drafting
-            # that deep: as many as the deepest draft, timed once), the rest. A step whose decode carried a
-            # prompt chunk says nothing about what verify rows cost, and is not counted.
+            # the batch's costs: a verify of its rows, its draft steps (as many as the deepest draft; what
+            # each cost per step and per sequence is fitted in _draft), the rest. A step whose decode carried
+            # a prompt chunk says nothing about what verify rows cost, and is not counted.
             steps = max(len(rnd.drafts) + len(rnd.shadow) for _, rnd in rounds)
             self.batch_costs.observe(self.batch.n - 1, steps, decode_s, self.draft_s,
                                      time.perf_counter() - t_step)
