@@ -193,6 +193,11 @@ class ParallelGenerator:
         drafter.draft_margins = [] if request.record_drafts else None
         decoder = Decoder(session, request, spec, drafter, policy, sampler, out, stats, seq=seq)
         reused = self.sequences.reuse(seq, tokens, spec, drafter)
+        if isinstance(drafter, MTPDrafter) and not drafter.fold:
+            # a lane that cannot fold (chained heads) defers every catch-up, and the engine decodes the lanes'
+            # backlogs together before they draft (_settle_together): per head one decode for all, not one
+            # per lane, and rejected drafts never decoded
+            drafter.defer = True
         decoder.kept, stats.prompt_reused = tokens[:reused], reused
         if job.on_prefill is not None:
             job.on_prefill(0, len(tokens) - reused)
@@ -333,6 +338,7 @@ class ParallelGenerator:
         Sets :attr:`draft_s`, what the batch's draft steps cost: the shared decodes' time, the catch-up
         rows folded into them included (a lane brings them when it drafts; while it does not, they wait),
         and without a lane's catch-up settled before drafting; and times :attr:`draft_steps`."""
+        self._settle_together([r.decoder.drafter for r, n in plans if n > 0])
         t_draft = time.perf_counter()
         self.draft_s = 0.0
         out: dict[int, tuple[list[int], float]] = {}
@@ -397,6 +403,40 @@ class ParallelGenerator:
         self.draft_s = time.perf_counter() - t_loop
         self.draft_steps.observe(lanes[0], lanes[1], self.draft_s)
         return out
+
+    def _settle_together(self, drafters: list[object]) -> None:
+        """The deferred catch-ups of the lanes about to draft that do not fold (chained heads), decoded
+        together: for each head one decode of every lane's rows (each lane's sequence cut back to its
+        backlog's start first, as MTPDrafter.settle does alone), instead of one per lane and head."""
+        lanes = [d for d in drafters if isinstance(d, MTPDrafter) and not d.fold and d.backlog]
+        mtp = self.session.mtp_drafter
+        if not lanes or mtp is None:
+            return
+        batch, ctx = self.draft_batch, mtp.ctx
+        groups: list[list[MTPDrafter]] = [[]]
+        rows = 0
+        for lane in lanes:  # as many lanes per decode as the batch holds
+            if groups[-1] and rows + lane.backlog > batch.capacity:
+                groups.append([])
+                rows = 0
+            groups[-1].append(lane)
+            rows += lane.backlog
+        for group in groups:
+            t0 = time.perf_counter()
+            batch.clear()
+            for lane in group:
+                lane.add_backlog(batch)
+            for head in range(mtp.n_heads if mtp.chained else 1):
+                for lane in group:
+                    ctx.seq_rm(lane.backlog_start, -1, lane.seq)
+                if mtp.chained:
+                    ctx.set_nextn_layer_offset(head)
+                ctx.decode(batch)
+            if mtp.chained:
+                ctx.set_nextn_layer_offset(0)
+            spent = time.perf_counter() - t0
+            for lane in group:
+                lane.settled(spent * lane.backlog / batch.n)
 
     def _depths(self, rooms: list[tuple[_Running, int]]) -> dict[int, int]:
         """The draft lengths of the sequences under adaptive depth, chosen together for the batch's

@@ -376,10 +376,7 @@ class MTPDrafter:
         t0 = time.perf_counter()
         batch = self.batch
         batch.clear()
-        for j, tok in enumerate(self._fold_tokens):
-            batch.add(tok, self._fold_pos + j, False, self.seq)
-        ctypes.memmove(batch.embd_row_address(0), np.ascontiguousarray(self._fold_embd).ctypes.data,
-                       self._row_bytes * len(self._fold_tokens))
+        self.add_backlog(batch)
         for head in range(self.n_heads if self.chained else 1):  # chained heads: each its own KV layer
             self.ctx.seq_rm(self._fold_pos, -1, self.seq)
             if self.chained:
@@ -387,9 +384,28 @@ class MTPDrafter:
             self.ctx.decode(batch)
         if self.chained:
             self.ctx.set_nextn_layer_offset(0)
+        self.settled(time.perf_counter() - t0)
+
+    def add_backlog(self, batch: Batch) -> None:
+        """Put the deferred catch-up's rows (no outputs) in ``batch``, after what it holds: a multi-sequence
+        engine decodes several lanes' backlogs together (engine/generation/parallel.py), each head once,
+        after ``seq_rm`` from :attr:`backlog_start` on every lane's sequence."""
+        start = batch.n
+        for j, tok in enumerate(self._fold_tokens):
+            batch.add(tok, self._fold_pos + j, False, self.seq)
+        ctypes.memmove(batch.embd_row_address(start), np.ascontiguousarray(self._fold_embd).ctypes.data,
+                       self._row_bytes * len(self._fold_tokens))
+
+    @property
+    def backlog_start(self) -> int:
+        """The position of the deferred catch-up's first row."""
+        return self._fold_pos
+
+    def settled(self, seconds: float) -> None:
+        """The deferred catch-up was decoded (by every head), in ``seconds`` of this lane's."""
         self._exact_to(self._fold_pos, self._fold_pos + len(self._fold_tokens))
         self._fold_tokens = []
-        self.seconds["catch_up"] += time.perf_counter() - t0
+        self.seconds["catch_up"] += seconds
 
     @property
     def _fold_embd(self) -> np.ndarray:

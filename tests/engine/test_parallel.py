@@ -258,6 +258,37 @@ def test_requests_arriving_together_read_their_prompts_in_one_decode(monkeypatch
     assert [len(job.result.tokens) for job in jobs] == [8] * 4
 
 
+@pytest.mark.parametrize("arch", ["step35", "mimo2"])
+def test_chained_heads_catch_every_sequence_up_in_one_decode_per_head(arch, monkeypatch):
+    """Chained heads cannot fold their catch-up into a draft: each lane defers it, and before the lanes
+    draft the engine decodes all their backlogs together, one decode per head (not one per sequence and
+    head). Counted on the steps where no prompt is read and no reply ends (those catch up on their own)."""
+    path, heads = str(synth(arch, "random").path()), heads_for(arch)
+    reqs = requests(mtp(heads), n=3)
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=3)) as session:
+        ctx, catch_ups = session.mtp_drafter.ctx, [0]
+        decode = ctx.decode
+
+        def counting(batch):
+            catch_ups[0] += batch.n_outputs == 0
+            decode(batch)
+
+        monkeypatch.setattr(ctx, "decode", counting)
+        engine, jobs, per_step = ParallelGenerator(session), [Job(r) for r in reqs], []
+        for job in jobs:
+            engine.add(job)
+        while not engine.idle:
+            quiet = all(r.prefilled for r in engine.running)
+            before, running = catch_ups[0], len(engine.running)
+            engine.step()
+            if quiet and len(engine.running) == running:
+                per_step.append(catch_ups[0] - before)
+        monkeypatch.undo()
+    assert all(job.error is None for job in jobs)
+    assert per_step and max(per_step) <= heads, per_step
+    assert any(n == heads for n in per_step)  # the backlogs were caught up (three sequences, one decode per head)
+
+
 def count_draft_decodes(ctx, monkeypatch) -> list[int]:
     """Count the decodes of ``ctx`` that draft (have an output row; a catch-up has none)."""
     calls, decode = [0], ctx.decode
