@@ -63,7 +63,8 @@ from engine.generation.session import Session
 from engine.runtime import Batch
 from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams, Costs
 from engine.speculative.adaptive.batch import SharedSteps, choose_depths
-from engine.speculative.mtp import MTPDrafter
+from engine.speculative.drafter import Drafter
+from engine.speculative.mtp import MTPDrafter, settle_together
 from engine.speculative.settings import MAX_DRAFT
 from engine.speculative.stats import GenerationStats
 
@@ -404,39 +405,19 @@ class ParallelGenerator:
         self.draft_steps.observe(lanes[0], lanes[1], self.draft_s)
         return out
 
-    def _settle_together(self, drafters: list[object]) -> None:
+    def _settle_together(self, drafters: list[Drafter]) -> None:
         """The deferred catch-ups of the lanes about to draft that do not fold (chained heads), decoded
-        together: for each head one decode of every lane's rows (each lane's sequence cut back to its
-        backlog's start first, as MTPDrafter.settle does alone), instead of one per lane and head."""
+        together (engine.speculative.mtp.settle_together: one decode per head for as many lanes as the
+        batch holds, not one per lane and head)."""
         lanes = [d for d in drafters if isinstance(d, MTPDrafter) and not d.fold and d.backlog]
-        mtp = self.session.mtp_drafter
-        if not lanes or mtp is None:
-            return
-        batch, ctx = self.draft_batch, mtp.ctx
-        groups: list[list[MTPDrafter]] = [[]]
-        rows = 0
-        for lane in lanes:  # as many lanes per decode as the batch holds
-            if groups[-1] and rows + lane.backlog > batch.capacity:
-                groups.append([])
-                rows = 0
-            groups[-1].append(lane)
-            rows += lane.backlog
-        for group in groups:
-            t0 = time.perf_counter()
-            batch.clear()
-            for lane in group:
-                lane.add_backlog(batch)
-            for head in range(mtp.n_heads if mtp.chained else 1):
-                for lane in group:
-                    ctx.seq_rm(lane.backlog_start, -1, lane.seq)
-                if mtp.chained:
-                    ctx.set_nextn_layer_offset(head)
-                ctx.decode(batch)
-            if mtp.chained:
-                ctx.set_nextn_layer_offset(0)
-            spent = time.perf_counter() - t0
-            for lane in group:
-                lane.settled(spent * lane.backlog / batch.n)
+        group: list[MTPDrafter] = []
+        for lane in lanes:
+            if group and sum(g.backlog for g in group) + lane.backlog > self.draft_batch.capacity:
+                settle_together(group, self.draft_batch)
+                group = []
+            group.append(lane)
+        if group:
+            settle_together(group, self.draft_batch)
 
     def _depths(self, rooms: list[tuple[_Running, int]]) -> dict[int, int]:
         """The draft lengths of the sequences under adaptive depth, chosen together for the batch's

@@ -371,41 +371,16 @@ class MTPDrafter:
         A composition drafter that let another source draft for many rounds
         calls it before the backlog outgrows one batch (engine/speculative/compose.py).
         """
-        if not self._fold_tokens:
-            return
-        t0 = time.perf_counter()
-        batch = self.batch
-        batch.clear()
-        self.add_backlog(batch)
-        for head in range(self.n_heads if self.chained else 1):  # chained heads: each its own KV layer
-            self.ctx.seq_rm(self._fold_pos, -1, self.seq)
-            if self.chained:
-                self.ctx.set_nextn_layer_offset(head)
-            self.ctx.decode(batch)
-        if self.chained:
-            self.ctx.set_nextn_layer_offset(0)
-        self.settled(time.perf_counter() - t0)
+        if self._fold_tokens:
+            settle_together([self], self.batch)
 
-    def add_backlog(self, batch: Batch) -> None:
-        """Put the deferred catch-up's rows (no outputs) in ``batch``, after what it holds: a multi-sequence
-        engine decodes several lanes' backlogs together (engine/generation/parallel.py), each head once,
-        after ``seq_rm`` from :attr:`backlog_start` on every lane's sequence."""
+    def _add_backlog(self, batch: Batch) -> None:
+        """Put the deferred catch-up's rows (no outputs) in ``batch``, after what it holds."""
         start = batch.n
         for j, tok in enumerate(self._fold_tokens):
             batch.add(tok, self._fold_pos + j, False, self.seq)
         ctypes.memmove(batch.embd_row_address(start), np.ascontiguousarray(self._fold_embd).ctypes.data,
                        self._row_bytes * len(self._fold_tokens))
-
-    @property
-    def backlog_start(self) -> int:
-        """The position of the deferred catch-up's first row."""
-        return self._fold_pos
-
-    def settled(self, seconds: float) -> None:
-        """The deferred catch-up was decoded (by every head), in ``seconds`` of this lane's."""
-        self._exact_to(self._fold_pos, self._fold_pos + len(self._fold_tokens))
-        self._fold_tokens = []
-        self.seconds["catch_up"] += seconds
 
     @property
     def _fold_embd(self) -> np.ndarray:
@@ -540,6 +515,33 @@ class MTPDrafter:
             self.head = 0
             self.ctx.set_nextn_layer_offset(0)
         return drafts
+
+
+def settle_together(lanes: list[MTPDrafter], batch: Batch) -> None:
+    """Decode the deferred catch-up of ``lanes`` (drafters over one draft context; their backlogs fit
+    ``batch``) in one decode per head: every lane's sequence is cut back to its backlog's start, then
+    the rows of all are decoded together (chained heads: once with each head selected, each its own KV
+    layer). :meth:`MTPDrafter.settle` is the one-lane case; a multi-sequence engine settles the lanes
+    about to draft together (engine/generation/parallel.py). Each lane is booked its share of the time
+    by rows."""
+    first = lanes[0]
+    ctx, t0 = first.ctx, time.perf_counter()
+    batch.clear()
+    for lane in lanes:
+        lane._add_backlog(batch)
+    for head in range(first.n_heads if first.chained else 1):
+        for lane in lanes:
+            ctx.seq_rm(lane._fold_pos, -1, lane.seq)
+        if first.chained:
+            ctx.set_nextn_layer_offset(head)
+        ctx.decode(batch)
+    if first.chained:
+        ctx.set_nextn_layer_offset(0)
+    spent = time.perf_counter() - t0
+    for lane in lanes:
+        lane._exact_to(lane._fold_pos, lane._fold_pos + lane.backlog)
+        lane.seconds["catch_up"] += spent * lane.backlog / batch.n
+        lane._fold_tokens = []
 
 
 def passes_p_min(logits: np.ndarray, p_min: float, k: int = P_MIN_TOP_K) -> bool:

@@ -243,10 +243,7 @@ def test_requests_arriving_together_read_their_prompts_in_one_decode(monkeypatch
     path = str(synth("glm4moe", "oracle", agree=1.0).path())
     with Session(LoadOptions(path=path, n_ctx=512, parallel=4)) as session:
         engine = ParallelGenerator(session)
-        decodes = [0]
-        decode = session.target.decode
-        monkeypatch.setattr(session.target, "decode", lambda batch: (decodes.__setitem__(0, decodes[0] + 1),
-                                                                     decode(batch)))
+        decodes = count_decodes(session.target, monkeypatch)
         jobs = [Job(GenerateRequest(prompt=p, max_tokens=8, speculative=mtp(3))) for p in PROMPTS]
         for job in jobs:
             engine.add(job)
@@ -266,14 +263,7 @@ def test_chained_heads_catch_every_sequence_up_in_one_decode_per_head(arch, monk
     path, heads = str(synth(arch, "random").path()), heads_for(arch)
     reqs = requests(mtp(heads), n=3)
     with Session(LoadOptions(path=path, n_ctx=512, parallel=3)) as session:
-        ctx, catch_ups = session.mtp_drafter.ctx, [0]
-        decode = ctx.decode
-
-        def counting(batch):
-            catch_ups[0] += batch.n_outputs == 0
-            decode(batch)
-
-        monkeypatch.setattr(ctx, "decode", counting)
+        catch_ups = count_decodes(session.mtp_drafter.ctx, monkeypatch, lambda batch: batch.n_outputs == 0)
         engine, jobs, per_step = ParallelGenerator(session), [Job(r) for r in reqs], []
         for job in jobs:
             engine.add(job)
@@ -289,16 +279,21 @@ def test_chained_heads_catch_every_sequence_up_in_one_decode_per_head(arch, monk
     assert any(n == heads for n in per_step)  # the backlogs were caught up (three sequences, one decode per head)
 
 
-def count_draft_decodes(ctx, monkeypatch) -> list[int]:
-    """Count the decodes of ``ctx`` that draft (have an output row; a catch-up has none)."""
+def count_decodes(ctx, monkeypatch, which=lambda batch: True) -> list[int]:
+    """Count the decodes of ``ctx`` whose batch ``which`` accepts (until ``monkeypatch.undo()``)."""
     calls, decode = [0], ctx.decode
 
     def counting(batch):
-        calls[0] += batch.n_outputs > 0
+        calls[0] += bool(which(batch))
         decode(batch)
 
     monkeypatch.setattr(ctx, "decode", counting)
     return calls
+
+
+def count_draft_decodes(ctx, monkeypatch) -> list[int]:
+    """Count the decodes of ``ctx`` that draft (have an output row; a catch-up has none)."""
+    return count_decodes(ctx, monkeypatch, lambda batch: batch.n_outputs > 0)
 
 
 @pytest.mark.parametrize("n_seq", [2, 3])
