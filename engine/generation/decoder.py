@@ -28,7 +28,7 @@ from engine.runtime import Batch, Sampler
 from engine.speculative.depth import DepthPolicy
 from engine.speculative.draft_penalties import DraftPenalties
 from engine.speculative.drafter import Drafter
-from engine.speculative.mtp import MTPDrafter
+from engine.speculative.mtp import MTPDrafter, catches_up_lazily
 from engine.speculative.mtp_images import ImageCatchUp
 from engine.speculative.rejection import draw, judge
 from engine.speculative.rollback import TargetRollback
@@ -110,9 +110,12 @@ def _prefill(session: Session, drafter: Drafter, spec: SpeculativeSettings, pref
     target = session.target
     mtp_drafter = drafter if isinstance(drafter, MTPDrafter) else None
     reusing = True
+    mtp_limit = 0  # target positions reusable with the MTP context one row ahead
     if mtp_drafter is not None:
+        mtp_limit = session.prefix.mtp_limit(mtp_drafter.ctx, prefill)
+        # a lazy head starts over from the prompt's newest rows where it holds less (catches_up_lazily)
         reused = session.prefix.start(target, prefill, session.is_hybrid,
-                                      limit=session.prefix.mtp_limit(mtp_drafter.ctx, prefill))
+                                      limit=None if catches_up_lazily(spec) else mtp_limit)
     elif not spec.uses_mtp:
         reused = session.prefix.start(target, prefill, session.is_hybrid)
     else:  # MTP + n-gram: both contexts start empty
@@ -124,7 +127,7 @@ def _prefill(session: Session, drafter: Drafter, spec: SpeculativeSettings, pref
     checkpoint_at = len(prefill) - 1 if reusing and session.is_hybrid and len(prefill) - 1 > reused else -1
     kept = list(prefill[:reused])
     if mtp_drafter is not None:
-        mtp_drafter.begin(spec, keep=reused + 1 if reused else 0)
+        mtp_drafter.begin(spec, keep=reused + 1 if 0 < reused <= mtp_limit else 0)
     else:
         drafter.begin(spec)
         if reused:
@@ -257,6 +260,8 @@ class Decoder:
         self.pictured = True
         self.session.prefix.forget()  # it cannot describe image rows
         self.drafter.begin(self.spec)
+        if isinstance(self.drafter, MTPDrafter):
+            self.drafter.lazy = False  # image rows are caught up exactly, after every text row before them
         mtp = ImageCatchUp(self.drafter, self.request.image_rows) if isinstance(self.drafter, MTPDrafter) else None
         with self.session.projector.tokenize(pictures.text, pictures.images,
                                              add_special=pictures.add_special) as chunks:
@@ -410,12 +415,13 @@ class Decoder:
     def finish(self, prompt_mode: str, on_stats: StatsCallback | None, keep_prefix: bool = True) -> GenerateResult:
         """Keep what the contexts hold for the next prompt; close the text and the statistics.
         ``keep_prefix`` False: the prefix cache does not describe this sequence (a multi-sequence run)."""
-        if not self.pictured and isinstance(self.drafter, MTPDrafter) and self.drafter.backlog:
+        drafter = self.drafter
+        if not self.pictured and isinstance(drafter, MTPDrafter) and drafter.settles_at_end:
             # the catch-up the last rounds deferred (folded into a next draft that will not come, or
             # plain steps'): decoded now, so the head holds every row the target kept and the next
             # prompt reuses all of them. Left deferred, the MTP context ended short of the target,
             # and the next turn read the reply's tail again on both contexts.
-            self.drafter.settle()
+            drafter.settle()
         if self.pictured or not keep_prefix:
             self.session.prefix.forget()
         else:

@@ -22,7 +22,7 @@ from engine.generation.session import Session
 from engine.speculative.choice import DrafterChoice
 from engine.speculative.depth import DepthPolicy
 from engine.speculative.drafter import Drafter
-from engine.speculative.mtp import MTPDrafter
+from engine.speculative.mtp import MTPDrafter, catches_up_lazily
 from engine.speculative.rollback import PARTIAL_ONLY
 from engine.speculative.settings import MTP_NGRAM, SpeculativeSettings
 
@@ -80,8 +80,9 @@ class Sequences:
         target, memory = self.session.target, self.memory[seq]
         held, mtp_held, memory.held, memory.mtp_held = memory.held, memory.mtp_held, [], []
         n = min(common_prefix(held, tokens), len(tokens) - 1)
-        if isinstance(drafter, MTPDrafter):  # the MTP lane resumes one row after the reused ones
-            n = min(n, max(0, common_prefix(mtp_held, tokens) - 1))
+        mtp_n = max(0, common_prefix(mtp_held, tokens) - 1)  # the MTP lane resumes one row after the reused ones
+        if isinstance(drafter, MTPDrafter) and not catches_up_lazily(spec):
+            n = min(n, mtp_n)  # (a lazy lane starts over from the prompt's newest rows where it holds less)
         elif spec.mode == MTP_NGRAM:
             n = 0  # the composition's MTP part starts empty, as in a single sequence
         checkpoint, memory.checkpoint_pos = memory.checkpoint_pos, 0
@@ -91,7 +92,7 @@ class Sequences:
             n = 0
             target.seq_clear(seq)
         if isinstance(drafter, MTPDrafter):
-            drafter.begin(spec, keep=n + 1 if n else 0)
+            drafter.begin(spec, keep=n + 1 if 0 < n <= mtp_n else 0)
         else:
             drafter.begin(spec)
             if n:

@@ -189,6 +189,10 @@ class Context:
         self.edits += 1
         return bool(self._lib.llama_memory_seq_rm(self.memory, seq, p0, p1))
 
+    def seq_pos_max(self, seq: int = 0) -> int:
+        """The last position sequence ``seq`` holds (-1: none)."""
+        return int(self._lib.llama_memory_seq_pos_max(self.memory, seq))
+
     def seq_clear(self, seq: int) -> None:
         """Empty one sequence (the whole context when it holds one)."""
         if self.n_seq == 1:

@@ -90,6 +90,7 @@ class ComposeDrafter:
         self.ngram.begin(replace(settings, n_max=MAX_DRAFT))
         self.mtp.begin(replace(settings, mode=MTP, n_max=max(1, min(settings.n_max, self.deepest))))
         self.mtp.defer = DEFER_CATCH_UP
+        self.mtp.lazy = False  # it settles its own backlog as the sources take turns
         start = float(min(settings.n_max, self.deepest)) / 2
         self.yields = {"mtp": Yield(start), "ngram": Yield(start)}
         self._sent = []

@@ -52,6 +52,11 @@ from engine.speculative.settings import MAX_DRAFT, SPECULATION_OFF, SpeculativeS
 # over the head's top 10 candidates (common/speculative.cpp); the same here,
 # so a ``p_min`` taken from a llama.cpp command line means the same thing.
 P_MIN_TOP_K = 10
+# Rows a lazy head decodes before a draft at most: the newest of what it was not caught up on. The head's
+# main input is the target's hidden state, which has read the whole context; its own attention over
+# earlier rows adds little, so a window keeps drafts nearly as good while a head that drafts nothing
+# costs nothing.
+LAZY_WINDOW = 32
 # Under a grammar the head drafts the likeliest of its top candidates the grammar allows
 # (engine/runtime/sampler.py, DraftGuide); below this many, drafting stops for the round.
 GUIDE_CANDIDATES = 32
@@ -192,7 +197,10 @@ class MTPDrafter:
         # the head was to drafting another token; tests tell a numeric near-tie from a wrong state)
         self.draft_margins: list[float] | None = None
         self._drafted_at = -1  # pos0 of the last looped draft whose first decode wrote (id_last, pending_h) there
-        self.head = 0  # chained heads: the head (layer offset) the batch drafting() last yielded is decoded with
+        self.head = 0
+        # catch up lazily (adaptive depth; see begin): rows wait, hidden states kept, until a draft needs
+        # them, and only the newest LAZY_WINDOW are decoded then
+        self.lazy = False  # chained heads: the head (layer offset) the batch drafting() last yielded is decoded with
 
     # -- Drafter interface --------------------------------------------------
     def begin(self, settings: SpeculativeSettings, keep: int = 0) -> None:
@@ -211,6 +219,7 @@ class MTPDrafter:
         # Defer every catch-up, not only plain steps' (set by the composition
         # drafter after begin: rounds another source drafted then cost no MTP decode).
         self.defer = False
+        self.lazy = catches_up_lazily(settings)
 
     def process(self, tokens: list[int], pos_start: int, row0: int = 0) -> None:
         """Catch the MTP context up on a target decode of ``tokens`` at ``pos_start``
@@ -222,6 +231,10 @@ class MTPDrafter:
         t0 = time.perf_counter()
         n = len(tokens)
         view = np.ctypeslib.as_array(self.target.embeddings_nextn_ith(row0), shape=(n, self.n_embd))
+        if self.lazy:
+            self._stash(tokens, pos_start, self.pending_h, view[: n - 1])
+            self.pending_h[:] = view[n - 1]
+            return
         self.verify_h = view.copy()  # the target overwrites its buffer on the next decode
         self._catch_up(tokens, pos_start, self.pending_h, self.verify_h[: n - 1])
         self.pending_h[:] = self.verify_h[n - 1]
@@ -237,6 +250,11 @@ class MTPDrafter:
         t0 = time.perf_counter()
         n = len(tokens)
         view = np.ctypeslib.as_array(self.target.embeddings_nextn_ith(row0), shape=(n, self.n_embd))
+        if self.lazy:  # (the row at pos_start may be missing too: the sequence is cut back when it drafts)
+            if n > 1:
+                self._stash(tokens[1:], pos_start + 1, view[0], view[1 : n - 1])
+            self.pending_h[:] = view[n - 1]
+            return
         self.verify_h = view.copy()
         if n > 1:
             self._catch_up(tokens[1:], pos_start + 1, self.verify_h[0], self.verify_h[1 : n - 1])
@@ -268,6 +286,49 @@ class MTPDrafter:
         """Rows [start, end) were just written by a catch-up (and everything after them dropped)."""
         self.exact_end = end if start <= self.exact_end else min(self.exact_end, start)
 
+    def _stash(self, tokens: list[int], pos_start: int, first_h: np.ndarray, rest_h: np.ndarray) -> None:
+        """A lazy catch-up: rows (token k, h) at ``pos_start + k`` (``first_h`` for row 0, ``rest_h[k-1]``
+        after) join the backlog instead of being decoded, which keeps only its newest rows."""
+        n = len(tokens)
+        window = self._window
+        contiguous = self._fold_tokens and self._fold_pos + len(self._fold_tokens) == pos_start
+        old = len(self._fold_tokens) if contiguous else 0
+        new = min(n, window)
+        skip = n - new  # leading rows of this chunk dropped
+        kept_old = min(old, window - new)
+        buf = self._fold_buf
+        if kept_old < old:  # an overlapping move: numpy copies through a buffer
+            buf[:kept_old] = buf[old - kept_old : old]
+        if skip == 0:
+            buf[kept_old] = first_h
+            buf[kept_old + 1 : kept_old + n] = rest_h[: n - 1]
+        else:
+            buf[kept_old : kept_old + new] = rest_h[skip - 1 : n - 1]
+        self._fold_tokens = self._fold_tokens[old - kept_old : old] + list(tokens[skip:])
+        self._fold_pos = pos_start + skip - kept_old
+
+    @property
+    def _window(self) -> int:
+        """The most rows a lazy catch-up decodes (what the batch holds beside a round's rows, at most)."""
+        return min(LAZY_WINDOW, self.batch.capacity - MAX_DRAFT - 1)
+
+    def _trim(self) -> None:
+        """A lazy backlog keeps its newest :attr:`_window` rows (the older ones are never decoded)."""
+        n, keep = len(self._fold_tokens), self._window
+        if n > keep:
+            self._fold_buf[:keep] = self._fold_buf[n - keep : n]
+            self._fold_tokens = self._fold_tokens[n - keep :]
+            self._fold_pos += n - keep
+
+    def _cut_back(self, start: int) -> None:
+        """Drop what the sequence holds from ``start`` on, before rows are decoded there; all of it when
+        it does not hold the row before ``start`` (a lazy catch-up dropped rows, and llama.cpp wants a
+        sequence's positions consecutive: the head then attends to the rows decoded from here on)."""
+        if self.lazy and start > 0 and self.ctx.seq_pos_max(self.seq) < start - 1:
+            start = 0
+            self.exact_end = 0
+        self.ctx.seq_rm(start, -1, self.seq)
+
     def verified(self, tokens: list[int], pos_start: int, row0: int = 0) -> None:
         """The target just decoded ``tokens`` (a verify batch, from its row ``row0``): keep its hidden
         states before anything else decodes on the target, and catch up now
@@ -275,7 +336,7 @@ class MTPDrafter:
         depth chooses when drafts do not pay) is deferred even without
         folding: its row is caught up in one batch with the others before
         the next draft, so a stretch of plain steps costs no MTP decodes."""
-        self._deferred_step = not self.fold and (len(tokens) == 1 or self.defer)
+        self._deferred_step = not self.fold and (len(tokens) == 1 or self.defer or self.lazy)
         if not self.fold and not self._deferred_step:
             if self._fold_tokens:  # deferred plain steps come first (another source drafted this round)
                 self.settle()
@@ -358,7 +419,9 @@ class MTPDrafter:
                 n += 1
             self._fold_buf[n:n + n_accepted] = self.verify_h[:n_accepted]
             self._fold_tokens.extend(kept[skip:])
-            if len(self._fold_tokens) + MAX_DRAFT + 1 >= self.batch.capacity:
+            if self.lazy and len(self._fold_tokens) >= 2 * self._window:
+                self._trim()  # many plain steps: only the newest rows will be decoded
+            elif len(self._fold_tokens) + MAX_DRAFT + 1 >= self.batch.capacity:
                 self.settle()  # many steps without a draft (adaptive depth): the batch must still hold them
         else:
             self.ctx.seq_rm(pos0 + n_accepted + 1, -1, self.seq)
@@ -386,6 +449,15 @@ class MTPDrafter:
     def _fold_embd(self) -> np.ndarray:
         """The hidden-state rows of the deferred catch-up, one per ``_fold_tokens``."""
         return self._fold_buf[: len(self._fold_tokens)]
+
+    @property
+    def settles_at_end(self) -> bool:
+        """Whether a reply's deferred catch-up is decoded as it ends, for the next prompt to reuse every
+        row: always, except for a lazy head that drafted nothing in this reply (it would pay for rows it
+        may never draft from) or no longer holds an exact prefix up to its backlog (nothing to extend)."""
+        if not self._fold_tokens:
+            return False
+        return not self.lazy or (self.seconds["draft"] > 0 and self.exact_end >= self._fold_pos)
 
     @property
     def backlog(self) -> int:
@@ -441,7 +513,7 @@ class MTPDrafter:
         batch.clear()
         first = 0
         if self._fold_tokens:  # the deferred catch-up rides along with id_last
-            self.ctx.seq_rm(self._fold_pos, -1, self.seq)
+            self._cut_back(self._fold_pos)
             for j, tok in enumerate(self._fold_tokens):
                 batch.add(tok, self._fold_pos + j, False, self.seq)
             first = len(self._fold_tokens)
@@ -450,7 +522,7 @@ class MTPDrafter:
             self._exact_to(self._fold_pos, self._fold_pos + first)  # written by the decode below
             self._fold_tokens = []
         else:
-            self.ctx.seq_rm(pos0, -1, self.seq)
+            self._cut_back(pos0)
         batch.add(id_last, pos0, True, self.seq)
         ctypes.memmove(batch.embd_row_address(first), self.pending_h.ctypes.data, self._row_bytes)
         self._drafted_at = pos0
@@ -493,7 +565,7 @@ class MTPDrafter:
         every_row = not self.crops_rows
         try:
             for head in range(n_max):
-                self.ctx.seq_rm(pos0, -1, self.seq)
+                self._cut_back(pos0)
                 self.ctx.set_nextn_layer_offset(head)
                 self.head = head
                 batch.clear()
@@ -517,6 +589,15 @@ class MTPDrafter:
         return drafts
 
 
+def catches_up_lazily(settings: SpeculativeSettings) -> bool:
+    """Whether the head catches up lazily under ``settings``: adaptive depth, which may draft nothing for
+    long stretches (where drafting does not pay, as on a CPU with a real vocabulary or a batch that is
+    compute-bound) and would otherwise keep the head caught up on every row, prompts included, for
+    drafts it never makes: then speculation cost more than none. A fixed depth drafts every round and
+    keeps every row (its drafts equal llama.cpp's driver's)."""
+    return settings.adaptive
+
+
 def settle_together(lanes: list[MTPDrafter], batch: Batch) -> None:
     """Decode the deferred catch-up of ``lanes`` (drafters over one draft context; their backlogs fit
     ``batch``) in one decode per head: every lane's sequence is cut back to its backlog's start, then
@@ -529,6 +610,7 @@ def settle_together(lanes: list[MTPDrafter], batch: Batch) -> None:
     batch.clear()
     for lane in lanes:
         lane._add_backlog(batch)
+        lane._cut_back(lane._fold_pos)
     for head in range(first.n_heads if first.chained else 1):
         for lane in lanes:
             ctx.seq_rm(lane._fold_pos, -1, lane.seq)
