@@ -56,7 +56,7 @@ P_MIN_TOP_K = 10
 # main input is the target's hidden state, which has read the whole context; its own attention over
 # earlier rows adds little, so a window keeps drafts nearly as good while a head that drafts nothing
 # costs nothing.
-LAZY_WINDOW = 32
+LAZY_WINDOW = 16
 # Under a grammar the head drafts the likeliest of its top candidates the grammar allows
 # (engine/runtime/sampler.py, DraftGuide); below this many, drafting stops for the round.
 GUIDE_CANDIDATES = 32
@@ -453,11 +453,12 @@ class MTPDrafter:
     @property
     def settles_at_end(self) -> bool:
         """Whether a reply's deferred catch-up is decoded as it ends, for the next prompt to reuse every
-        row: always, except for a lazy head that drafted nothing in this reply (it would pay for rows it
-        may never draft from) or no longer holds an exact prefix up to its backlog (nothing to extend)."""
+        row: always, except for a lazy head that was not drafting as the reply ended (its backlog is
+        longer than a round's rows: it would pay for rows it may never draft from) or no longer holds an
+        exact prefix up to its backlog (nothing to extend)."""
         if not self._fold_tokens:
             return False
-        return not self.lazy or (self.seconds["draft"] > 0 and self.exact_end >= self._fold_pos)
+        return not self.lazy or (len(self._fold_tokens) <= MAX_DRAFT + 1 and self.exact_end >= self._fold_pos)
 
     @property
     def backlog(self) -> int:
@@ -512,6 +513,8 @@ class MTPDrafter:
         batch = self.batch
         batch.clear()
         first = 0
+        if self.lazy:
+            self._trim()
         if self._fold_tokens:  # the deferred catch-up rides along with id_last
             self._cut_back(self._fold_pos)
             for j, tok in enumerate(self._fold_tokens):
@@ -609,6 +612,8 @@ def settle_together(lanes: list[MTPDrafter], batch: Batch) -> None:
     ctx, t0 = first.ctx, time.perf_counter()
     batch.clear()
     for lane in lanes:
+        if lane.lazy:
+            lane._trim()
         lane._add_backlog(batch)
         lane._cut_back(lane._fold_pos)
     for head in range(first.n_heads if first.chained else 1):

@@ -143,3 +143,20 @@ def test_drafts_after_dropped_rows_are_those_of_an_exact_head(arch, monkeypatch)
     assert any(d for _, d, _ in lazy)
     assert lazy_rows < full_rows - 100, (lazy_rows, full_rows)
     assert lazy_decoded <= full_decoded, sorted((p, t) for p, t, _ in lazy_decoded - full_decoded)[:8]
+
+
+@pytest.mark.parametrize("drafting_at_the_end", [True, False])
+def test_a_lazy_head_drafting_as_its_reply_ends_keeps_every_row(drafting_at_the_end):
+    """A head drafting as the reply ends decodes its last round's rows then, so the next turn reuses every
+    row on both contexts (as a fixed depth does); one that stopped drafting leaves its backlog undecoded."""
+    path = str(synth("glm4moe", "oracle", agree=0.8, reads="hidden").path())
+    policy = Schedule(3, (lambda rnd: True) if drafting_at_the_end else (lambda rnd: rnd <= 3))
+    with Session(LoadOptions(path=path, n_ctx=1024)) as session:
+        generate(session, GenerateRequest(prompt=" the river model", max_tokens=40, speculative=ADAPTIVE_MTP),
+                 policy=policy)
+        held, head = session.prefix.tokens, session.prefix.mtp_tokens
+        assert held
+        if drafting_at_the_end:
+            assert head == held
+        else:
+            assert len(head) < len(held) - 20
