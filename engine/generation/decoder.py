@@ -293,9 +293,15 @@ class Decoder:
         """The policy's depth and the drafter's draft for this round."""
         t_round = time.perf_counter()
         n = self.policy.choose(room)
+        self.before_draft(n)
         draft_s = self.drafter.seconds["draft"]
         drafts = self.drafter.draft(self.id_last, self.pos0, n) if n > 0 else []
         return self.drafted(drafts, self.drafter.seconds["draft"] - draft_s, t_round)
+
+    def before_draft(self, n: int) -> None:
+        """The policy chose ``n`` drafts for this round: a shadow probe's head drafts from its own row."""
+        if n and self.policy.shadow_probe and isinstance(self.drafter, MTPDrafter):
+            self.drafter.probe_alone()
 
     def drafted(self, drafts: list[int], draft_s: float, t_round: float) -> Round:
         """The round of these drafts (a multi-sequence engine drafts several sequences' together)."""

@@ -287,6 +287,8 @@ class ParallelGenerator:
         t_step = time.perf_counter()
         depths = self._depths(rooms)
         plans = [(r, r.decoder.policy.choose(room) if id(r) not in depths else depths[id(r)]) for r, room in rooms]
+        for r, n in plans:
+            r.decoder.before_draft(n)
         drafted = self._draft(plans)
         return [(r, r.decoder.drafted(*drafted[id(r)], t_step)) for r, _ in plans]
 

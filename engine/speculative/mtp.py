@@ -312,12 +312,22 @@ class MTPDrafter:
         """The most rows a lazy catch-up decodes (what the batch holds beside a round's rows, at most)."""
         return min(LAZY_WINDOW, self.batch.capacity - MAX_DRAFT - 1)
 
-    def _trim(self) -> None:
-        """A lazy backlog keeps its newest :attr:`_window` rows (the older ones are never decoded)."""
-        n, keep = len(self._fold_tokens), self._window
+    def probe_alone(self) -> None:
+        """The next draft is a shadow probe (adaptive depth; never verified): a lazy head drafts it from its
+        own row, dropping what waits rather than decoding it for a draft nobody keeps. On a mixture of
+        experts each catch-up row costs about what a drafted row does (each routes to its own experts), so a
+        probe with a window of rows cost as much as the upkeep laziness saves."""
+        if self.lazy:
+            self._trim(0)
+
+    def _trim(self, keep: int | None = None) -> None:
+        """A lazy backlog keeps its newest ``keep`` rows (default :attr:`_window`; the older ones are never
+        decoded)."""
+        n = len(self._fold_tokens)
+        keep = self._window if keep is None else keep
         if n > keep:
             self._fold_buf[:keep] = self._fold_buf[n - keep : n]
-            self._fold_tokens = self._fold_tokens[n - keep :]
+            self._fold_tokens = self._fold_tokens[n - keep :] if keep else []
             self._fold_pos += n - keep
 
     def _cut_back(self, start: int) -> None:

@@ -160,3 +160,18 @@ def test_a_lazy_head_drafting_as_its_reply_ends_keeps_every_row(drafting_at_the_
             assert head == held
         else:
             assert len(head) < len(held) - 20
+
+
+def test_a_shadow_probe_decodes_its_own_row_alone(monkeypatch):
+    """A shadow probe is never verified: the lazy head drafts it from its own row and drops what waits (on a
+    mixture of experts each waiting row costs about a drafted row's decode)."""
+    path = str(synth("glm4moe", "oracle", agree=0.8, reads="hidden").path())
+    params = AdaptiveParams(probe_first=8, probe_max=8)
+    policy = AdaptiveDepth(3, params, Costs.given({k: 1.0 for k in range(1, 6)}, draft_step_s=5.0, params=params))
+    with Session(LoadOptions(path=path, n_ctx=1024)) as session:
+        plain = generate(session, GenerateRequest(prompt=LONG_PROMPT, max_tokens=40, speculative=SPECULATION_OFF))
+        counts = count_rows(session.mtp_drafter.ctx, monkeypatch)
+        probed = generate(session, GenerateRequest(prompt=LONG_PROMPT, max_tokens=40, speculative=ADAPTIVE_MTP),
+                          policy=policy)
+    assert probed.tokens == plain.tokens and probed.stats.rounds == 0
+    assert counts[0] >= 3 and counts[1] == counts[0]  # probes, one row each
