@@ -69,8 +69,9 @@ class ChatEngineLink(QObject):
     def model(self) -> P.ModelInfo | None:
         return self._model
 
-    def default_speculative(self) -> SpeculativeSettings:
-        """The model's autotune profile (as the chat's "auto" uses it), else off."""
+    def default_speculative(self, concurrency: int = 1) -> SpeculativeSettings:
+        """The model's autotune profile (as the chat's "auto" uses it), else off; the same at any
+        ``concurrency`` (the chat's profile is the one measured alone)."""
         model, profile = self._model, self._profile()
         if model is None or not model.can_draft or profile is None:
             return SPECULATION_OFF

@@ -322,7 +322,7 @@ class Api(ModelRoutes):
         """
         try:
             model = self.loaded()
-            plan = plans.make(parsed, model, self.link.default_speculative(), choice=choice,
+            plan = plans.make(parsed, model, self.link.default_speculative(self.gate.concurrency_next()), choice=choice,
                               template=self.config.chat_template, image_files=self.config.local_images)
             # everything that can fail is made before the place in line is taken: from admit() on, each
             # path out gives it back (the generation's own endings, or the handlers below)

@@ -38,9 +38,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=C.DEFAULT_REQUEST_TIMEOUT_S,
                    help="seconds one generation may run before it is cancelled (504)")
     p.add_argument("--max-body", type=int, default=C.DEFAULT_BODY_LIMIT, help="largest request body in bytes")
-    p.add_argument("--parallel", type=int, default=1,
+    p.add_argument("--parallel", type=int, default=None,
                    help="requests decoded together (the model is loaded with this many sequences, each of "
-                   "--ctx tokens; docs/parallel.md); 1: one at a time, the rest queue")
+                   "--ctx tokens; docs/parallel.md); default 4 where their KV cache fits in memory, else 2, "
+                   "else 1; 1: one at a time, the rest queue")
     p.set_defaults(func=cmd_serve)
 
 
@@ -70,7 +71,7 @@ def start_link(args: argparse.Namespace) -> tuple[object, str]:
 
     load = load_request_for(args.model, sidecar=args.sidecar, n_ctx=args.ctx, n_threads=args.threads,
                             n_gpu_layers=args.gpu_layers, mmproj=getattr(args, "mmproj", None),
-                            parallel=getattr(args, "parallel", 1))
+                            parallel=getattr(args, "parallel", None) or 1)
     link = WorkerLink(load, verbose=args.verbose)
     model = link.model()
     assert model is not None
@@ -84,17 +85,39 @@ def start_link(args: argparse.Namespace) -> tuple[object, str]:
         link.set_default_speculative(SPECULATION_OFF)
         line = "speculation by default: off"
     else:
-        profile, line = profile_speculative(model, link.hello.engine, getattr(args, "parallel", 1))
-        link.set_default_speculative(profile or SPECULATION_OFF)
+        parallel = getattr(args, "parallel", None) or 1
+        profile, line = profile_speculative(model, link.hello.engine, parallel)
+        if profile is None:
+            link.set_default_speculative(SPECULATION_OFF)
+        else:  # each request gets the choice for the generations running as it starts
+            link.set_default_speculative(profile.setting_for(parallel),
+                                         by_concurrency=lambda n: profile.setting_for(min(n, parallel)))
     if not model.can_draft and not link.default_speculative().enabled:
         line = f"speculation off: {model.mtp_unavailable_reason or 'this model has no MTP head'}"
     return link, line
+
+
+def choose_parallel(args: argparse.Namespace) -> tuple[int, str]:
+    """``--parallel`` when not given (engine/server/slots.py), and a line saying why. The default model is
+    assembled first where it is not yet (the worker would do it as it loads)."""
+    from engine.default_model import default_model_path
+    from engine.errors import ModelFileError
+    from engine.server.slots import DEFAULT_PARALLEL, default_parallel
+
+    try:
+        path = args.model or str(default_model_path())
+    except ModelFileError as exc:  # the worker's load says it again, with what to do
+        return DEFAULT_PARALLEL, f"{DEFAULT_PARALLEL} requests at once (memory not estimated: {exc})"
+    return default_parallel(path, n_ctx=args.ctx, sidecar=args.sidecar)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from engine.server import api_key
     from engine.server.runner import bind, serve_forever
 
+    parallel_line = None
+    if args.parallel is None:
+        args.parallel, parallel_line = choose_parallel(args)
     # MTP_STUDIO_API_KEY keeps the key out of the process list, where --api-key shows
     key = args.api_key or os.environ.get("MTP_STUDIO_API_KEY") or (
         None if C.is_loopback(args.host) else api_key.get_key())
@@ -129,6 +152,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     model = link.model()  # type: ignore[attr-defined]
     print(f"model: {model.path} ({model.architecture}, MTP {model.mtp})", file=sys.stderr)
     print(line, file=sys.stderr)
+    if parallel_line:
+        print(parallel_line, file=sys.stderr)
     url = replace(config, port=sock.getsockname()[1]).base_url
     print(f"serving {url}  (API key {'required' if key else 'not required'}); Ctrl+C stops",
           file=sys.stderr, flush=True)

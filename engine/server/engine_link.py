@@ -13,12 +13,15 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from engine.errors import EngineError
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 from engine.worker import protocol as P
 from engine.worker.client import WorkerClient, WorkerDied
+
+if TYPE_CHECKING:
+    from engine.autotune.profiles import Profile
 
 Sink = Callable[[P.Event], None]
 PROBE_PREFIX = "ping-"  # the ids of responsiveness probes (cancels aimed at no request)
@@ -38,8 +41,9 @@ class EngineLink(Protocol):
         """The loaded model, or None."""
         ...
 
-    def default_speculative(self) -> SpeculativeSettings:
-        """Speculation for a request that does not choose: the model's autotune profile, or off."""
+    def default_speculative(self, concurrency: int = 1) -> SpeculativeSettings:
+        """Speculation for a request that does not choose, starting with ``concurrency`` generations running
+        (itself included): the model's autotune profile's choice for that many, or off."""
         ...
 
     def submit(self, request: P.GenerateRequestMsg | P.TokenizeRequest, sink: Sink) -> None:
@@ -80,6 +84,7 @@ class WorkerLink:
                  verbose: bool = False) -> None:
         self._load_request = load
         self._speculative = speculative
+        self._by_concurrency: Callable[[int], SpeculativeSettings] | None = None
         self._stderr = sys.stderr if verbose else None
         self._lock = threading.Lock()
         self._sinks: dict[str, Sink] = {}
@@ -95,14 +100,19 @@ class WorkerLink:
     def model(self) -> P.ModelInfo | None:
         return self._model
 
-    def default_speculative(self) -> SpeculativeSettings:
+    def default_speculative(self, concurrency: int = 1) -> SpeculativeSettings:
         model = self._model
         if model is None or not model.can_draft:
             return SPECULATION_OFF
-        return self._speculative.limited_to(model.max_draft)
+        setting = self._by_concurrency(concurrency) if self._by_concurrency is not None else self._speculative
+        return setting.limited_to(model.max_draft)
 
-    def set_default_speculative(self, setting: SpeculativeSettings) -> None:
-        self._speculative = setting
+    def set_default_speculative(self, setting: SpeculativeSettings,
+                                by_concurrency: Callable[[int], SpeculativeSettings] | None = None) -> None:
+        """``setting`` for every request that does not choose, or ``by_concurrency(n)`` for one starting with
+        n generations running (an autotune profile measured at several: one client alone may gain from
+        drafting where four at once do not)."""
+        self._speculative, self._by_concurrency = setting, by_concurrency
 
     def new_id(self) -> str:
         with self._lock:
@@ -222,9 +232,10 @@ def load_request_for(path: str | None, *, sidecar: str | None = None, n_ctx: int
 
 
 def profile_speculative(model: P.ModelInfo, engine: P.EngineBuild, parallel: int = 1,
-                        ) -> tuple[SpeculativeSettings | None, str]:
-    """The autotune profile's choice for this model, machine and engine build with ``parallel`` sequences at
-    once (``serve --parallel N``), and a line saying what was found.
+                        ) -> tuple[Profile | None, str]:
+    """The autotune profile for this model, machine and engine build, and a line saying what it chose with
+    ``parallel`` sequences at once (``serve --parallel N``; ``Profile.setting_for`` gives the choice for
+    each number of generations running).
 
     Requests choose their own sampling, so the newest profile is used whatever sampling it was measured with
     (the line names it). Probes the hardware in a short-lived child process (as the app does) for the
@@ -241,10 +252,14 @@ def profile_speculative(model: P.ModelInfo, engine: P.EngineBuild, parallel: int
     if profile is not None:
         setting = profile.setting_for(parallel)
         measured = max((n for n in profile.concurrency if n <= parallel), default=1)
-        why = profile.reason if measured == 1 else \
-            f"{profile.concurrency[measured].speedup:.2f}x the total speed of off with {measured} at once"
-        at = f" for --parallel {parallel}" if parallel > 1 else ""
-        return setting, (f"autotune profile: {setting.label}{at} ({why}); timed with "
+        if measured == 1:
+            why = profile.reason + (f"; measured alone, used with up to {parallel} at once" if parallel > 1 else "")
+            at = ""
+        else:
+            why = f"{profile.concurrency[measured].speedup:.2f}x the total speed of off with {measured} at once"
+            why += f"; alone: {profile.setting.label}" if setting != profile.setting else ""
+            at = f" with {measured} or more at once"
+        return profile, (f"autotune profile: {setting.label}{at} ({why}); timed with "
                          f"{sampling_label(profile.sampling)} sampling")
     stale = " (a profile exists for other hardware or another engine build: run mtp-studio autotune)" \
         if match.stale else ""

@@ -60,6 +60,11 @@ class Gate:
         finally:
             self.metrics.deferred -= 1
 
+    def concurrency_next(self) -> int:
+        """Generations running once the next request starts, itself included (it may wait for a turn
+        first: then as many as run at once)."""
+        return min(self.config.parallel, self.admitted + 1)
+
     def leave(self) -> None:
         self.admitted -= 1
 

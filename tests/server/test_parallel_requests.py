@@ -104,3 +104,35 @@ def test_a_worker_crash_with_four_running_fails_all_four_and_the_next_requests_a
     replies = [httpx.post(url, json={"model": MODEL_ID, "prompt": p, "max_tokens": 4, "temperature": 0}, timeout=60)
                for p in PROMPTS[:2]]
     assert [r.json()["usage"]["completion_tokens"] for r in replies] == [4, 4]
+
+
+def test_a_request_gets_the_profiles_choice_for_the_generations_running_as_it_starts(parallel_server, parallel_link):
+    """An autotune profile measured at several concurrencies (engine/autotune/concurrency.py): a request
+    that does not choose gets the choice for as many generations as run when it starts, itself included."""
+    from engine.speculative.settings import SPECULATION_OFF
+
+    def mode(body: dict) -> str:
+        reply = httpx.post(f"{parallel_server.base_url}/completions", json=body, timeout=120)
+        assert reply.status_code == 200, reply.text
+        return reply.json()["speculative"]["mode"]
+
+    one = {"model": MODEL_ID, "prompt": PROMPTS[1], "max_tokens": 8, "temperature": 0}
+    parallel_link.set_default_speculative(mtp(3), by_concurrency=lambda n: mtp(3) if n == 1 else SPECULATION_OFF)
+    try:
+        assert mode(one) == "mtp"  # alone
+        started = threading.Event()
+
+        def long_stream() -> None:
+            body = {**one, "prompt": PROMPTS[0], "max_tokens": 400, "stream": True}
+            with httpx.stream("POST", f"{parallel_server.base_url}/completions", json=body, timeout=120) as r:
+                for _ in r.iter_lines():
+                    started.set()
+
+        runner = threading.Thread(target=long_stream)
+        runner.start()
+        assert started.wait(60)
+        assert mode(one) == "off"  # beside a running one
+        runner.join(120)
+        assert mode(one) == "mtp"  # alone again
+    finally:
+        parallel_link.set_default_speculative(mtp(3))

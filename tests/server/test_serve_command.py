@@ -32,6 +32,8 @@ def test_serve_answers_on_the_printed_address_and_stops_on_ctrl_c(model_path):
         found = re.search(r"serving (http://127\.0\.0\.1:\d+/v1)", "".join(lines))
         assert found, "".join(lines)
         assert "speculation by default: mtp n_max=3" in "".join(lines) and "API key required" in "".join(lines)
+        # no --parallel: 4 at once, as llama-server's default, since 4 sequences of this model fit here
+        assert re.search(r"^4 requests at once \(4 sequences of 4096 tokens need ~[\d.]+ [MG]iB", "".join(lines), re.M)
         assert KEY not in "".join(lines)
         body = {"model": "tiny", "messages": [{"role": "user", "content": "hello world the"}], "max_tokens": 6}
         url = f"{found.group(1)}/chat/completions"
@@ -69,9 +71,10 @@ def test_requests_default_to_the_models_autotune_profile(model_path, link, monke
     proc = serve("--model", model_path, "--port", "0")  # --speculative auto, the default
     try:
         assert proc.stderr is not None
-        lines = [next(proc.stderr) for _ in range(3)]
-        assert "autotune profile: mtp n_max=2 (measured in a test)" in lines[1], lines
-        url = re.search(r"(http://\S+/v1)", lines[2]).group(1)  # type: ignore[union-attr]
+        lines = [next(proc.stderr) for _ in range(4)]
+        assert "autotune profile: mtp n_max=2 (measured in a test; measured alone, used with up to 4 at once)" \
+            in lines[1], lines
+        url = re.search(r"(http://\S+/v1)", lines[3]).group(1)  # type: ignore[union-attr]
         reply = httpx.post(f"{url}/completions", timeout=60,
                            json={"model": "combined", "prompt": "hello world the", "max_tokens": 8, "temperature": 0})
         assert reply.json()["speculative"]["n_max"] == 2 and reply.json()["timings"]["draft_n"] > 0

@@ -1,0 +1,51 @@
+"""How many requests ``mtp-studio serve`` decodes at once when ``--parallel`` is not given.
+
+llama-server decodes 4 requests at once by default; agents, their sub-agents and an editor beside a chat
+send several. Ours gives each sequence ``--ctx`` tokens of its own (no request fails because others filled
+a shared pool), so 4 sequences hold 4 times the KV cache: the default is 4 where that fits in memory beside
+the model, else 2, else 1. The estimate is read from the GGUF header (engine/store/fit.py), before the
+worker loads anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.errors import ModelFileError
+from engine.store.fit import estimate
+
+DEFAULT_PARALLEL = 4
+CHOICES = (4, 2, 1)
+SHARE = 0.8  # of the memory available now, at most (fit.py's "tight" above it)
+
+
+def default_parallel(path: str | Path, *, n_ctx: int, sidecar: str | Path | None = None,
+                     available: int | None = None) -> tuple[int, str]:
+    """The sequences to load ``path`` with, and a line saying why.
+
+    ``available``: bytes of memory to fit in (default: what this machine has free now). Where the
+    estimate cannot be made (memory unknown, a header it cannot read) it is :data:`DEFAULT_PARALLEL`, as
+    llama-server's: the load itself then says what does not fit.
+    """
+    try:
+        first = estimate(path, n_ctx=n_ctx, sidecar=sidecar, available=available)
+    except (ModelFileError, OSError, ValueError) as exc:
+        return DEFAULT_PARALLEL, f"{DEFAULT_PARALLEL} requests at once (memory not estimated: {exc})"
+    if first.available is None:
+        return DEFAULT_PARALLEL, f"{DEFAULT_PARALLEL} requests at once (free memory unknown)"
+    budget = SHARE * first.available
+    for n in CHOICES:
+        need = first.total if n == 1 else estimate(path, n_ctx=n_ctx * n, sidecar=sidecar,
+                                                   available=first.available).total
+        if need <= budget or n == 1:
+            if n == DEFAULT_PARALLEL:
+                why = f"{n} sequences of {n_ctx} tokens need ~{_size(need)}"
+            else:
+                why = (f"{DEFAULT_PARALLEL} sequences of {n_ctx} tokens would not fit in {_size(budget)}; "
+                       f"{n} need ~{_size(need)}")
+            return n, f"{n} request{'s' if n > 1 else ''} at once ({why}; --parallel N to choose)"
+    raise AssertionError("unreachable: 1 is always chosen")
+
+
+def _size(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:.1f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.0f} MiB"
