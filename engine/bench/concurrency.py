@@ -207,7 +207,8 @@ def run(args: argparse.Namespace) -> int:
                                        n_max=args.n_max, binary=str(binary), extra=extra)]
     print(f"# several requests at once — {time.strftime('%Y-%m-%d %H:%M')}, {Path(model).parent.name}/"
           f"{Path(model).name}; {args.threads} thread(s) per server, {args.ctx} tokens of context per sequence, "
-          f"{args.requests} request(s) of {args.max_tokens} tokens per client, greedy", flush=True)
+          f"{args.requests} request(s) of {args.max_tokens} tokens per client, greedy"
+          + (f", {args.parallel} sequences per server" if args.parallel else ""), flush=True)
     rows: list[tuple[int, str, LoadFigures, str]] = []
     dump: list[dict[str, Any]] = []
     clients = _Clients()
@@ -215,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
         for n in counts:
             reference: dict[str, str] = {}
             for base in configs:
-                spec = servers.ServerSpec(**{**base.__dict__, "parallel": n})
+                spec = servers.ServerSpec(**{**base.__dict__, "parallel": args.parallel or n})
                 with servers.RunningServer(spec) as server:
                     servers.complete(server.port, "warm up", 8)
                     cpu0 = server.cpu_seconds()
@@ -250,6 +251,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=1, help="threads per server")
     p.add_argument("--n-max", type=int, default=3, help="MTP draft depth, both servers (p_min 0)")
     p.add_argument("--adaptive", action="store_true", help="also ours with adaptive depth (at most --n-max)")
+    p.add_argument("--parallel", type=int, default=None,
+                   help="sequences each server holds (default: as many as clients; more shows what a server "
+                        "started with `serve`'s default of 4 costs fewer clients)")
     p.add_argument("--llama-server", help="llama-server binary (default: the one build_reference_driver.py "
                    "--server built for this engine)")
     servers.add_llama_server_args(p)
