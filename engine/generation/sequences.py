@@ -81,8 +81,9 @@ class Sequences:
         held, mtp_held, memory.held, memory.mtp_held = memory.held, memory.mtp_held, [], []
         n = min(common_prefix(held, tokens), len(tokens) - 1)
         mtp_n = max(0, common_prefix(mtp_held, tokens) - 1)  # the MTP lane resumes one row after the reused ones
-        if isinstance(drafter, MTPDrafter) and not catches_up_lazily(spec):
-            n = min(n, mtp_n)  # (a lazy lane starts over from the prompt's newest rows where it holds less)
+        if isinstance(drafter, MTPDrafter):
+            if not catches_up_lazily(spec):  # (a lazy lane starts over from the prompt's newest rows instead)
+                n = min(n, mtp_n)
         elif spec.mode == MTP_NGRAM:
             n = 0  # the composition's MTP part starts empty, as in a single sequence
         checkpoint, memory.checkpoint_pos = memory.checkpoint_pos, 0

@@ -322,8 +322,9 @@ class Api(ModelRoutes):
         """
         try:
             model = self.loaded()
-            plan = plans.make(parsed, model, self.link.default_speculative(self.gate.concurrency_next()), choice=choice,
-                              template=self.config.chat_template, image_files=self.config.local_images)
+            default = self.link.default_speculative(self.gate.concurrency_next())
+            plan = plans.make(parsed, model, default, choice=choice, template=self.config.chat_template,
+                              image_files=self.config.local_images)
             # everything that can fail is made before the place in line is taken: from admit() on, each
             # path out gives it back (the generation's own endings, or the handlers below)
             gen = Generation(self.link, self.gate, self.config, self.metrics, endpoint, parsed.stream)

@@ -197,10 +197,10 @@ class MTPDrafter:
         # the head was to drafting another token; tests tell a numeric near-tie from a wrong state)
         self.draft_margins: list[float] | None = None
         self._drafted_at = -1  # pos0 of the last looped draft whose first decode wrote (id_last, pending_h) there
-        self.head = 0
+        self.head = 0  # chained heads: the head (layer offset) the batch drafting() last yielded is decoded with
         # catch up lazily (adaptive depth; see begin): rows wait, hidden states kept, until a draft needs
         # them, and only the newest LAZY_WINDOW are decoded then
-        self.lazy = False  # chained heads: the head (layer offset) the batch drafting() last yielded is decoded with
+        self.lazy = False
 
     # -- Drafter interface --------------------------------------------------
     def begin(self, settings: SpeculativeSettings, keep: int = 0) -> None:
