@@ -337,3 +337,28 @@ def test_a_batch_that_would_not_draft_with_every_draft_kept_stops_its_sequences_
     policy = AdaptiveDepth(4)
     assert [policy.take(0, 4, probe=False) for _ in range(200)] == [0] * 200
     assert policy.take(0, 4) == 1 and policy.probes.probing  # allowed again: long due, it probes at once
+
+
+def test_hits_do_not_bring_probes_soon_where_drafting_at_that_acceptance_would_not_pay():
+    """A real vocabulary's head on a CPU: every draft kept would pay a little, but at the 80 % the probes
+    find it does not (a draft step costs half a plain step). A hit used to bring the next probe two steps
+    later whatever drafting would gain, so such a policy probed every few steps for good (each probe an
+    LM-head row). Now, where drafting at the acceptance after a hit still would not pay, probes back off."""
+    world = World([0.8] * 3, verify_slope=0.4, draft_share=0.5)
+    assert world.best(3) == 0 and (1 + 1) / (world.verify(2) + world.draft * world.v1) > 1 / world.verify(1)
+    policy = AdaptiveDepth(3)
+    hits = iter([1, 1, 1, 1, 0] * 1000)
+    probes = []
+    for _ in range(8):
+        policy.new_reply(shadow_probes=True)
+        count = 0
+        for _ in range(32):
+            n = policy.choose(32)
+            draft_s = world.draft * world.v1 if n else 0.0
+            if policy.shadow_probe:
+                count += 1
+                policy.observe(1, next(hits), world.verify(1), draft_s, world.verify(1) + draft_s, shadow=True)
+            else:
+                policy.observe(n, n * 0.8, world.verify(n + 1), draft_s * n, world.verify(n + 1) + draft_s * n)
+        probes.append(count)
+    assert sum(probes[-4:]) <= 8, probes  # about one probe per reply once it has learned, not one in three steps

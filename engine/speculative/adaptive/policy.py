@@ -67,16 +67,25 @@ class AdaptiveDepth:
         plain = 1.0 / self.costs.round(0)
         return any((1 + n) / self.costs.round(n) > plain for n in range(1, cap + 1))
 
+    def _pays_after_hit(self, cap: int) -> bool:
+        """Would drafting pay at the acceptance counted after rounds that kept every draft (an easy stretch)?"""
+        full = self.rates(cap, AFTER_FULL)
+        return max(full) > full[0]
+
     def probe_gap(self, cap: int) -> int:
         """Plain steps until the next probe (probes.py), chosen as a probe starts, by the context the
         rounds before it left: after a kept draft (the last probe hit) soon again, since each hit moves
-        ``q_0`` only part of the way to drafting; searching after a miss by the hazard of easy stretches;
+        ``q_0`` only part of the way to drafting (unless drafting at that acceptance would not pay: then backing
+        off); searching after a miss by the hazard of easy stretches;
         at a reply's start after ``probe_first``. Backing off where nothing can be found."""
         if cap < 1 or not self.could_pay(cap):
             return self.probes.backed_off()
         context = self.acceptance.context
         if context == AFTER_FULL:
-            return self.probes.after_hit()
+            # soon again only where drafting at the acceptance after a hit would pay: where it would not
+            # (a real vocabulary's head on a CPU, kept 80 % of the time), hits came every few steps and each
+            # brought another probe two steps later, for good
+            return self.probes.after_hit() if self._pays_after_hit(cap) else self.probes.backed_off()
         if context != AFTER_MISS:
             return self.params.probe_first
         full = self.rates(cap, AFTER_FULL)
@@ -88,14 +97,15 @@ class AdaptiveDepth:
     def new_reply(self, shadow_probes: bool = False) -> None:
         """A generation starts: its first rounds use the pooled counts (a reply that ended in a hard
         stretch says little about how the next starts), and a plain-step streak does not carry over.
-        Its first probe comes after ``probe_first`` plain steps however far the last reply backed off:
-        otherwise, once the wait outgrew the replies (a server's 32-token completions), no reply ever
-        probed again and adaptive depth stayed plain for good after one unlucky miss."""
+        Its first probe comes after ``probe_first`` plain steps however far the last reply backed off
+        (otherwise, once the wait outgrew the replies, a server's 32-token completions, no reply ever
+        probed again and adaptive depth stayed plain for good after one unlucky miss), unless drafting
+        would not pay even at the acceptance of an easy stretch: then the wait keeps growing."""
         self.shadow = shadow_probes and self.params.shadow_probes
         self.acceptance.context = FRESH
         self.probes.plain_steps = 0
         self.probes.probing = False
-        if self.could_pay(self.n_max):
+        if self.could_pay(self.n_max) and self._pays_after_hit(self.n_max):
             self.probes.every = min(self.probes.every, self.params.probe_first)
 
     def choose(self, room: int) -> int:
