@@ -380,8 +380,9 @@ class Decoder:
         self.drafter.accept(rnd.accepted, self.pos0)
         rnd.seconds = time.perf_counter() - rnd.started
 
-    def learn(self, rnd: Round) -> None:
-        """Count the round and tell the policy what it measured."""
+    def learn(self, rnd: Round, share: float = 1.0) -> None:
+        """Count the round and tell the policy what it measured; ``share``: this sequence's part of a
+        decode it shared with others (a multi-sequence batch: its rows of the batch's)."""
         self.stats.record_round(len(rnd.drafts), rnd.accepted, self.drafter.source)
         if rnd.drafts:
             self.result.accepted_per_round.append(rnd.accepted)
@@ -395,9 +396,10 @@ class Decoder:
             # only when the plain step happened to draw it: that chance, not a coin, is what acceptance is
             hit = rnd.shadow_hit if rnd.shadow_q is not None else float(
                 accepts_draft(0, rnd.tokens[0], rnd.shadow[:1], self.model.is_eog))
-            self.policy.observe(1, hit, rnd.verify_s, rnd.draft_s, rnd.seconds, shadow=True)
+            self.policy.observe(1, hit, share * rnd.verify_s, rnd.draft_s, share * rnd.seconds, shadow=True)
         else:
-            self.policy.observe(len(rnd.drafts), rnd.accepted, rnd.verify_s, rnd.draft_s, rnd.seconds)
+            self.policy.observe(len(rnd.drafts), rnd.accepted, share * rnd.verify_s, rnd.draft_s,
+                                share * rnd.seconds)
         self.stats.draft_depth = self.policy.depth
 
     def emit(self, rnd: Round) -> None:

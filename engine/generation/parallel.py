@@ -259,7 +259,10 @@ class ParallelGenerator:
         for r, rnd in rounds:
             d = r.decoder
             d.close_round(rnd)
-            d.learn(rnd)
+            # its share of the batch: a sequence's policy judges when to probe by what its own rows cost
+            # (the whole batch's time made a draft step look cheap beside a "verify", and at a real
+            # vocabulary eight sequences probed every few steps, an LM-head row each)
+            d.learn(rnd, (1 + len(rnd.drafts)) / self.batch.n)
             d.emit(rnd)
             d.tick(r.job.on_stats)
         if rounds and not chunks and not chunk_alone:
@@ -405,6 +408,10 @@ class ParallelGenerator:
                     pending[key] = nxt
         self.draft_s = time.perf_counter() - t_loop
         self.draft_steps.observe(lanes[0], lanes[1], self.draft_s)
+        if lanes[1] > lanes[0]:  # each lane's part of the decodes it shared (its policy's view, as for verify)
+            for key in steps:
+                drafts, seconds = out[key]
+                out[key] = (drafts, seconds * lanes[0] / lanes[1])
         return out
 
     def _settle_together(self, drafters: list[Drafter]) -> None:

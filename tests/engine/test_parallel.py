@@ -8,6 +8,7 @@ The heads read the hidden state, so a sequence drafting from another's state wou
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -329,3 +330,33 @@ def test_chained_heads_draft_every_sequence_s_step_in_one_decode(arch, weights, 
             same_as_alone(s, job.result, noise)
         assert max(per_step) <= min(n_max, heads), (n_max, p_min, per_step)  # one decode per head, not per sequence
         assert sum(per_step) < alone_decodes, (n_max, p_min, sum(per_step), alone_decodes)
+
+
+def test_a_sequences_policy_learns_its_share_of_the_batch_not_the_whole():
+    """Each sequence's adaptive policy schedules its own probes by what its rows cost: its share of the batch
+    decode. Told the whole batch's time as its one-row verify, a draft step looked cheap beside it, and at a
+    real vocabulary eight sequences probed every few steps (an LM-head row each) where none would pay."""
+    from engine.speculative.settings import ADAPTIVE
+
+    with Session(LoadOptions(path=str(synth("glm4moe", "oracle", agree=0.8).path()), n_ctx=512, parallel=4)) as session:
+        engine = ParallelGenerator(session)
+        times: list[float] = []
+        decode = session.target.decode
+
+        def timed(batch):
+            t0 = time.perf_counter()
+            decode(batch)
+            if batch.n == 4:  # a step of the four sequences' plain rows
+                times.append(time.perf_counter() - t0)
+
+        session.target.decode = timed
+        for prompt in PROMPTS[:4]:
+            engine.add(Job(GenerateRequest(prompt=prompt, max_tokens=24, speculative=mtp(3, depth=ADAPTIVE))))
+        while not engine.idle:
+            engine.step()
+        del session.target.decode
+        policies = [p for m in engine.sequences.memory for p in m.drafters.policies.values()]
+    assert len(policies) == 4 and len(times) >= 5
+    whole = sorted(times)[len(times) // 2]
+    for policy in policies:
+        assert policy.costs.verify(1) < 0.6 * whole, (policy.costs.verify(1), whole)
