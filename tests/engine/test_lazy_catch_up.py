@@ -2,10 +2,12 @@
 
 Adaptive depth may draft nothing for long stretches (a CPU with a real vocabulary, a compute-bound
 batch). Its head keeps the rows it was not caught up on, hidden states included, and decodes only the
-newest ``LAZY_WINDOW`` of them when it drafts again; a head that drafts nothing decodes nothing. The
-drafts after such a gap are checked against an exactly caught-up head's on an oracle head that reads
-the hidden state (a row decoded with the wrong state or at the wrong position drafts otherwise), and
-the output against speculation off.
+newest ``LAZY_WINDOW`` of them when it drafts again; a head that drafts nothing decodes nothing. After
+such a gap the drafts are checked against an exactly caught-up head's (an oracle head reading the hidden
+state drafts from its last row, so a wrong ``pending_h`` shows), and every row the lazy head decodes
+against the rows the exact head decodes, position, token and hidden state (a window decoded with the
+wrong states or at the wrong positions shows there, which an oracle head's drafts would not); the output
+against speculation off.
 """
 
 from __future__ import annotations
