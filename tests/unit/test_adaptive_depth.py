@@ -362,3 +362,16 @@ def test_hits_do_not_bring_probes_soon_where_drafting_at_that_acceptance_would_n
                 policy.observe(n, n * 0.8, world.verify(n + 1), draft_s * n, world.verify(n + 1) + draft_s * n)
         probes.append(count)
     assert sum(probes[-4:]) <= 8, probes  # about one probe per reply once it has learned, not one in three steps
+
+
+def test_a_pair_of_sizes_timed_the_wrong_way_round_does_not_make_every_later_row_free():
+    """A batch of 8 sequences (bench MoE, one thread) timed these verify sizes, each a noisy average: 10 rows
+    came out dearer than 11. Taking the smallest slope between neighbours priced every row past 15 at
+    nothing (verify(32) = verify(15)), and the batch drafted at break-even; a line through the larger sizes
+    prices them as they go on."""
+    from engine.speculative.adaptive.costs import Costs
+
+    ms = {2: 17.6, 3: 19.8, 4: 22.9, 5: 25.1, 6: 28.3, 7: 33.7, 8: 35.6, 9: 42.0, 10: 51.3, 11: 49.0, 15: 54.5}
+    c = Costs.given({k: t / 1000 for k, t in ms.items()}, draft_step_s=0.002)
+    assert c.verify(32) > 1.5 * c.verify(15)
+    assert c.verify(20) < c.verify(24) < c.verify(32)

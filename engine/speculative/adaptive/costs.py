@@ -21,18 +21,30 @@ def _scaled(seconds: float, rows_timed: int, rows: int, slope: float) -> float:
 def row_slope(timed: dict[int, float], prior_slope: float) -> float:
     """Seconds one more verify row adds, past the largest size timed.
 
-    The smallest slope between timed neighbours, and at most ``prior_slope`` of
-    a one-row verify — optimistic on purpose: on a mixture-of-experts model the
-    second row alone doubles the experts read, and later rows add much less.
+    The least-squares slope over the larger half of the sizes timed (at least the
+    two largest), and at most ``prior_slope`` of a one-row verify: on a
+    mixture-of-experts model the second row alone doubles the experts read, and
+    later rows add much less, so the small sizes do not count. It was the
+    smallest slope between timed neighbours; a batch of sequences times many
+    sizes (sequences join and end), each a noisy average, and one pair timed
+    the wrong way round made every row past the largest size free: measured at
+    8 sequences, verify(32) was priced at verify(15)'s 54.7 ms where a line
+    through the sizes timed says 118 ms, and the batch drafted at break-even.
     Where one row was never timed (a batch of N sequences verifies N rows at
     least) it is what the smallest timed size says by the prior's shape: taking
     that whole batch for "one row" priced each extra row at 0.4 of the batch,
     and adaptive depth under concurrency never drafted enough to learn better.
     """
     sizes = sorted(timed.items())
-    slopes = [(t1 - t0) / (k1 - k0) for (k0, t0), (k1, t1) in zip(sizes, sizes[1:], strict=False)]
     one = timed.get(1) or _scaled(sizes[0][1], sizes[0][0], 1, prior_slope)
-    return max(0.0, min([prior_slope * one, *slopes]))
+    upper = sizes[len(sizes) // 2:] if len(sizes) >= 4 else sizes[-2:]
+    if len(upper) < 2:
+        return prior_slope * one
+    mean_k = sum(k for k, _ in upper) / len(upper)
+    mean_t = sum(t for _, t in upper) / len(upper)
+    spread = sum((k - mean_k) ** 2 for k, _ in upper)
+    slope = sum((k - mean_k) * (t - mean_t) for k, t in upper) / spread
+    return max(0.0, min(prior_slope * one, slope))
 
 
 def verify_cost(timed: dict[int, float], rows: int, prior_slope: float) -> float:
