@@ -69,9 +69,9 @@ def start_link(args: argparse.Namespace) -> tuple[object, str]:
     from engine.server.engine_link import WorkerLink, load_request_for, profile_speculative
     from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 
+    parallel = getattr(args, "parallel", None) or 1  # commands without --parallel load one sequence
     load = load_request_for(args.model, sidecar=args.sidecar, n_ctx=args.ctx, n_threads=args.threads,
-                            n_gpu_layers=args.gpu_layers, mmproj=getattr(args, "mmproj", None),
-                            parallel=getattr(args, "parallel", None) or 1)
+                            n_gpu_layers=args.gpu_layers, mmproj=getattr(args, "mmproj", None), parallel=parallel)
     link = WorkerLink(load, verbose=args.verbose)
     model = link.model()
     assert model is not None
@@ -85,7 +85,6 @@ def start_link(args: argparse.Namespace) -> tuple[object, str]:
         link.set_default_speculative(SPECULATION_OFF)
         line = "speculation by default: off"
     else:
-        parallel = getattr(args, "parallel", None) or 1
         profile, line = profile_speculative(model, link.hello.engine, parallel)
         if profile is None:
             link.set_default_speculative(SPECULATION_OFF)

@@ -34,17 +34,18 @@ def default_parallel(path: str | Path, *, n_ctx: int, sidecar: str | Path | None
     if first.available is None:
         return DEFAULT_PARALLEL, f"{DEFAULT_PARALLEL} requests at once (free memory unknown)"
     budget = SHARE * first.available
-    for n in CHOICES:
-        need = first.total if n == 1 else estimate(path, n_ctx=n_ctx * n, sidecar=sidecar,
-                                                   available=first.available).total
-        if need <= budget or n == 1:
-            if n == DEFAULT_PARALLEL:
-                why = f"{n} sequences of {n_ctx} tokens need ~{_size(need)}"
-            else:
-                why = (f"{DEFAULT_PARALLEL} sequences of {n_ctx} tokens would not fit in {_size(budget)}; "
-                       f"{n} need ~{_size(need)}")
-            return n, f"{n} request{'s' if n > 1 else ''} at once ({why}; --parallel N to choose)"
-    raise AssertionError("unreachable: 1 is always chosen")
+    n, need = 1, first.total  # one sequence even where nothing fits: the load then says so
+    for more in CHOICES[:-1]:
+        more_need = estimate(path, n_ctx=n_ctx * more, sidecar=sidecar, available=first.available).total
+        if more_need <= budget:
+            n, need = more, more_need
+            break
+    if n == DEFAULT_PARALLEL:
+        why = f"{n} sequences of {n_ctx} tokens need ~{_size(need)}"
+    else:
+        why = (f"{DEFAULT_PARALLEL} sequences of {n_ctx} tokens would not fit in {_size(budget)}; "
+               f"{n} need ~{_size(need)}")
+    return n, f"{n} request{'s' if n > 1 else ''} at once ({why}; --parallel N to choose)"
 
 
 def _size(n_bytes: float) -> str:

@@ -625,10 +625,9 @@ def settle_together(lanes: list[MTPDrafter], batch: Batch) -> None:
         if lane.lazy:
             lane._trim()
         lane._add_backlog(batch)
-        lane._cut_back(lane._fold_pos)
     for head in range(first.n_heads if first.chained else 1):
-        for lane in lanes:
-            ctx.seq_rm(lane._fold_pos, -1, lane.seq)
+        for lane in lanes:  # (each head's decode writes the rows the next head's cuts again)
+            lane._cut_back(lane._fold_pos)
         if first.chained:
             ctx.set_nextn_layer_offset(head)
         ctx.decode(batch)

@@ -88,9 +88,9 @@ class AdaptiveDepth:
             return self.probes.after_hit() if self._pays_after_hit(cap) else self.probes.backed_off()
         if context != AFTER_MISS:
             return self.params.probe_first
-        full = self.rates(cap, AFTER_FULL)
-        if max(full) <= full[0]:
+        if not self._pays_after_hit(cap):
             return self.probes.backed_off()
+        full = self.rates(cap, AFTER_FULL)
         return self.probes.gap(1.0 - full[0] / max(full), self.costs.probe_cost(self.shadow))
 
     # -- the loop's calls ---------------------------------------------------
