@@ -49,6 +49,8 @@ class Settings:
     n_threads_draft: int = 0  # threads of the MTP draft context; 0: n_threads (autotune may choose fewer)
     n_ctx: int = 4096
     n_gpu_layers: int = 0
+    # the MTP head drafts only among token ids below this (engine LoadOptions.draft_vocab); 0: all of them
+    draft_vocab: int = 0
     rpc_servers: str = ""  # ggml RPC servers, "host:port,…": the trunk is split across them (docs/multi-machine.md)
     theme: str = "system"  # system | light | dark
     max_tokens: int = 512

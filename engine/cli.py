@@ -29,6 +29,8 @@ def _add_load_args(p: argparse.ArgumentParser) -> None:
                         "busy core stalls every decode)")
     p.add_argument("--threads-draft", type=int, default=0,
                    help="threads of the MTP draft context (default 0: the same as --threads)")
+    p.add_argument("--draft-vocab", type=int, default=0, metavar="N",
+                   help="the MTP head drafts only among token ids below N (its LM head is most of a draft step at a real vocabulary; output is unchanged); default 0: the whole vocabulary")
     p.add_argument("--gpu-layers", type=int, default=0)
     p.add_argument("--rpc", help="split the model across ggml RPC servers, host:port[,host:port…] "
                                  "(`mtp-studio rpc-server` there); the MTP head stays here")
@@ -122,6 +124,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         loaded = client.call(
             P.LoadRequest(id=client.new_id(), options=P.LoadOptions(
                 path=args.model, n_ctx=args.ctx, n_threads=args.threads, n_threads_draft=args.threads_draft,
+                draft_vocab=args.draft_vocab,
                 n_gpu_layers=args.gpu_layers, mtp=args.mtp, sidecar=args.sidecar, mmproj=args.mmproj,
                 **rpc_load_fields(args)))
         )[-1]

@@ -14,6 +14,8 @@ from engine.errors import ContextError
 
 MAX_THREADS = 512  # GGML_MAX_N_THREADS, ggml's own ceiling (its per-thread arrays are that long)
 MAX_PARALLEL = 64  # sequences decoded together; each has its own KV cells and sampler
+# a draft vocabulary smaller than this would leave out common words of any real tokenizer
+MIN_DRAFT_VOCAB = 1024
 MAX_N_CTX = 2**24  # 16M tokens; llama.cpp's n_ctx is 32-bit and far smaller sizes already exhaust memory
 
 
@@ -40,6 +42,10 @@ class LoadOptions:
     # sequences decoded together (engine/generation/parallel.py): each holds n_ctx tokens, and the
     # contexts are sized for all of them; 1: one reply at a time
     parallel: int = 1
+    # the MTP head drafts only among token ids [0, draft_vocab) (0: the whole vocabulary): its LM head is
+    # most of a draft step at a real vocabulary, and byte-pair vocabularies number frequent tokens first.
+    # The target verifies over every token, so output is the same; only what can be drafted changes.
+    draft_vocab: int = 0
 
 
 def check_options(options: LoadOptions) -> None:
@@ -65,6 +71,10 @@ def check_options(options: LoadOptions) -> None:
         from engine.rpc import parse_endpoints
 
         parse_endpoints(options.rpc)  # a malformed host:port is refused before anything is let go of
+    if isinstance(options.draft_vocab, bool) or not (options.draft_vocab == 0
+                                                     or MIN_DRAFT_VOCAB <= options.draft_vocab):
+        raise ContextError(f"draft_vocab must be 0 (the whole vocabulary) or at least {MIN_DRAFT_VOCAB:,} "
+                           f"tokens, got {options.draft_vocab}; 32768 suits vocabularies of 150k tokens and more.")
     if isinstance(options.parallel, bool) or not 1 <= options.parallel <= MAX_PARALLEL:
         raise ContextError(f"parallel must be between 1 and {MAX_PARALLEL} sequences, got {options.parallel}")
     if not 0 <= options.n_ctx <= MAX_N_CTX:

@@ -33,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--draft-vocab", type=int, default=0, metavar="N", help="the MTP head drafts only among token ids below N (patch 0008; 0: the whole vocabulary)")
     p.add_argument("--gpu-layers", type=int, default=0,
                    help="layers on the GPU (999: all); a software Vulkan device needs MTP_STUDIO_SOFTWARE_GPU=1")
     p.add_argument("--dense", action="store_true", help="dense FFN trunk (glm4moe; the MTP block stays MoE)")
@@ -104,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
                 _say(fold.format_table(fold_rows))
                 continue
             session = Session(LoadOptions(path=str(path), n_ctx=2048, n_threads=args.threads,
-                                          n_gpu_layers=args.gpu_layers, fold=args.fold == "on"))
+                                          n_gpu_layers=args.gpu_layers, fold=args.fold == "on",
+                                          draft_vocab=args.draft_vocab))
             try:
                 rows = measure.compare(session, PROMPT, args.tokens, depths if session.mtp_drafter else [],
                                        args.repeats)
@@ -158,7 +160,7 @@ def _reference(args: argparse.Namespace, heads: int) -> int:
     _say(f"{'n_max':>5} {'ours tok/s':>10} {'llama.cpp':>10} {'ours/llama.cpp':>14} {'ours d/a':>9} "
          f"{'theirs d/a':>10} {'rounds':>7}  per round: position, drafts, accepted, next token")
     session = Session(LoadOptions(path=str(path), n_ctx=2048, n_threads=args.threads,
-                                      n_gpu_layers=args.gpu_layers))
+                                  n_gpu_layers=args.gpu_layers, draft_vocab=args.draft_vocab))
     try:
         for n_max in (int(x) for x in args.reference_n_max.split(",") if x):
             comp = reference.compare(session, binary, path, PROMPT, args.tokens, n_max, args.repeats, args.threads)

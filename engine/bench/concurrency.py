@@ -192,10 +192,11 @@ def run(args: argparse.Namespace) -> int:
     counts = [int(x) for x in args.clients.split(",") if x]
     binary = servers.llama_server_binary(args.llama_server)
     configs = [servers.ServerSpec("ours", model, n_ctx=args.ctx, threads=args.threads, n_max=0),
-               servers.ServerSpec("ours", model, n_ctx=args.ctx, threads=args.threads, n_max=args.n_max)]
+               servers.ServerSpec("ours", model, n_ctx=args.ctx, threads=args.threads, n_max=args.n_max,
+                                  draft_vocab=args.draft_vocab)]
     if args.adaptive:
         configs.append(servers.ServerSpec("ours", model, n_ctx=args.ctx, threads=args.threads, n_max=args.n_max,
-                                          adaptive=True))
+                                          adaptive=True, draft_vocab=args.draft_vocab))
     if binary is None or not binary.exists():
         print("(llama-server not built: `python packaging/build_reference_driver.py --server`; ours only)",
               flush=True)
@@ -251,6 +252,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=1, help="threads per server")
     p.add_argument("--n-max", type=int, default=3, help="MTP draft depth, both servers (p_min 0)")
     p.add_argument("--adaptive", action="store_true", help="also ours with adaptive depth (at most --n-max)")
+    p.add_argument("--draft-vocab", type=int, default=0, metavar="N", help="the MTP head of ours drafts only among token ids below N (patch 0008; 0: the whole vocabulary)")
     p.add_argument("--parallel", type=int, default=None,
                    help="sequences each server holds (default: as many as clients; more shows what a server "
                         "started with `serve`'s default of 4 costs fewer clients)")

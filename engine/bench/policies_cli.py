@@ -30,6 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--draft-vocab", type=int, default=0, metavar="N", help="the MTP head drafts only among token ids below N (patch 0008; 0: the whole vocabulary)")
     p.add_argument("--gpu-layers", type=int, default=0,
                    help="layers on the GPU (999: all); a software Vulkan device needs MTP_STUDIO_SOFTWARE_GPU=1")
     p.add_argument("--n-max", default="1,2,3,4", help="fixed depths to compare")
@@ -58,10 +59,11 @@ def _path(args: argparse.Namespace, size: str | None = None) -> Path:
                                 weights=args.weights, heads=(head,))).path()
 
 
-def _session(path: Path, threads: int, gpu_layers: int = 0):  # -> Session
+def _session(path: Path, threads: int, gpu_layers: int = 0, draft_vocab: int = 0):  # -> Session
     from engine.generation.session import LoadOptions, Session
 
-    return Session(LoadOptions(path=str(path), n_ctx=2048, n_threads=threads, n_gpu_layers=gpu_layers))
+    return Session(LoadOptions(path=str(path), n_ctx=2048, n_threads=threads, n_gpu_layers=gpu_layers,
+                               draft_vocab=draft_vocab))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
                                                  + (f" in stretches of {args.agree_run}" if args.agree_run else "")))
     if args.part == "threads":
         return _threads(args, path)
-    session = _session(path, args.threads, args.gpu_layers)
+    session = _session(path, args.threads, args.gpu_layers, args.draft_vocab)
     try:
         if args.part == "categories":
             from engine.autotune.cli import load_prompts

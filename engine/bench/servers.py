@@ -36,12 +36,14 @@ class ServerSpec:
     threads: int = 1
     n_max: int = 0
     adaptive: bool = False  # ours only: choose each round's depth (at most n_max)
+    draft_vocab: int = 0  # ours only: the MTP head drafts among token ids below this (0: all)
     binary: str = ""  # llama-server's path
     extra: tuple[str, ...] = ()  # more llama-server arguments (e.g. --swa-full), as given
 
     @property
     def label(self) -> str:
-        mtp = f"MTP n_max {self.n_max}{' adaptive' if self.adaptive else ''}" if self.n_max else "MTP off"
+        mtp = (f"MTP n_max {self.n_max}{' adaptive' if self.adaptive else ''}"
+               f"{f' draft vocab {self.draft_vocab:,}' if self.draft_vocab else ''}" if self.n_max else "MTP off")
         return f"{self.engine}{' ' + ' '.join(self.extra) if self.extra else ''}, {mtp}"
 
 
@@ -63,6 +65,8 @@ def command(spec: ServerSpec, port: int) -> list[str]:
             cmd += ["--speculative", "mtp", "--n-max", str(spec.n_max), "--p-min", "0"]
             if spec.adaptive:
                 cmd.append("--adaptive")
+            if spec.draft_vocab:
+                cmd += ["--draft-vocab", str(spec.draft_vocab)]
         else:
             cmd += ["--speculative", "off"]
         return cmd

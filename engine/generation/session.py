@@ -166,6 +166,8 @@ class Session:
                                       n_seq=self.options.parallel, kv_unified=self.kv_unified)
         if self.facts.architecture in CELL_ORDER_SENSITIVE:
             self.mtp_drafter.skip_drafted_row = False
+        if self.options.draft_vocab:
+            self.mtp_drafter.ctx.set_draft_vocab(self.options.draft_vocab)
         self.rollback_strategy = rollback.choose(self.target, self._hybrid, MAX_DRAFT)
         self.mtp_status = "chained" if self.mtp_drafter.chained else "single"
 
@@ -211,6 +213,7 @@ class Session:
                 "n_ctx": self.target.n_ctx,
                 "n_threads": self.options.n_threads,
                 "n_threads_draft": self.options.n_threads_draft or self.options.n_threads,
+                "draft_vocab": self.mtp_drafter.ctx.draft_vocab if self.mtp_drafter else 0,
                 "has_chat_template": self.facts.has_chat_template,
                 "mtp": self.mtp_status,
                 "mtp_heads": self.n_heads,

@@ -96,6 +96,23 @@ class Batch:
         return ctypes.addressof(self.embd) + i * 4 * self.n_embd  # type: ignore[arg-type]
 
 
+# llama-ext.h declares C++ functions: the symbol is mangled, differently per ABI (llama_cpp_ext binds
+# its own the same way)
+_SET_MTP_N_VOCAB = ("llama_set_mtp_n_vocab", "_Z21llama_set_mtp_n_vocabP13llama_contexti",
+                    "?llama_set_mtp_n_vocab@@YAXPEAUllama_context@@H@Z")
+
+
+def _ext_function(names: tuple[str, ...], argtypes: list[Any], restype: Any) -> Any:
+    """The first of ``names`` the engine's libllama exports, typed; None when it has none."""
+    lib = native.llama().llama_cpp._lib
+    for name in names:
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.argtypes, fn.restype = argtypes, restype
+            return fn
+    return None
+
+
 class Context:
     """A ``llama_context*`` over a :class:`Model`."""
 
@@ -132,6 +149,7 @@ class Context:
         self.n_batch = int(lib.llama_n_batch(handle))
         self.n_rs_seq = int(lib.llama_n_rs_seq(handle))
         self.n_vocab = model.n_vocab
+        self.draft_vocab = self.n_vocab  # token ids an MTP context's head drafts among (set_draft_vocab)
         self.threads = params.n_threads
         self.n_ubatch = int(lib.llama_n_ubatch(handle))
         self.graphs = 0  # compute graphs run (one per ubatch), against graphs_reused()
@@ -238,6 +256,26 @@ class Context:
         from llama_cpp import llama_cpp_ext
 
         llama_cpp_ext.llama_set_nextn_layer_offset(self.handle, offset)
+
+    def set_draft_vocab(self, n: int) -> int:
+        """An MTP context's LM head over token ids ``[0, n)`` only (patch 0008); 0: the whole vocabulary.
+
+        The logits past ``n`` then read -inf, so the head drafts only among
+        those ids; the target still verifies over every token, so output is
+        unchanged. Returns the ids the head now drafts among (``n_vocab`` for
+        the whole vocabulary).
+
+        Raises:
+            ContextError: the engine was built without patch 0008.
+        """
+        fn = _ext_function(_SET_MTP_N_VOCAB, [ctypes.c_void_p, ctypes.c_int32], None)
+        if fn is None:
+            raise ContextError("this engine has no draft vocabulary (llama_set_mtp_n_vocab, patch 0008): "
+                               "rebuild it with `python packaging/build_engine.py`")
+        n = n if 0 < n < self.n_vocab else 0
+        fn(self.handle, n)
+        self.draft_vocab = n or self.n_vocab
+        return self.draft_vocab
 
     def embeddings_nextn(self) -> Any:
         from llama_cpp import llama_cpp_ext

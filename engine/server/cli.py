@@ -52,6 +52,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
     p.add_argument("--threads", type=int, default=default_threads(), help="CPU threads")
     p.add_argument("--gpu-layers", type=int, default=0)
+    p.add_argument("--draft-vocab", type=int, default=0, metavar="N",
+                   help="the MTP head drafts only among token ids below N (its LM head is most of a draft step at a real vocabulary; output is unchanged); default 0: the whole vocabulary")
     p.add_argument("--speculative", choices=("auto", "off", "mtp", "ngram", "mtp+ngram"), default="auto",
                    help="speculation for requests that do not choose: auto = the model's autotune profile, "
                    "else off (default); mtp, ngram or mtp+ngram with --n-max/--p-min")
@@ -71,7 +73,8 @@ def start_link(args: argparse.Namespace) -> tuple[object, str]:
 
     parallel = getattr(args, "parallel", None) or 1  # commands without --parallel load one sequence
     load = load_request_for(args.model, sidecar=args.sidecar, n_ctx=args.ctx, n_threads=args.threads,
-                            n_gpu_layers=args.gpu_layers, mmproj=getattr(args, "mmproj", None), parallel=parallel)
+                            n_gpu_layers=args.gpu_layers, mmproj=getattr(args, "mmproj", None), parallel=parallel,
+                            draft_vocab=getattr(args, "draft_vocab", 0))
     link = WorkerLink(load, verbose=args.verbose)
     model = link.model()
     assert model is not None

@@ -225,10 +225,10 @@ class WorkerLink:
 
 def load_request_for(path: str | None, *, sidecar: str | None = None, n_ctx: int = 4096, n_threads: int = 1,
                      n_gpu_layers: int = 0, mtp: bool = True, mmproj: str | None = None,
-                     parallel: int = 1) -> P.LoadRequest:
+                     parallel: int = 1, draft_vocab: int = 0) -> P.LoadRequest:
     return P.LoadRequest(id="load", options=P.LoadOptions(path=path, n_ctx=n_ctx, n_threads=n_threads,
                                                           n_gpu_layers=n_gpu_layers, mtp=mtp, sidecar=sidecar,
-                                                          mmproj=mmproj, parallel=parallel))
+                                                          mmproj=mmproj, parallel=parallel, draft_vocab=draft_vocab))
 
 
 def profile_speculative(model: P.ModelInfo, engine: P.EngineBuild, parallel: int = 1,

@@ -492,7 +492,10 @@ class MTPDrafter:
         target rejects it) and ends the draft, rather than being dropped.
         """
         logits = np.ctypeslib.as_array(self.ctx.logits(row), shape=(self._n_vocab,))
-        if p_min > 0.0 and not passes_p_min(logits, p_min):
+        # under a draft vocabulary every logit past it is -inf: the greedy pick and the gate read only the
+        # ids the head computed (a partition of 32,768 floats instead of 151,936)
+        head = logits[:self.ctx.draft_vocab]
+        if p_min > 0.0 and not passes_p_min(head, p_min):
             return None
         if self.penalties is not None and self.draft_sampler is None:
             self.penalties.apply(logits)  # the context's own buffer: read again only after the next decode
@@ -508,9 +511,9 @@ class MTPDrafter:
             token = self.guide.choose(sorted((int(t) for t in candidates), key=lambda t: (-logits[t], t)))
             token = token if token is not None else self.guide.best(logits)
         else:
-            token = int(logits.argmax())
+            token = int(head.argmax())
         if token is not None and self.draft_margins is not None:
-            top2 = np.partition(logits, -2)[-2:]
+            top2 = np.partition(head, -2)[-2:]
             self.draft_margins.append(float(top2[1] - top2[0]))
         if token is not None and self.penalties is not None and self.draft_sampler is None:
             self.penalties.accept(token)

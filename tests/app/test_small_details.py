@@ -72,3 +72,22 @@ def test_autotune_chart_labels_are_never_cut(qtbot):
     for label in labels:
         assert chart.fontMetrics().horizontalAdvance(label) <= room, (label, room)
     assert "mtp adaptive n_max=6 p_min=0.25" in labels  # the longest, read in full
+
+
+def test_the_draft_vocabulary_chosen_in_preferences_asks_for_a_reload_and_reaches_the_load(qtbot):
+    from app.load_choice import LoadChoice
+
+    settings = Settings()
+    dialog = SettingsDialog(settings, max_draft=3)
+    qtbot.addWidget(dialog)
+    assert dialog.draft_vocab.currentData() == 0
+    assert not dialog.apply()  # nothing changed
+    dialog.draft_vocab.setCurrentIndex(dialog.draft_vocab.findData(32_768))
+    assert dialog.apply()  # the MTP context is made with it: a reload
+    assert settings.draft_vocab == 32_768
+    assert LoadChoice.from_settings(settings).options(settings).draft_vocab == 32_768
+    settings.draft_vocab = 40_000  # from elsewhere (a hand-edited file): shown as it is, kept on OK
+    again = SettingsDialog(settings, max_draft=3)
+    qtbot.addWidget(again)
+    assert again.draft_vocab.currentText() == "The first 40,000 tokens"
+    assert not again.apply() and settings.draft_vocab == 40_000
