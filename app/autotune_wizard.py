@@ -162,7 +162,9 @@ class ResultsPage(QWizardPage):
         assert isinstance(wizard, AutotuneWizard)
         result = wizard.run_page.result
         label, reason = (result.label, result.reason) if result else ("off", "")
-        threads = "".join(f"<br>{note}" for note in wizard.run_page.thread_notes)
+        notes = [*wizard.run_page.thread_notes, *([result.draft_vocab_reason] if result and result.draft_vocab_reason
+                                                   else [])]
+        threads = "".join(f"<br>{note[:1].upper() + note[1:]}" for note in notes)
         self.decision.setText(f"<b>Use: {label}</b><br>{reason}{threads}<br>Timed with {wizard.sampling_text}.<br>"
                               "Apply makes it the default for this model on this machine.")
         rows = sorted(result.rows if result else [], key=lambda r: -r.ratio)
@@ -223,6 +225,8 @@ class AutotuneWizard(QWizard):
             if result is not None and result.threads:  # measured here: the next load uses them
                 self.settings.n_threads = result.threads
                 self.settings.n_threads_draft = result.threads_draft
+            if result is not None and result.draft_vocab is not None:  # measured here: the next load uses it
+                self.settings.draft_vocab = result.draft_vocab
             self.settings.try_save()  # on a full disk: kept in memory, saved at quit
         super().accept()
 

@@ -30,7 +30,8 @@ def _add_load_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads-draft", type=int, default=0,
                    help="threads of the MTP draft context (default 0: the same as --threads)")
     p.add_argument("--draft-vocab", type=int, default=0, metavar="N",
-                   help="the MTP head drafts only among token ids below N (its LM head is most of a draft step at a real vocabulary; output is unchanged); default 0: the whole vocabulary")
+                   help="the MTP head drafts only among token ids below N (its LM head is most of a draft step "
+                        "at a real vocabulary; output is unchanged); default 0: the whole vocabulary")
     p.add_argument("--gpu-layers", type=int, default=0)
     p.add_argument("--rpc", help="split the model across ggml RPC servers, host:port[,host:port…] "
                                  "(`mtp-studio rpc-server` there); the MTP head stays here")

@@ -76,8 +76,8 @@ def parse_concurrency(text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from engine.autotune import draft_vocab, profiles, search, threads
     from engine.autotune import messages as M
-    from engine.autotune import profiles, search, threads
     from engine.generation.session import LoadOptions, Session
     from engine.hardware.probe import probe
     from engine.sampling import sampling_key, sampling_label
@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
     session = Session(LoadOptions(path=str(args.model), n_ctx=1024, n_threads=args.threads,  # per sequence
                                   n_gpu_layers=args.gpu_layers, sidecar=str(args.sidecar) if args.sidecar else None))
     thread_choices = []
+    vocab = None
     try:
         prompts = [[{"role": "user", "content": text}] for _, text in load_prompts(args.prompts)]
         emit(M.ModelMessage(session.n_heads, session.mtp_status, session.rollback_strategy))
@@ -110,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
         if counts:  # the target's threads first: every setting is then timed with them
             thread_choices.append(threads.choose(session, prompts[:3], counts, max_tokens=min(48, args.tokens)))
             emit(_threads_message(thread_choices[-1]))
+        probe_spec = draft_vocab.timing_setting(session)
+        if draft_vocab.worth_trying(session, probe_spec):  # before the search: the cut may be what makes MTP pay
+            vocab = draft_vocab.choose(session, prompts[:3], probe_spec, max_tokens=min(48, args.tokens))
         settings = search.candidates_for(session, n_max_cap=args.n_max) if args.n_max else None
         if not args.jsonl:
             print(f"timing with {sampling_label(sampling_key(sampling))} sampling (seeded per prompt); "
@@ -123,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
         deepest = min(session.max_draft, args.n_max or session.max_draft)  # adaptive depth's ceiling under N
     finally:
         session.close()
-    at_once = _measure_concurrency(args, prompts, counts_at_once[1:], result, deepest, sampling, emit)
+    at_once = _measure_concurrency(args, prompts, counts_at_once[1:], result, deepest, sampling, emit,
+                                   vocab.draft_vocab if vocab else 0)
     best = next(m for m in result.measurements if m.setting == result.best)
     n_threads = thread_choices[0].threads if thread_choices else 0
     n_draft = thread_choices[1].threads if len(thread_choices) > 1 else 0
@@ -133,14 +138,15 @@ def run(args: argparse.Namespace) -> int:
             chosen[1] = profiles.ConcurrencyChoice(result.best, best.mean_ratio)
         store.save(profiles.new_profile(fingerprint, str(args.model), engine_key, result.best,
                                         best.mean_ratio, result.reason, n_threads, n_draft, result.sampling,
-                                        chosen))
+                                        chosen, vocab.draft_vocab if vocab else None))
     if args.jsonl:
         emit(M.ResultMessage(result.best, result.best.label, result.reason, rows=[
             M.ResultRow(m.setting.label, m.mean_tps, m.mean_ratio, m.lower_bound, m.acceptance, len(m.tps),
                         m.identical, m.identity, m.dropped_after is not None, m.per_pos)
-            for m in result.measurements], threads=n_threads, threads_draft=n_draft, sampling=result.sampling))
+            for m in result.measurements], threads=n_threads, threads_draft=n_draft, sampling=result.sampling,
+            draft_vocab=vocab.draft_vocab if vocab else None, draft_vocab_reason=vocab.reason if vocab else ""))
         return 0
-    for choice in thread_choices:
+    for choice in [*thread_choices, *([vocab] if vocab else [])]:
         print(choice.table())
         print(choice.reason + "\n")
     print(f"timed with {sampling_label(result.sampling)} sampling")
@@ -157,8 +163,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _measure_concurrency(args: argparse.Namespace, prompts: list[list[dict[str, str]]], counts: list[int],
                          result: search.TuneResult, deepest: int, sampling: SamplingParams,
-                         emit: Callable[[messages.Message], None]) -> list[concurrency.ConcurrencyResult]:
-    """For each N in ``counts``: the candidates timed N at once on a session that holds max(counts) sequences."""
+                         emit: Callable[[messages.Message], None], draft_vocab: int = 0,
+                         ) -> list[concurrency.ConcurrencyResult]:
+    """For each N in ``counts``: the candidates timed N at once on a session that holds max(counts) sequences
+    (with the draft vocabulary chosen alone)."""
     from engine.autotune import concurrency
     from engine.autotune import messages as M
     from engine.generation.session import LoadOptions, Session
@@ -171,7 +179,7 @@ def _measure_concurrency(args: argparse.Namespace, prompts: list[list[dict[str, 
                 for n in counts]
     session = Session(LoadOptions(path=str(args.model), n_ctx=1024, n_threads=args.threads,  # per sequence
                                   n_gpu_layers=args.gpu_layers, sidecar=str(args.sidecar) if args.sidecar else None,
-                                  parallel=max(counts)))
+                                  parallel=max(counts), draft_vocab=draft_vocab))
     out = []
     try:
         for n in counts:

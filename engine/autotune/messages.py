@@ -105,6 +105,10 @@ class ResultMessage:
     threads: int = 0  # decode threads chosen (0: not measured)
     threads_draft: int = 0  # draft context threads chosen (0: the same as threads)
     sampling: str = "greedy"  # the sampling the speeds were measured with (engine.sampling.sampling_key)
+    # the MTP head's draft vocabulary chosen (engine/autotune/draft_vocab.py; 0: the whole vocabulary),
+    # None where it was not measured (no head, or a vocabulary too small for a cut to matter)
+    draft_vocab: int | None = None
+    draft_vocab_reason: str = ""
     type: str = "result"
 
 

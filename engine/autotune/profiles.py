@@ -15,7 +15,9 @@ n-gram drafting, MTP + n-gram, and the thread counts (``threads``,
 with a sampling preset (``sampling``, a key of
 :func:`engine.sampling.sampling_key`; earlier files were greedy) and, where
 asked, at several concurrencies (``concurrency``: the choice for N sequences
-decoded together; earlier files hold only N = 1, ``setting``).
+decoded together; earlier files hold only N = 1, ``setting``). Within 3, a
+profile may carry the MTP head's draft vocabulary (``draft_vocab``; absent:
+not measured, the load settings stay).
 
 Profiles are keyed by sampling too: drafts are accepted differently at
 temperature 0.6 with penalties than greedily, so a speedup measured with one
@@ -99,6 +101,8 @@ class Profile:
     sampling: str = GREEDY_KEY  # the sampling it was measured with (sampling_key); files without it: greedy
     # N sequences decoded together -> the choice for N, where measured (N = 1 is ``setting``)
     concurrency: dict[int, ConcurrencyChoice] = field(default_factory=dict)
+    # the MTP head's draft vocabulary autotune chose (0: the whole one); None: not measured
+    draft_vocab: int | None = None
 
     def setting_for(self, parallel: int) -> SpeculativeSettings:
         """The choice for ``parallel`` sequences at once: the one measured at the largest concurrency not
@@ -203,6 +207,6 @@ class ProfileStore:
 
 def new_profile(fingerprint: str, model_path: str, engine: str, setting: SpeculativeSettings, speedup: float,
                 reason: str, threads: int = 0, threads_draft: int = 0, sampling: str = GREEDY_KEY,
-                concurrency: dict[int, ConcurrencyChoice] | None = None) -> Profile:
+                concurrency: dict[int, ConcurrencyChoice] | None = None, draft_vocab: int | None = None) -> Profile:
     return Profile(fingerprint, model_identity(model_path), engine, model_path, setting, speedup, reason, time.time(),
-                   threads, threads_draft, PROFILE_VERSION, sampling, dict(concurrency or {}))
+                   threads, threads_draft, PROFILE_VERSION, sampling, dict(concurrency or {}), draft_vocab)

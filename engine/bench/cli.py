@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--draft-vocab", type=int, default=0, metavar="N", help="the MTP head drafts only among token ids below N (patch 0008; 0: the whole vocabulary)")
+    p.add_argument("--draft-vocab", type=int, default=0, metavar="N",
+                   help="the MTP head drafts only among token ids below N (patch 0008; 0: the whole vocabulary)")
     p.add_argument("--gpu-layers", type=int, default=0,
                    help="layers on the GPU (999: all); a software Vulkan device needs MTP_STUDIO_SOFTWARE_GPU=1")
     p.add_argument("--dense", action="store_true", help="dense FFN trunk (glm4moe; the MTP block stays MoE)")

@@ -252,7 +252,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=1, help="threads per server")
     p.add_argument("--n-max", type=int, default=3, help="MTP draft depth, both servers (p_min 0)")
     p.add_argument("--adaptive", action="store_true", help="also ours with adaptive depth (at most --n-max)")
-    p.add_argument("--draft-vocab", type=int, default=0, metavar="N", help="the MTP head of ours drafts only among token ids below N (patch 0008; 0: the whole vocabulary)")
+    p.add_argument("--draft-vocab", type=int, default=0, metavar="N",
+                   help="ours' MTP head drafts only among token ids below N (patch 0008; 0: the whole vocabulary)")
     p.add_argument("--parallel", type=int, default=None,
                    help="sequences each server holds (default: as many as clients; more shows what a server "
                         "started with `serve`'s default of 4 costs fewer clients)")

@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--draft-vocab", type=int, default=0, metavar="N", help="the MTP head drafts only among token ids below N (patch 0008; 0: the whole vocabulary)")
+    p.add_argument("--draft-vocab", type=int, default=0, metavar="N",
+                   help="the MTP head drafts only among token ids below N (patch 0008; 0: the whole vocabulary)")
     p.add_argument("--gpu-layers", type=int, default=0,
                    help="layers on the GPU (999: all); a software Vulkan device needs MTP_STUDIO_SOFTWARE_GPU=1")
     p.add_argument("--n-max", default="1,2,3,4", help="fixed depths to compare")

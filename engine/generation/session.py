@@ -143,6 +143,14 @@ class Session:
         if self.mtp_drafter is not None:
             self.mtp_drafter.ctx.set_threads(n_threads_draft or n_threads)
 
+    def set_draft_vocab(self, n: int) -> None:
+        """Draft among token ids below ``n`` from now on (0: the whole vocabulary), without reloading
+        (autotune times both); a head-less session only remembers it."""
+        self.options = replace(self.options, draft_vocab=n)
+        check_options(self.options)
+        if self.mtp_drafter is not None:
+            self.mtp_drafter.ctx.set_draft_vocab(n)
+
     def speculation(self, settings: SpeculativeSettings) -> tuple[SpeculativeSettings, Drafter, DepthPolicy]:
         """What a generation asking for ``settings`` runs with: the settings this model allows
         (the one place the model's limits apply), the drafter (plain decoding's drafts nothing)

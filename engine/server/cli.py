@@ -53,7 +53,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=default_threads(), help="CPU threads")
     p.add_argument("--gpu-layers", type=int, default=0)
     p.add_argument("--draft-vocab", type=int, default=0, metavar="N",
-                   help="the MTP head drafts only among token ids below N (its LM head is most of a draft step at a real vocabulary; output is unchanged); default 0: the whole vocabulary")
+                   help="the MTP head drafts only among token ids below N (its LM head is most of a draft step "
+                        "at a real vocabulary; output is unchanged); default 0: the whole vocabulary")
     p.add_argument("--speculative", choices=("auto", "off", "mtp", "ngram", "mtp+ngram"), default="auto",
                    help="speculation for requests that do not choose: auto = the model's autotune profile, "
                    "else off (default); mtp, ngram or mtp+ngram with --n-max/--p-min")

@@ -56,3 +56,29 @@ def test_wizard_walks_from_hardware_to_apply_and_stores_the_profile(qtbot, isola
     setting = SpeculativeSettings.from_json(profile["setting"])  # the one settings type, "off" spelled one way
     assert setting == wizard.applied_setting() and profile["setting"] == setting.to_json()
     assert not setting.enabled or setting.n_max <= 2
+
+
+def test_a_draft_vocabulary_measured_by_the_wizard_is_shown_and_applied(qtbot, isolated_dirs, tmp_path, monkeypatch):
+    from tests.engine.test_draft_vocab import model_152k
+
+    monkeypatch.setenv("MTP_STUDIO_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("MTP_STUDIO_CONFIG_DIR", str(tmp_path / "config"))
+    model = model_152k("glm4moe").path("combined")
+    settings = Settings(model_path=str(model), draft_vocab=65_536)  # the user's earlier choice, to be replaced
+    wizard = AutotuneWizard(settings, LIGHT, HardwareProbe(), n_max=2)
+    qtbot.addWidget(wizard)
+    wizard.show()
+    qtbot.waitUntil(lambda: wizard.hardware_page.isComplete(), timeout=60000)
+    wizard.next()
+    qtbot.waitUntil(wizard.model_page.isComplete, timeout=10000)
+    wizard.model_page.prompts.setValue(3)
+    wizard.model_page.tokens.setValue(12)
+    wizard.next()
+    qtbot.waitUntil(lambda: wizard.run_page.isComplete(), timeout=180000)
+    result = wizard.run_page.result
+    assert result is not None and result.draft_vocab in (0, 32_768)
+    wizard.next()
+    assert "drafts among" in wizard.results_page.decision.text()
+    wizard.button(QWizard.WizardButton.FinishButton).click()
+    assert settings.draft_vocab == result.draft_vocab
+    assert Settings.load().draft_vocab == result.draft_vocab  # persisted

@@ -143,3 +143,53 @@ def test_a_draft_vocabulary_as_large_as_the_vocabulary_is_the_whole_one():
 def test_a_draft_vocabulary_too_small_to_hold_common_words_is_refused(bad):
     with pytest.raises(ContextError, match="draft_vocab"):
         check_options(LoadOptions(draft_vocab=bad))
+
+
+def test_autotune_times_the_cut_against_the_whole_vocabulary_and_leaves_the_winner_set():
+    from engine.autotune import draft_vocab
+
+    prompts = [[{"role": "user", "content": t}] for t in (" the river", " a model of light", " water")]
+    spec = mtp(2)
+    with Session(LoadOptions(path=str(model_152k("glm4moe").path("combined")), n_ctx=512)) as session:
+        assert draft_vocab.worth_trying(session, spec) and not draft_vocab.worth_trying(session, SPECULATION_OFF)
+        choice = draft_vocab.choose(session, prompts, spec, max_tokens=16)
+        rows = {m.draft_vocab: m for m in choice.measurements}
+        assert set(rows) == {0, draft_vocab.CUT} and rows[0].ratios == [1.0] * 3  # the baseline against itself
+        assert all(len(m.tps) == 3 and min(m.tps) > 0 for m in rows.values())
+        assert choice.draft_vocab in rows
+        assert session.mtp_drafter.ctx.draft_vocab == (choice.draft_vocab or session.model.n_vocab)
+        assert session.options.draft_vocab == choice.draft_vocab
+        assert "draft vocabulary" in choice.table() and choice.reason.startswith("the head drafts among")
+
+
+def test_autotune_does_not_try_a_cut_where_the_vocabulary_is_small():
+    from engine.autotune import draft_vocab
+    from tests.engine.conftest import synth
+
+    with Session(LoadOptions(path=str(synth("glm4moe", "oracle").path()), n_ctx=512)) as session:
+        assert not draft_vocab.worth_trying(session, mtp(2))
+
+
+def test_the_command_stores_the_draft_vocabulary_it_chose(monkeypatch, tmp_path):
+    import argparse
+
+    from engine.autotune import cli
+    from engine.autotune import messages as M
+    from engine.autotune.profiles import ProfileStore, model_identity
+    from engine.hardware.probe import probe
+
+    monkeypatch.setenv("MTP_STUDIO_DATA_DIR", str(tmp_path))
+    model = model_152k("glm4moe").path("combined")
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    args = parser.parse_args(["autotune", str(model), "--prompts", "3", "--tokens", "12", "--n-max", "2",
+                              "--thread-options", "none", "--sampling", "greedy", "--jsonl"])
+    lines: list[str] = []
+    monkeypatch.setattr("builtins.print", lambda *a, **k: lines.append(" ".join(map(str, a))))
+    assert args.func(args) == 0
+    result = [M.decode(__import__("json").loads(x)) for x in lines if '"type": "result"' in x][-1]
+    (profile,) = ProfileStore().all_for(probe().fingerprint(), model_identity(model),
+                                        str(probe().engine.get("cache_key") or probe().engine.get("llama_cpp_python")))
+    # timed before the search (whatever it then chooses), stored with the profile
+    assert result.draft_vocab in (0, 32_768) and result.draft_vocab_reason
+    assert profile.draft_vocab == result.draft_vocab
