@@ -7,7 +7,7 @@ How they share it without corrupting each other's state:
 - Every request carries its own id: the server's are ``h1, h2, …``, the chat's
   ``q1, q2, …``. The chat reads only events of its own request id, this link
   only events of the server's, and a cancel names its target id.
-- With one sequence (``Settings.parallel`` 1) the worker runs generate requests
+- With one sequence (``Settings.parallel`` 1, or Auto where only one fits) the worker runs generate requests
   one at a time, in the order they arrive: a server request sent while the chat
   is replying waits until that reply ends, and the other way round (the
   server's own queue bounds how many of its requests wait). With more, the

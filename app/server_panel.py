@@ -41,6 +41,7 @@ from engine.server.metrics import Metrics, RequestRecord
 from engine.server.runner import ServerThread
 
 LOG_LINES = 500
+AUTO_TEXT = "Auto (as many as fit, up to 4)"
 
 
 class _RecordRelay(QObject):
@@ -87,11 +88,13 @@ class ServerPanel(QDialog):
         self.port.setRange(1, 65535)
         self.port.setValue(self.settings.server_port)
         self.parallel = QSpinBox()
-        self.parallel.setRange(1, 16)
+        self.parallel.setRange(0, 16)
+        self.parallel.setSpecialValueText(AUTO_TEXT)  # shown for 0
         self.parallel.setValue(self.settings.parallel)
         self.parallel.setToolTip("Requests decoded together, the chat's and the server's: the model is loaded with "
-                                 "this many sequences of the context size each. 1: one at a time, the others wait. "
-                                 "Applies when the model is next loaded (Model → Reload).")
+                                 "this many sequences of the context size each. Auto: as many as fit in memory "
+                                 "beside the model, up to 4. 1: one at a time, the others wait. Applies when the "
+                                 "model is next loaded (Model → Reload).")
         self.require_key = QCheckBox("Require the API key (always, when not on 127.0.0.1)")
         self.require_key.setChecked(self.settings.server_require_key)
         self.key = QLineEdit(self._key)
@@ -144,6 +147,11 @@ class ServerPanel(QDialog):
         self.require_key.toggled.connect(lambda _on: self._update())
         self.parallel.valueChanged.connect(self._parallel_changed)
 
+    def loaded_sequences(self) -> int:
+        """Replies the loaded model decodes at once (what Auto chose), else the setting, at least 1."""
+        model = self.link.model()
+        return model.n_seq if model is not None else max(1, self.settings.parallel)
+
     def _parallel_changed(self, value: int) -> None:
         """Remember it; the worker gets it with the next load (the load options carry it)."""
         self.settings.parallel = value
@@ -165,7 +173,7 @@ class ServerPanel(QDialog):
         if needs_key and not self._key:
             self.new_key()
         config = ServerConfig(host=host, port=port, api_key=self._key if needs_key else None,
-                              parallel=self.settings.parallel)
+                              parallel=self.loaded_sequences())
         metrics = Metrics(on_record=self._relay.sig_record.emit)  # emitted on the server's thread: queued
         try:
             self.server = ServerThread(self.link, config, metrics).start()

@@ -70,8 +70,10 @@ class Settings:
     server_port: int = 8181
     server_require_key: bool = False
     # replies decoded at once, the chat's and the local server's together: the model is loaded with this
-    # many sequences of n_ctx tokens each (engine/generation/parallel.py); 1: one at a time
-    parallel: int = 1
+    # many sequences of n_ctx tokens each (engine/generation/parallel.py); 1: one at a time; 0 (Auto): as many
+    # as fit in memory beside the model, up to 4 (engine/store/parallel_fit.py), so the chat and the server
+    # do not wait for each other
+    parallel: int = 0
 
     @classmethod
     def path(cls) -> Path:

@@ -22,7 +22,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "max_tokens": (1, 32768), "temperature": (0.0, 5.0), "top_k": (0, 100000), "top_p": (0.0, 1.0),
     "min_p": (0.0, 1.0), "repeat_penalty": (0.5, 3.0), "repeat_last_n": (-1, 1 << 20),
     "presence_penalty": (-2.0, 2.0), "frequency_penalty": (-2.0, 2.0), "seed": (-1, MAX_SEED),
-    "n_max": (1, MAX_DRAFT), "p_min": (0.0, 1.0), "server_port": (1, 65535), "parallel": (1, 64),
+    "n_max": (1, MAX_DRAFT), "p_min": (0.0, 1.0), "server_port": (1, 65535), "parallel": (0, 64),
     "draft_vocab": (0, 2**24),
 }
 CHOICES: dict[str, frozenset[str]] = {

@@ -40,7 +40,8 @@ class LoadOptions:
     # a vision projector (mmproj-*.gguf) loaded with the model: it then takes images (docs/vision.md)
     mmproj: str | None = None
     # sequences decoded together (engine/generation/parallel.py): each holds n_ctx tokens, and the
-    # contexts are sized for all of them; 1: one reply at a time
+    # contexts are sized for all of them; 1: one reply at a time; 0: as many as fit in memory, up to 4
+    # (engine/store/parallel_fit.py, resolved by the load plan)
     parallel: int = 1
     # the MTP head drafts only among token ids [0, draft_vocab) (0: the whole vocabulary): its LM head is
     # most of a draft step at a real vocabulary, and byte-pair vocabularies number frequent tokens first.
@@ -75,8 +76,9 @@ def check_options(options: LoadOptions) -> None:
                                                      or MIN_DRAFT_VOCAB <= options.draft_vocab):
         raise ContextError(f"draft_vocab must be 0 (the whole vocabulary) or at least {MIN_DRAFT_VOCAB:,} "
                            f"tokens, got {options.draft_vocab}; 32768 suits vocabularies of 150k tokens and more.")
-    if isinstance(options.parallel, bool) or not 1 <= options.parallel <= MAX_PARALLEL:
-        raise ContextError(f"parallel must be between 1 and {MAX_PARALLEL} sequences, got {options.parallel}")
+    if isinstance(options.parallel, bool) or not 0 <= options.parallel <= MAX_PARALLEL:
+        raise ContextError(f"parallel must be between 1 and {MAX_PARALLEL} sequences (0: as many as fit), got "
+                           f"{options.parallel}")
     if not 0 <= options.n_ctx <= MAX_N_CTX:
         raise ContextError(
             f"n_ctx must be between 0 (the model's training context) and {MAX_N_CTX:,} tokens, got "

@@ -17,6 +17,7 @@ from engine.errors import ModelFileError, ProjectorError, SpeculativeUnavailable
 from engine.gguf import sidecar
 from engine.gguf.facts import GGUFFacts
 from engine.load_options import LoadOptions, check_options
+from engine.store.parallel_fit import AUTO, default_parallel
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class LoadPlan:
         mtp_in_target: the MTP head is in the target file (no sidecar).
         want_mtp: MTP will be prepared (asked for, and the files have a head that fits).
         mtp_unavailable_reason: why MTP was asked for and will not be prepared.
+        parallel_auto: ``options.parallel`` was 0 and is now what fits in memory (at most 4).
     """
 
     options: LoadOptions
@@ -37,6 +39,9 @@ class LoadPlan:
     mtp_in_target: bool
     want_mtp: bool
     mtp_unavailable_reason: str | None
+    # the sequences were chosen by what fits (LoadOptions.parallel 0): a load that fails with more than
+    # one may be tried with one (the estimate counts RAM only, not a GPU's own memory)
+    parallel_auto: bool = False
 
     @property
     def path(self) -> str:
@@ -77,7 +82,12 @@ class LoadPlan:
                 want_mtp = False
         if options.mmproj:
             check_projector(options.path, options.mmproj)
-        return cls(options, facts, sidecar_facts, mtp_in_target, want_mtp, reason)
+        parallel_auto = options.parallel == AUTO
+        if parallel_auto:
+            n, _why = default_parallel(options.path, n_ctx=options.n_ctx or facts.context_length,
+                                       sidecar=options.sidecar)
+            options = replace(options, parallel=n)
+        return cls(options, facts, sidecar_facts, mtp_in_target, want_mtp, reason, parallel_auto)
 
 
 def check_projector(target: str, mmproj: str) -> None:

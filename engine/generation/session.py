@@ -62,7 +62,11 @@ class Session:
         self.mtp_drafter: MTPDrafter | None = None
         self.rollback_strategy = "kv"
         self._hybrid = self.model.is_hybrid or self.model.is_recurrent
-        self.target = Context(self.model, self._target_params(want_mtp))
+        try:
+            self.target = Context(self.model, self._target_params(want_mtp))
+        except Exception:  # the model goes now, not when the garbage collector finds it (a retry loads it again)
+            self.model.close()
+            raise
         # what the target context holds between generations, for the next prompt to reuse
         self.prefix = PrefixCache()
         self.prepared_for_mtp = want_mtp
@@ -222,6 +226,7 @@ class Session:
                 "n_threads": self.options.n_threads,
                 "n_threads_draft": self.options.n_threads_draft or self.options.n_threads,
                 "draft_vocab": self.mtp_drafter.ctx.draft_vocab if self.mtp_drafter else 0,
+                "n_seq": self.n_seq,
                 "has_chat_template": self.facts.has_chat_template,
                 "mtp": self.mtp_status,
                 "mtp_heads": self.n_heads,

@@ -101,11 +101,11 @@ def start_link(args: argparse.Namespace) -> tuple[object, str]:
 
 
 def choose_parallel(args: argparse.Namespace) -> tuple[int, str]:
-    """``--parallel`` when not given (engine/server/slots.py), and a line saying why. The default model is
+    """``--parallel`` when not given (engine/store/parallel_fit.py), and a line saying why. The default model is
     assembled first where it is not yet (the worker would do it as it loads)."""
     from engine.default_model import default_model_path
     from engine.errors import ModelFileError
-    from engine.server.slots import DEFAULT_PARALLEL, default_parallel
+    from engine.store.parallel_fit import DEFAULT_PARALLEL, default_parallel
 
     try:
         path = args.model or str(default_model_path())

@@ -52,6 +52,8 @@ class ModelInfo:
     n_ctx: int = 0
     n_threads: int = 0
     n_threads_draft: int = 0  # threads of the MTP draft context
+    draft_vocab: int = 0  # token ids the MTP head drafts among (LoadOptions.draft_vocab; n_vocab: all)
+    n_seq: int = 1  # sequences loaded: replies decoded at once
     has_chat_template: bool = False
     mtp: str = "off"  # off | single | chained
     mtp_heads: int = 0

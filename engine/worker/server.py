@@ -252,7 +252,6 @@ class Worker:
 
     def _load(self, request: LoadRequest) -> None:
         from engine.generation.load_plan import LoadPlan
-        from engine.generation.session import Session
 
         # Check the files and settings before letting go of the current model:
         # a bad request must not leave the user with nothing loaded. The session
@@ -261,7 +260,7 @@ class Worker:
         previous = self.session.options if self.session is not None else None
         self._unload()
         try:
-            self.session = Session(plan.options, plan)
+            self.session = self._session(plan)
         except EngineError as exc:
             if previous is not None:
                 self._reload(previous, exc)
@@ -275,6 +274,24 @@ class Worker:
         model = ModelInfo(**self.session.describe(), is_default_model=request.options.path is None,
                           tool_syntax=tool_calls.family_of(self.session.facts.chat_template))
         self.out.send(LoadedEvent(request.id, model))
+
+    @staticmethod
+    def _session(plan: Any) -> Any:
+        """The session for ``plan``. Sequences chosen by what fits in RAM (``parallel_auto``) may not fit a
+        GPU's own memory, which the estimate does not count: a load refused with several is tried with one."""
+        from dataclasses import replace
+
+        from engine.errors import ContextError
+        from engine.generation.session import Session
+
+        try:
+            return Session(plan.options, plan)
+        except ContextError as exc:
+            if not plan.parallel_auto or plan.options.parallel == 1:
+                raise
+            say(f"worker: {plan.options.parallel} sequences did not load ({exc}); loading one")
+            one = replace(plan, options=replace(plan.options, parallel=1))
+            return Session(one.options, one)
 
     def _on_native_abort(self, message: str) -> None:
         """ggml is ending this process (with remote servers: most often one stopped

@@ -191,3 +191,15 @@ def test_with_two_replies_at_once_a_server_request_does_not_wait_for_the_chats_r
     with qtbot.waitSignal(window.chat.sig_reply_finished, timeout=60000):
         window.chat.stop()
     panel.stop()
+
+
+def test_replies_at_once_default_to_auto_and_the_server_admits_what_the_load_chose(qtbot, services):
+    assert services.settings.parallel == 0  # a fresh install: Auto
+    panel = open_and_start(qtbot, services)
+    from app.server_panel import AUTO_TEXT
+
+    assert panel.parallel.text() == AUTO_TEXT
+    model = services.window.models.model
+    assert model is not None and model.n_seq >= 1
+    assert panel.server.config.parallel == model.n_seq  # the sequences Auto loaded, not 0
+    panel.stop()

@@ -1,10 +1,14 @@
-"""How many requests ``mtp-studio serve`` decodes at once when ``--parallel`` is not given.
+"""How many sequences a model is loaded with when nobody chose: ``mtp-studio serve`` without
+``--parallel``, and the app's "Replies at once: Auto" (``LoadOptions.parallel`` 0, resolved as the worker
+reads the load plan).
 
 llama-server decodes 4 requests at once by default; agents, their sub-agents and an editor beside a chat
-send several. Ours gives each sequence ``--ctx`` tokens of its own (no request fails because others filled
-a shared pool), so 4 sequences hold 4 times the KV cache: the default is 4 where that fits in memory beside
-the model, else 2, else 1. The estimate is read from the GGUF header (engine/store/fit.py), before the
-worker loads anything.
+send several, and the app's chat and its local server share one worker. Ours gives each sequence
+``n_ctx`` tokens of its own (no request fails because others filled a shared pool), so 4 sequences hold 4
+times the KV cache: the default is 4 where that fits in memory beside the model, else 2, else 1. The
+estimate is read from the GGUF header (engine/store/fit.py), before llama.cpp loads anything; it counts
+RAM, not a GPU's own memory, so the worker loads one sequence where Auto's do not fit there
+(engine/worker/server.py, ``Worker._session``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from pathlib import Path
 from engine.errors import ModelFileError
 from engine.store.fit import estimate
 
+AUTO = 0  # LoadOptions.parallel: as many as fit, up to DEFAULT_PARALLEL
 DEFAULT_PARALLEL = 4
 CHOICES = (4, 2, 1)
 SHARE = 0.8  # of the memory available now, at most (fit.py's "tight" above it)
