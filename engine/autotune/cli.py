@@ -113,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
             emit(_threads_message(thread_choices[-1]))
         probe_spec = draft_vocab.timing_setting(session)
         if draft_vocab.worth_trying(session, probe_spec):  # before the search: the cut may be what makes MTP pay
-            vocab = draft_vocab.choose(session, prompts[:3], probe_spec, max_tokens=min(48, args.tokens))
+            vocab = draft_vocab.choose(session, prompts[:3], probe_spec, max_tokens=min(48, args.tokens),
+                                       sampling=sampling)
         settings = search.candidates_for(session, n_max_cap=args.n_max) if args.n_max else None
         if not args.jsonl:
             print(f"timing with {sampling_label(sampling_key(sampling))} sampling (seeded per prompt); "

@@ -26,9 +26,10 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engine.autotune.search import RatioStats
+from engine.autotune.search import RatioStats, seeded
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import Session
+from engine.sampling import GREEDY, SamplingParams
 from engine.speculative.settings import SpeculativeSettings, mtp
 
 CUT = 32_768  # the cut tried: past it lie rare words, names and code identifiers of a byte-pair vocabulary
@@ -82,9 +83,11 @@ class VocabChoice:
 
 
 def choose(session: Session, prompts: list[list[dict[str, str]]], spec: SpeculativeSettings, *,
-           max_tokens: int = 48, progress: Callable[[str], None] | None = None) -> VocabChoice:
-    """Time ``spec`` with the whole vocabulary and with the first :data:`CUT` ids on ``prompts``,
-    alternating the order per prompt; leave the winner set on the session."""
+           max_tokens: int = 48, sampling: SamplingParams = GREEDY,
+           progress: Callable[[str], None] | None = None) -> VocabChoice:
+    """Time ``spec`` with the whole vocabulary and with the first :data:`CUT` ids on ``prompts`` (with
+    ``sampling``, seeded alike for both per prompt, as the search does), alternating the order per prompt;
+    leave the winner set on the session."""
     rows = {n: VocabMeasurement(n) for n in (0, CUT)}
     for i, messages in enumerate(prompts):
         order = list(rows) if i % 2 == 0 else list(reversed(rows))
@@ -92,7 +95,7 @@ def choose(session: Session, prompts: list[list[dict[str, str]]], spec: Speculat
         for n in order:
             session.set_draft_vocab(n)
             result = generate(session, GenerateRequest(messages=tuple(messages), max_tokens=max_tokens,
-                                                       speculative=spec))
+                                                       sampling=seeded(sampling, i), speculative=spec))
             tps[n] = result.stats.decode_tps() or 0.0
             rows[n].acceptance.append(result.stats.acceptance_rate or 0.0)
             if progress:
