@@ -92,16 +92,18 @@ def replay(spec: servers.ServerSpec, prompts: list[str], tokens: int) -> ServedT
 
 
 def format_served(rows: list[ServedTurns]) -> str:
-    """Markdown, one row per turn: each server's reused prompt tokens and TTFT, and the last server's TTFT
-    over the first's."""
-    head = "| turn | prompt tokens | " + " | ".join(f"{r.label}: reused | {r.label}: TTFT" for r in rows)
+    """Markdown, one row per turn: each server's reused prompt tokens, TTFT and its own prompt time
+    (``timings.prompt_ms``: the decode of the new tokens; the rest of TTFT is the request's way in and the
+    first token's way out), and the last server's TTFT over the first's."""
+    head = "| turn | prompt tokens | " + " | ".join(f"{r.label}: reused | {r.label}: TTFT | {r.label}: prompt"
+                                                   for r in rows)
     ratio = len(rows) > 1
     out = [head + (f" | {rows[-1].label} / {rows[0].label} |" if ratio else " |"),
-           "|" + "---:|" * (2 + 2 * len(rows) + ratio)]
+           "|" + "---:|" * (2 + 3 * len(rows) + ratio)]
     for k in range(len(rows[0].turns)):
         cells = [str(k + 1), str(rows[0].turns[k].prompt_tokens)]
         for r in rows:
-            cells += [str(r.turns[k].cached), f"{1000 * r.turns[k].ttft:.0f} ms"]
+            cells += [str(r.turns[k].cached), f"{1000 * r.turns[k].ttft:.0f} ms", f"{r.turns[k].prompt_ms:.0f} ms"]
         if ratio:
             a, b = rows[0].turns[k].ttft, rows[-1].turns[k].ttft
             cells.append(f"{b / a:.2f}x" if a else "–")

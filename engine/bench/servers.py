@@ -162,6 +162,7 @@ class Completion:
     cached: int  # prompt tokens the server reused (timings.cache_n)
     drafted: int
     accepted: int
+    prompt_ms: float = 0.0  # the server's own time for the prompt (timings.prompt_ms): TTFT less the rest
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -209,7 +210,7 @@ def complete(port: int, prompt: str, max_tokens: int, timeout: float = 900.0) ->
     return Completion(seconds=seconds, ttft=ttft if ttft is not None else seconds, text=text,
                       tokens=int(usage.get("completion_tokens") or timings.get("predicted_n") or 0),
                       prompt_tokens=int(usage.get("prompt_tokens") or 0), cached=int(timings.get("cache_n") or 0),
-                      drafted=drafted, accepted=accepted)
+                      drafted=drafted, accepted=accepted, prompt_ms=float(timings.get("prompt_ms") or 0.0))
 
 
 def add_llama_server_args(p: argparse.ArgumentParser) -> None:

@@ -108,18 +108,18 @@ def test_the_default_build_leaves_llama_server_out_and_server_builds_only_it(mon
 def test_the_conversation_table_puts_the_servers_side_by_side():
     from engine.bench.conversation import ServedTurns, format_served
 
-    def turn(ttft: float, cached: int) -> S.Completion:
+    def turn(ttft: float, cached: int, prompt_ms: float) -> S.Completion:
         return S.Completion(seconds=1.0, ttft=ttft, text="t", tokens=4, prompt_tokens=50, cached=cached,
-                            drafted=0, accepted=0)
+                            drafted=0, accepted=0, prompt_ms=prompt_ms)
 
-    rows = [ServedTurns("ours, MTP off", [turn(0.2, 0), turn(0.1, 40)], (0.5, 0.05)),
-            ServedTurns("llama-server, MTP off", [turn(0.1, 0), turn(0.2, 45)], (0.4, 0.04))]
+    rows = [ServedTurns("ours, MTP off", [turn(0.2, 0, 150), turn(0.1, 40, 60)], (0.5, 0.05)),
+            ServedTurns("llama-server, MTP off", [turn(0.1, 0, 80), turn(0.2, 45, 170.4)], (0.4, 0.04))]
     lines = format_served(rows).splitlines()
     assert lines[0] == ("| turn | prompt tokens | ours, MTP off: reused | ours, MTP off: TTFT | "
-                        "llama-server, MTP off: reused | llama-server, MTP off: TTFT | "
-                        "llama-server, MTP off / ours, MTP off |")
-    assert lines[1].count("---:") == 7
-    assert lines[3] == "| 2 | 50 | 40 | 100 ms | 45 | 200 ms | 2.00x |"
+                        "ours, MTP off: prompt | llama-server, MTP off: reused | llama-server, MTP off: TTFT | "
+                        "llama-server, MTP off: prompt | llama-server, MTP off / ours, MTP off |")
+    assert lines[1].count("---:") == 9
+    assert lines[3] == "| 2 | 50 | 40 | 100 ms | 60 ms | 45 | 200 ms | 170 ms | 2.00x |"
 
 
 def test_extra_llama_server_arguments_go_last_and_name_the_row():
