@@ -37,9 +37,13 @@ def is_load_error(ev: ErrorEvent) -> bool:
 
 
 def model_text(model: ModelInfo) -> str:
-    """``model.gguf · MTP: 3 heads``."""
-    mtp = {"off": "no MTP", "single": "MTP: 1 head", "chained": f"MTP: {model.mtp_heads} heads"}
-    return f"{Path(model.path).name} · {mtp.get(model.mtp, '')}"
+    """``model.gguf · MTP: 3 heads``, with the head's draft vocabulary where it is cut and the replies
+    decoded at once where there are several: ``… · MTP: 1 head, drafts among 32,768 tokens · 4 at once``."""
+    mtp = {"off": "no MTP", "single": "MTP: 1 head", "chained": f"MTP: {model.mtp_heads} heads"}.get(model.mtp, "")
+    if model.mtp != "off" and 0 < model.draft_vocab < model.n_vocab:
+        mtp += f", drafts among {model.draft_vocab:,} tokens"
+    at_once = f" · {model.n_seq} at once" if model.n_seq > 1 else ""
+    return f"{Path(model.path).name} · {mtp}{at_once}"
 
 
 class Banner(QFrame):

@@ -91,3 +91,15 @@ def test_the_draft_vocabulary_chosen_in_preferences_asks_for_a_reload_and_reache
     qtbot.addWidget(again)
     assert again.draft_vocab.currentText() == "The first 40,000 tokens"
     assert not again.apply() and settings.draft_vocab == 40_000
+
+
+def test_the_status_bar_names_a_cut_draft_vocabulary_and_the_replies_at_once():
+    from app.engine_status import model_text
+    from engine.worker.events import ModelInfo
+
+    whole = ModelInfo(path="/m/qwen.gguf", architecture="qwen35", n_vocab=151_936, mtp="single",
+                      draft_vocab=151_936, n_seq=1)
+    assert model_text(whole) == "qwen.gguf · MTP: 1 head"
+    cut = ModelInfo(path="/m/qwen.gguf", architecture="qwen35", n_vocab=151_936, mtp="single",
+                    draft_vocab=32_768, n_seq=4)
+    assert model_text(cut) == "qwen.gguf · MTP: 1 head, drafts among 32,768 tokens · 4 at once"
