@@ -37,13 +37,20 @@ def is_load_error(ev: ErrorEvent) -> bool:
 
 
 def model_text(model: ModelInfo) -> str:
-    """``model.gguf · MTP: 3 heads``, with the head's draft vocabulary where it is cut and the replies
-    decoded at once where there are several: ``… · MTP: 1 head, drafts among 32,768 tokens · 4 at once``."""
-    mtp = {"off": "no MTP", "single": "MTP: 1 head", "chained": f"MTP: {model.mtp_heads} heads"}.get(model.mtp, "")
+    """``model.gguf · MTP: 3 heads``."""
+    mtp = {"off": "no MTP", "single": "MTP: 1 head", "chained": f"MTP: {model.mtp_heads} heads"}
+    return f"{Path(model.path).name} · {mtp.get(model.mtp, '')}"
+
+
+def model_details(model: ModelInfo) -> str:
+    """The status bar's tooltip for the model: how it was loaded, where that is not the plain default (the
+    head's draft vocabulary where it is cut, the replies decoded at once where there are several)."""
+    lines = [model.path]
     if model.mtp != "off" and 0 < model.draft_vocab < model.n_vocab:
-        mtp += f", drafts among {model.draft_vocab:,} tokens"
-    at_once = f" · {model.n_seq} at once" if model.n_seq > 1 else ""
-    return f"{Path(model.path).name} · {mtp}{at_once}"
+        lines.append(f"The MTP head drafts among the first {model.draft_vocab:,} of {model.n_vocab:,} tokens.")
+    if model.n_seq > 1:
+        lines.append(f"Decodes {model.n_seq} replies at once (the chat's and the local server's).")
+    return "\n".join(lines)
 
 
 class Banner(QFrame):
@@ -112,7 +119,9 @@ class EngineStatus(QWidget):
         self.speed_label.setText("")  # the last reply's speed was another model's
         if model is not None:
             self.model_label.setText(model_text(model))
+            self.model_label.setToolTip(model_details(model))
         else:
+            self.model_label.setToolTip("")
             self.model_label.setText("No engine" if self.client.state == "dead" else "No model loaded")
 
     def _on_died(self, reason: str) -> None:

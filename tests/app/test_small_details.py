@@ -94,12 +94,14 @@ def test_the_draft_vocabulary_chosen_in_preferences_asks_for_a_reload_and_reache
 
 
 def test_the_status_bar_names_a_cut_draft_vocabulary_and_the_replies_at_once():
-    from app.engine_status import model_text
+    from app.engine_status import model_details, model_text
     from engine.worker.events import ModelInfo
 
     whole = ModelInfo(path="/m/qwen.gguf", architecture="qwen35", n_vocab=151_936, mtp="single",
                       draft_vocab=151_936, n_seq=1)
-    assert model_text(whole) == "qwen.gguf · MTP: 1 head"
+    assert model_text(whole) == "qwen.gguf · MTP: 1 head" and model_details(whole) == "/m/qwen.gguf"
     cut = ModelInfo(path="/m/qwen.gguf", architecture="qwen35", n_vocab=151_936, mtp="single",
                     draft_vocab=32_768, n_seq=4)
-    assert model_text(cut) == "qwen.gguf · MTP: 1 head, drafts among 32,768 tokens · 4 at once"
+    assert model_text(cut) == "qwen.gguf · MTP: 1 head"  # the bar stays short: the window fits small screens
+    assert model_details(cut) == ("/m/qwen.gguf\nThe MTP head drafts among the first 32,768 of 151,936 tokens.\n"
+                                  "Decodes 4 replies at once (the chat's and the local server's).")
