@@ -26,8 +26,8 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engine.autotune.search import RatioStats, seeded
-from engine.generation.generator import GenerateRequest, generate
+from engine.autotune.paired import paired_replies
+from engine.autotune.search import RatioStats
 from engine.generation.session import Session
 from engine.sampling import GREEDY, SamplingParams
 from engine.speculative.settings import SpeculativeSettings, mtp
@@ -89,18 +89,11 @@ def choose(session: Session, prompts: list[list[dict[str, str]]], spec: Speculat
     ``sampling``, seeded alike for both per prompt, as the search does), alternating the order per prompt;
     leave the winner set on the session."""
     rows = {n: VocabMeasurement(n) for n in (0, CUT)}
-    for i, messages in enumerate(prompts):
-        order = list(rows) if i % 2 == 0 else list(reversed(rows))
-        tps: dict[int, float] = {}
-        for n in order:
-            session.set_draft_vocab(n)
-            result = generate(session, GenerateRequest(messages=tuple(messages), max_tokens=max_tokens,
-                                                       sampling=seeded(sampling, i), speculative=spec))
-            tps[n] = result.stats.decode_tps() or 0.0
-            rows[n].acceptance.append(result.stats.acceptance_rate or 0.0)
-            if progress:
-                progress(f"{rows[n].label}: {tps[n]:.1f} tok/s")
+    for replies in paired_replies(session, prompts, list(rows), session.set_draft_vocab, spec, max_tokens=max_tokens,
+                                  sampling=sampling, label=lambda n: rows[n].label, progress=progress):
+        tps = {n: r.stats.decode_tps() or 0.0 for n, r in replies.items()}
         for n, row in rows.items():
+            row.acceptance.append(replies[n].stats.acceptance_rate or 0.0)
             row.tps.append(tps[n])
             row.ratios.append(tps[n] / tps[0] if tps[0] else 1.0)
     cut = rows[CUT]

@@ -21,8 +21,8 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from engine.autotune.paired import paired_replies
 from engine.autotune.search import RatioStats
-from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import Session
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 
@@ -83,16 +83,9 @@ def choose(session: Session, prompts: list[list[dict[str, str]]], counts: list[i
     base = baseline or current
     counts = sorted({base, *counts})
     rows = {n: ThreadMeasurement(n) for n in counts}
-    for i, messages in enumerate(prompts):
-        order = counts if i % 2 == 0 else list(reversed(counts))
-        tps: dict[int, float] = {}
-        for n in order:
-            _set(session, what, n)
-            result = generate(session, GenerateRequest(messages=tuple(messages), max_tokens=max_tokens,
-                                                       speculative=spec))
-            tps[n] = result.stats.decode_tps() or 0.0
-            if progress:
-                progress(f"{what} threads {n}: {tps[n]:.1f} tok/s")
+    for replies in paired_replies(session, prompts, counts, lambda n: _set(session, what, n), spec,
+                                  max_tokens=max_tokens, label=lambda n: f"{what} threads {n}", progress=progress):
+        tps = {n: r.stats.decode_tps() or 0.0 for n, r in replies.items()}
         for n in counts:
             rows[n].tps.append(tps[n])
             rows[n].ratios.append(tps[n] / tps[base] if tps[base] else 1.0)
