@@ -93,15 +93,22 @@ def available_memory() -> int | None:
 def estimate(path: str | Path, *, n_ctx: int = 4096, sidecar: str | Path | None = None, mtp: bool = True,
              available: int | None = None) -> MemoryEstimate:
     """Raises ModelFileError when a size the estimate reads has the wrong type."""
+    return estimates(path, [n_ctx], sidecar=sidecar, mtp=mtp, available=available)[0]
+
+
+def estimates(path: str | Path, n_ctxs: list[int], *, sidecar: str | Path | None = None, mtp: bool = True,
+              available: int | None = None) -> list[MemoryEstimate]:
+    """:func:`estimate` for each context size in ``n_ctxs``, the headers read once (a header with a
+    real vocabulary takes ~0.2 s to parse)."""
     try:
-        return _estimate(path, n_ctx=n_ctx, sidecar=sidecar, mtp=mtp, available=available)
+        return _estimate(path, n_ctxs=n_ctxs, sidecar=sidecar, mtp=mtp, available=available)
     except (TypeError, ValueError, OverflowError) as exc:  # per-layer sizes read as plain values below
         raise ModelFileError(f"{Path(path).name}: a size in its metadata is not a usable number ({exc}). "
                              "Download it again or use another export.") from exc
 
 
-def _estimate(path: str | Path, *, n_ctx: int, sidecar: str | Path | None, mtp: bool,
-              available: int | None) -> MemoryEstimate:
+def _estimate(path: str | Path, *, n_ctxs: list[int], sidecar: str | Path | None, mtp: bool,
+              available: int | None) -> list[MemoryEstimate]:
     facts = read_facts(path)
     arch, meta = facts.architecture, read_header(Path(path)).metadata
     n_trunk = facts.trunk_layers
@@ -125,8 +132,6 @@ def _estimate(path: str | Path, *, n_ctx: int, sidecar: str | Path | None, mtp: 
     if side_facts is not None and use_mtp:
         weights += sum(t.n_bytes for t in read_header(side_facts.path).tensors if t.name.startswith("blk."))
 
-    kv_per_layer = n_ctx * (dk + dv) * 2  # f16 K and V, per KV head
-    kv_cache = sum(kv_per_layer * kv_heads[i] for i in range(n_trunk) if not recurrent[i])
     rec = 0
     if any(recurrent):
         d_state = int(meta.get(f"{arch}.ssm.state_size", 0))
@@ -149,18 +154,21 @@ def _estimate(path: str | Path, *, n_ctx: int, sidecar: str | Path | None, mtp: 
             meta.get(f"{arch}.expert_used_count", 1))
     else:
         ff_active = n_ff
-    mask_bytes = n_ctx * N_UBATCH * 2
     # hyper-connection models (deepseek4, qwen4exp) carry n_embd_out = hc·n_embd wide residuals
     wide = facts.n_embd_out
-    compute = masks * mask_bytes + N_UBATCH * 4 * (4 * wide + 3 * ff_active)
+    heads = (side_facts.nextn_layers if side_facts else facts.nextn_layers) if use_mtp else 0
+    free = available if available is not None else available_memory()
 
-    mtp_ctx = 0
-    if use_mtp:
-        heads = side_facts.nextn_layers if side_facts else facts.nextn_layers
+    def at(n_ctx: int) -> MemoryEstimate:
+        kv_per_layer = n_ctx * (dk + dv) * 2  # f16 K and V, per KV head
+        kv_cache = sum(kv_per_layer * kv_heads[i] for i in range(n_trunk) if not recurrent[i])
+        mask_bytes = n_ctx * N_UBATCH * 2
+        compute = masks * mask_bytes + N_UBATCH * 4 * (4 * wide + 3 * ff_active)
         # its input and exported hidden rows are n_embd_out wide (hc·n_embd with hyper-connections)
-        mtp_ctx = heads * kv_per_layer * kv_heads[-1] + mask_bytes + N_UBATCH * 4 * (9 * wide // 2)
-    return MemoryEstimate(weights, kv_cache, rec, mtp_ctx, compute,
-                          available if available is not None else available_memory())
+        mtp_ctx = heads * kv_per_layer * kv_heads[-1] + mask_bytes + N_UBATCH * 4 * (9 * wide // 2) if use_mtp else 0
+        return MemoryEstimate(weights, kv_cache, rec, mtp_ctx, compute, free)
+
+    return [at(n) for n in n_ctxs]
 
 
 _MEASURE = """

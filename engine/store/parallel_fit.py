@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.errors import ModelFileError
-from engine.store.fit import estimate
+from engine.store.fit import estimates
 
 AUTO = 0  # LoadOptions.parallel: as many as fit, up to DEFAULT_PARALLEL
 DEFAULT_PARALLEL = 4
@@ -32,19 +32,17 @@ def default_parallel(path: str | Path, *, n_ctx: int, sidecar: str | Path | None
     estimate cannot be made (memory unknown, a header it cannot read) it is :data:`DEFAULT_PARALLEL`, as
     llama-server's: the load itself then says what does not fit.
     """
-    try:
-        first = estimate(path, n_ctx=n_ctx, sidecar=sidecar, available=available)
+    try:  # one read of the headers for every count (each read of a real vocabulary's header takes ~0.2 s)
+        sized = estimates(path, [n_ctx * n for n in CHOICES], sidecar=sidecar, available=available)
     except (ModelFileError, OSError, ValueError) as exc:
         return DEFAULT_PARALLEL, f"{DEFAULT_PARALLEL} requests at once (memory not estimated: {exc})"
-    if first.available is None:
+    free = sized[0].available
+    if free is None:
         return DEFAULT_PARALLEL, f"{DEFAULT_PARALLEL} requests at once (free memory unknown)"
-    budget = SHARE * first.available
-    n, need = 1, first.total  # one sequence even where nothing fits: the load then says so
-    for more in CHOICES[:-1]:
-        more_need = estimate(path, n_ctx=n_ctx * more, sidecar=sidecar, available=first.available).total
-        if more_need <= budget:
-            n, need = more, more_need
-            break
+    budget = SHARE * free
+    # the most sequences that fit; one even where nothing does (the load then says so)
+    n, need = next(((more, e.total) for more, e in zip(CHOICES, sized, strict=True) if e.total <= budget),
+                   (1, sized[-1].total))
     if n == DEFAULT_PARALLEL:
         why = f"{n} sequences of {n_ctx} tokens need ~{_size(need)}"
     else:
