@@ -7,7 +7,8 @@ makes, and compare each output row: the cut head's logits must be the whole
 head's first ``n`` (and -inf past them), so its draft is the whole head's
 argmax over those ids — on heads that read the hidden state (a wrong
 hidden-state row would show in both the logits and the drafts). Output
-against plain decoding on every hand-written MTP architecture.
+against plain decoding on every hand-written MTP architecture and on the derived ones whose MTP
+graphs the patch edits directly.
 """
 
 from __future__ import annotations
@@ -86,7 +87,12 @@ class Shadow:
         self.whole.close()
 
 
-@pytest.mark.parametrize("arch", ARCHITECTURES)
+# the hand-written architectures, and the derived ones whose MTP graphs patch 0008 edits directly
+# (ggml_mul_mat on the LM head: bailingmoe3, deepseek2, deepseek4) or whose head is this project's (qwen4exp)
+CUT_ARCHITECTURES = (*ARCHITECTURES, "bailingmoe3", "deepseek2", "deepseek4", "qwen4exp")
+
+
+@pytest.mark.parametrize("arch", CUT_ARCHITECTURES)
 def test_a_cut_head_drafts_the_whole_heads_best_among_its_ids_and_output_is_unchanged(arch, monkeypatch):
     model = model_152k(arch)
     path = str(model.path("combined"))
