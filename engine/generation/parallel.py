@@ -62,11 +62,18 @@ from engine.generation.sequences import Sequences
 from engine.generation.session import Session
 from engine.runtime import Batch
 from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams, Costs
-from engine.speculative.adaptive.batch import SharedSteps, choose_depths
+from engine.speculative.adaptive.batch import SharedSteps, choose_depths, entry_cost
 from engine.speculative.drafter import Drafter
 from engine.speculative.mtp import MTPDrafter, settle_together
 from engine.speculative.settings import MAX_DRAFT
 from engine.speculative.stats import GenerationStats
+
+# Adaptive depth's entry costs (_entries): the rounds a lane keeps drafting once it starts, before any was
+# counted, and how fast the average follows new stretches; the rows a resuming lane would bring each round
+# once drafting (its previous row and about one accepted).
+STRETCH_PRIOR = 4.0
+STRETCH_EMA = 0.1
+RESUME_STEADY_ROWS = 2
 
 
 @dataclass
@@ -99,6 +106,7 @@ class _Running:
     cursor: int = 0  # prompt tokens the sequence holds so far
     reused: int = 0  # of those, kept from its last generation
     catch_up_s: float = 0.0  # the drafter's catch-up during prefill (its own phase)
+    drafting_run: int = 0  # adaptive depth: rounds drafted by choice in a row, up to now
 
     @property
     def prefilled(self) -> bool:
@@ -131,7 +139,8 @@ class ParallelGenerator:
         # the cost of a verify by its total rows, whoever's they are, and of a shared draft step (adaptive/batch.py)
         self.batch_costs = Costs(AdaptiveParams())
         self.draft_s = 0.0  # the last step's drafting, every sequence's together
-        self.draft_steps = SharedSteps()  # what a shared draft step costs, per step and per sequence in it
+        self.draft_steps = SharedSteps()  # what a shared draft step costs, per step, per sequence, per catch-up row
+        self.stretch = STRETCH_PRIOR  # rounds an adaptive lane keeps drafting once it starts, on average
 
     @property
     def idle(self) -> bool:
@@ -375,7 +384,7 @@ class ParallelGenerator:
             self.draft_s = time.perf_counter() - t_draft
             return out
         ctx = mtp.ctx
-        lanes = [0, 0]  # shared decodes, and the lanes in them
+        lanes = [0, 0, 0]  # shared decodes, the lanes in them, the rows they decoded
 
         def decode(batch: Batch, at: int) -> None:
             if mtp.chained:  # the lanes' generators each selected their own; another may have ended since
@@ -394,20 +403,22 @@ class ParallelGenerator:
                     offsets[key] = together.extend(batch)
             if together.n:
                 decode(together, shared)
-                lanes[0], lanes[1] = lanes[0] + 1, lanes[1] + len(offsets)
+                lanes[0], lanes[1], lanes[2] = lanes[0] + 1, lanes[1] + len(offsets), lanes[2] + together.n
             # every lane in the shared decode reads its rows before anything decodes again; a lane that
             # did not fit (a long deferred catch-up) or needs another head decodes alone after them
             for key in [*offsets, *(k for k in pending if k not in offsets)]:
                 if key not in offsets:
                     decode(pending[key], head(key))
-                    lanes[0], lanes[1] = lanes[0] + 1, lanes[1] + 1
+                    lanes[0], lanes[1], lanes[2] = lanes[0] + 1, lanes[1] + 1, lanes[2] + pending[key].n
                 nxt = advance(key, offsets.get(key, 0))
                 if nxt is None:
                     del pending[key]
                 else:
                     pending[key] = nxt
         self.draft_s = time.perf_counter() - t_loop
-        self.draft_steps.observe(lanes[0], lanes[1], self.draft_s)
+        # rows beyond one per lane and step are the catch-up folded into the first (chained heads: one row
+        # a step, settled before)
+        self.draft_steps.observe(lanes[0], lanes[1], self.draft_s, catch_up=lanes[2] - lanes[1])
         if lanes[1] > lanes[0]:  # each lane's part of the decodes it shared (its policy's view, as for verify)
             for key in steps:
                 drafts, seconds = out[key]
@@ -445,12 +456,43 @@ class ParallelGenerator:
         costs, caps = self.batch_costs, [cap for _, _, cap in chosen]
         draft = self.draft_steps.split(costs.draft_step(costs.verify(1)))
         qs = [p.acceptance.q() for _, p, _ in chosen]
-        depths = choose_depths(qs, caps, costs, (other_rows, other_tokens), draft)
+        entry = self._entries([r for r, _, _ in chosen])
+        depths = choose_depths(qs, caps, costs, (other_rows, other_tokens), draft, entry)
         # where even drafts always kept would not pay in this batch, learning acceptance cannot change the
-        # choice: no sequence probes (each probe is a draft step, an LM-head row at a real vocabulary)
+        # choice: no sequence probes (each probe is a draft step, an LM-head row at a real vocabulary). Without
+        # the entries: a probe drafts from its own row alone (MTPDrafter.probe_alone), the waiting rows dropped
         pays = any(depths) or any(choose_depths([[1.0] * len(q) for q in qs], caps, costs, (other_rows, other_tokens),
                                                 draft))
-        return {id(r): p.take(n, cap, probe=pays) for (r, p, cap), n in zip(chosen, depths, strict=True)}
+        taken = {}
+        for (r, p, cap), n in zip(chosen, depths, strict=True):
+            taken[id(r)] = n = p.take(n, cap, probe=pays)
+            self._count_run(r, n > 0 and not p.probes.probing)
+        return taken
+
+    def _entries(self, lanes: list[_Running]) -> list[float]:
+        """What each lane's drafting this step adds whatever its depth: the catch-up rows its lazy head decodes
+        first, a resume's spread over the rounds it is expected to keep drafting (adaptive/batch.py
+        entry_cost). Only for lanes that fold their catch-up into the draft decode, whose rows are timed there."""
+        per_row = self.draft_steps.catch_up_row()
+        out = []
+        for r in lanes:
+            drafter = r.decoder.drafter
+            if not per_row or not isinstance(drafter, MTPDrafter) or not drafter.fold:
+                out.append(0.0)
+                continue
+            waiting = drafter.waiting_rows
+            # a lane drafting now brings its last round's rows each round; one resuming, what piled up
+            steady = waiting if r.drafting_run else RESUME_STEADY_ROWS
+            out.append(entry_cost(waiting, steady, self.stretch, per_row))
+        return out
+
+    def _count_run(self, r: _Running, drafts: bool) -> None:
+        """Count a lane's round toward the stretches of drafting the batch's entries are spread over."""
+        if drafts:
+            r.drafting_run += 1
+        elif r.drafting_run:
+            self.stretch += STRETCH_EMA * (r.drafting_run - self.stretch)
+            r.drafting_run = 0
 
     def _reap(self) -> list[Job]:
         ended = [r for r in self.running if r.job.error is not None or r.decoder.out.finish is not None]

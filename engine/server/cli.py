@@ -52,9 +52,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx", type=int, default=4096, help="context size in tokens")
     p.add_argument("--threads", type=int, default=default_threads(), help="CPU threads")
     p.add_argument("--gpu-layers", type=int, default=0)
-    p.add_argument("--draft-vocab", type=int, default=0, metavar="N",
+    p.add_argument("--draft-vocab", type=int, default=None, metavar="N",
                    help="the MTP head drafts only among token ids below N (its LM head is most of a draft step "
-                        "at a real vocabulary; output is unchanged); default 0: the whole vocabulary")
+                        "at a real vocabulary; output is unchanged); 0: the whole vocabulary; default: the "
+                        "model's autotune profile where it measured one, else 0")
     p.add_argument("--speculative", choices=("auto", "off", "mtp", "ngram", "mtp+ngram"), default="auto",
                    help="speculation for requests that do not choose: auto = the model's autotune profile, "
                    "else off (default); mtp, ngram or mtp+ngram with --n-max/--p-min")
@@ -68,14 +69,23 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def start_link(args: argparse.Namespace) -> tuple[object, str]:
-    """A worker with the model loaded, and a line saying which speculation requests get by default."""
-    from engine.server.engine_link import WorkerLink, load_request_for, profile_speculative
+    """A worker with the model loaded, and a line saying which speculation requests get by default (and,
+    where the MTP head drafts among part of the vocabulary, a second line saying so)."""
+    from engine.autotune.profiles import ProfileMatch
+    from engine.server.engine_link import WorkerLink, find_profile, load_request_for, profile_speculative
     from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
 
     parallel = getattr(args, "parallel", None) or 1  # commands without --parallel load one sequence
+    draft_vocab = getattr(args, "draft_vocab", 0)
+    match = ProfileMatch(None, False)
+    if args.speculative == "auto" or draft_vocab is None:
+        path = profile_path(args)
+        match = find_profile(path) if path else match
+    if draft_vocab is None:  # the profile's choice where autotune measured one (engine/autotune/draft_vocab.py)
+        draft_vocab = (match.profile.draft_vocab or 0) if match.profile else 0
     load = load_request_for(args.model, sidecar=args.sidecar, n_ctx=args.ctx, n_threads=args.threads,
                             n_gpu_layers=args.gpu_layers, mmproj=getattr(args, "mmproj", None), parallel=parallel,
-                            draft_vocab=getattr(args, "draft_vocab", 0))
+                            draft_vocab=draft_vocab)
     link = WorkerLink(load, verbose=args.verbose)
     model = link.model()
     assert model is not None
@@ -89,7 +99,7 @@ def start_link(args: argparse.Namespace) -> tuple[object, str]:
         link.set_default_speculative(SPECULATION_OFF)
         line = "speculation by default: off"
     else:
-        profile, line = profile_speculative(model, link.hello.engine, parallel)
+        profile, line = profile_speculative(model, match, parallel)
         if profile is None:
             link.set_default_speculative(SPECULATION_OFF)
         else:  # each request gets the choice for the generations running as it starts
@@ -97,7 +107,23 @@ def start_link(args: argparse.Namespace) -> tuple[object, str]:
                                          by_concurrency=lambda n: profile.setting_for(min(n, parallel)))
     if not model.can_draft and not link.default_speculative().enabled:
         line = f"speculation off: {model.mtp_unavailable_reason or 'this model has no MTP head'}"
+    if model.can_draft and 0 < model.draft_vocab < model.n_vocab:  # what the worker loaded, not what was asked
+        chosen = "--draft-vocab" if getattr(args, "draft_vocab", 0) else "autotune profile"
+        line += (f"\nthe MTP head drafts among the first {model.draft_vocab:,} of {model.n_vocab:,} tokens "
+                 f"({chosen}; --draft-vocab 0: all of them)")
     return link, line
+
+
+def profile_path(args: argparse.Namespace) -> str | None:
+    """The model file whose autotune profile applies: ``--model``, else the embedded default (None where it
+    cannot be assembled: the worker's load then says why)."""
+    from engine.default_model import default_model_path
+    from engine.errors import ModelFileError
+
+    try:
+        return args.model or str(default_model_path())
+    except ModelFileError:
+        return None
 
 
 def choose_parallel(args: argparse.Namespace) -> tuple[int, str]:

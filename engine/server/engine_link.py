@@ -21,7 +21,7 @@ from engine.worker import protocol as P
 from engine.worker.client import WorkerClient, WorkerDied
 
 if TYPE_CHECKING:
-    from engine.autotune.profiles import Profile
+    from engine.autotune.profiles import Profile, ProfileMatch
 
 Sink = Callable[[P.Event], None]
 PROBE_PREFIX = "ping-"  # the ids of responsiveness probes (cancels aimed at no request)
@@ -231,23 +231,30 @@ def load_request_for(path: str | None, *, sidecar: str | None = None, n_ctx: int
                                                           mmproj=mmproj, parallel=parallel, draft_vocab=draft_vocab))
 
 
-def profile_speculative(model: P.ModelInfo, engine: P.EngineBuild, parallel: int = 1,
-                        ) -> tuple[Profile | None, str]:
-    """The autotune profile for this model, machine and engine build, and a line saying what it chose with
-    ``parallel`` sequences at once (``serve --parallel N``; ``Profile.setting_for`` gives the choice for
-    each number of generations running).
-
-    Requests choose their own sampling, so the newest profile is used whatever sampling it was measured with
-    (the line names it). Probes the hardware in a short-lived child process (as the app does) for the
-    fingerprint.
-    """
+def find_profile(model_path: str) -> ProfileMatch:
+    """The autotune profile for this model file, this machine and the engine build installed here, whatever
+    sampling it was measured with (requests choose their own). Looked up before the model loads, since it
+    may choose a load setting (the draft vocabulary); the build is read from its record, not by loading it.
+    Probes the hardware in a short-lived child process (as the app does) for the fingerprint; hashes 16 MiB
+    of the file."""
     from engine.autotune.profiles import ProfileStore
     from engine.hardware.probe import probe
+    from engine.runtime.native import build_info
+
+    return ProfileStore().lookup(model_path, probe().fingerprint(), P.EngineBuild(**build_info()).key,
+                                 sampling=None)
+
+
+def profile_speculative(model: P.ModelInfo, match: ProfileMatch, parallel: int = 1,
+                        ) -> tuple[Profile | None, str]:
+    """The speculation a profile (:func:`find_profile`) gives requests, and a line saying what it chose with
+    ``parallel`` sequences at once (``serve --parallel N``; ``Profile.setting_for`` gives the choice for
+    each number of generations running). The line names the sampling the profile was timed with.
+    """
     from engine.sampling import sampling_label
 
     if not model.can_draft:
         return None, "this model has no MTP head: speculation off"
-    match = ProfileStore().lookup(model.path, probe().fingerprint(), engine.key, sampling=None)
     profile = match.profile
     if profile is not None:
         setting = profile.setting_for(parallel)

@@ -475,6 +475,11 @@ class MTPDrafter:
         """Accepted rows whose catch-up is still deferred."""
         return len(self._fold_tokens)
 
+    @property
+    def waiting_rows(self) -> int:
+        """Catch-up rows a draft now would decode before its own (a lazy head keeps only its newest)."""
+        return min(self.backlog, self._window) if self.lazy else self.backlog
+
     def close(self) -> None:
         if self._owns_ctx:  # a lane's context is its parent's
             self.ctx.close()

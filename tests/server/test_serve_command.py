@@ -81,3 +81,41 @@ def test_requests_default_to_the_models_autotune_profile(model_path, link, monke
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
+
+
+def test_serve_takes_the_profiles_draft_vocabulary_unless_told(link, monkeypatch, tmp_path):
+    """A profile's draft vocabulary is a load setting, so ``serve`` reads the profile before the model loads
+    and a line names the cut the worker loaded; ``--draft-vocab 0`` overrides it (the whole vocabulary). On a
+    real vocabulary: a cut is at least 1,024 ids."""
+    from engine.autotune.profiles import ProfileStore, new_profile
+    from engine.hardware.probe import probe
+    from engine.speculative.settings import mtp
+    from engine.synth.spec import HeadMap, SynthSpec
+    from engine.synth.writer import SynthModel
+
+    model = str(SynthModel(SynthSpec(arch="glm4moe", size="tiny-152k", weights="mixed",
+                                     heads=(HeadMap("hidden", 0.7, 0),))).path("combined"))
+    monkeypatch.setenv("MTP_STUDIO_DATA_DIR", str(tmp_path))  # this profile must not reach other tests
+    ProfileStore().save(new_profile(probe().fingerprint(), model, link.hello.engine.key, mtp(2), 1.3,
+                                    "measured in a test", draft_vocab=4096))
+    for extra, cut in (((), "the MTP head drafts among the first 4,096 of 151,936 tokens (autotune profile;"),
+                       (("--draft-vocab", "0"), None), (("--draft-vocab", "2048"),
+                        "the MTP head drafts among the first 2,048 of 151,936 tokens (--draft-vocab;")):
+        proc = serve("--model", model, "--port", "0", "--parallel", "1", *extra)
+        try:
+            assert proc.stderr is not None
+            lines = []
+            for line in proc.stderr:
+                lines.append(line)
+                if line.startswith(("serving ", "error")):
+                    break
+            assert "autotune profile: mtp n_max=2 (measured in a test" in lines[1], lines
+            assert (lines[2].startswith(cut) if cut else "drafts among" not in "".join(lines)), (extra, lines)
+            url = re.search(r"(http://\S+/v1)", lines[-1]).group(1)  # type: ignore[union-attr]
+            reply = httpx.post(f"{url}/completions", timeout=60,
+                               json={"model": "combined", "prompt": "hello world the", "max_tokens": 8,
+                                     "temperature": 0})
+            assert reply.json()["speculative"]["n_max"] == 2, reply.json()
+        finally:
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(30) == 0

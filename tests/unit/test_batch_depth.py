@@ -126,3 +126,44 @@ def test_a_dear_row_in_each_draft_step_keeps_a_batch_from_drafting_where_a_share
     assert sum(choose_depths(q, [3] * 8, c, draft=(0.5, 0.0))) > 0
     assert choose_depths(q, [3] * 8, c, draft=(0.05, 0.45)) == [0] * 8
     assert choose_depths(q[:1], [3], c, draft=(0.05, 0.45)) == choose_depths(q[:1], [3], c)  # one: the same
+
+
+def test_catch_up_rows_folded_into_draft_steps_are_told_apart_once_their_count_varies():
+    """Lanes resuming after plain steps bring up to 16 waiting rows into their first draft step, drafting
+    lanes one to four: the fit prices those rows apart from the sequences' own rows."""
+    from engine.speculative.adaptive.batch import SharedSteps
+
+    fit = SharedSteps()
+    for steps, rows, catch_up in [(3, 24, 16), (1, 1, 2), (3, 12, 30), (2, 16, 128), (1, 3, 5), (2, 8, 8)] * 4:
+        fit.observe(steps, rows, steps * 0.002 + rows * 0.001 + catch_up * 0.0005, catch_up)
+    assert fit.parts(0.004) == pytest.approx((0.002, 0.001, 0.0005))
+    assert fit.split(0.004) == pytest.approx((0.002, 0.001)) and fit.catch_up_row() == pytest.approx(0.0005)
+    never_varied = SharedSteps()  # no catch-up rows timed: none priced, the two parts as before
+    for steps, rows in [(3, 24), (1, 1), (3, 12), (2, 16), (1, 3)] * 4:
+        never_varied.observe(steps, rows, steps * 0.002 + rows * 0.001)
+    assert never_varied.parts(0.004) == pytest.approx((0.002, 0.001, 0.0))
+
+
+def test_a_resume_s_waiting_rows_are_spread_over_the_stretch_it_is_expected_to_draft():
+    from engine.speculative.adaptive.batch import entry_cost
+
+    assert entry_cost(3, 3, 4.0, 0.001) == pytest.approx(0.003)  # drafting on: its rows every round, whole
+    assert entry_cost(16, 2, 4.0, 0.001) == pytest.approx(0.001 * (2 + 14 / 4))  # resuming: the pile spread
+    assert entry_cost(16, 2, 0.5, 0.001) == pytest.approx(0.016)  # a stretch under one round: all of it now
+    assert entry_cost(1, 2, 4.0, 0.001) == pytest.approx(0.001)
+
+
+def test_lanes_whose_drafting_would_first_decode_a_pile_of_waiting_rows_stay_plain_at_break_even():
+    """Eight lanes at break-even (a draft row about as dear as the token it may bring): priced without
+    their waiting rows they resume; with them they stay plain, as MTP-off runs. The measured case: eight
+    lanes resuming one draft each spent 19.7 ms catching up against a 40 ms plain step."""
+    c = costs(per_row=1.0, fixed=1.0, step=0.05)
+    q = [[0.97] * 3] * 8
+    free = choose_depths(q, [3] * 8, c, draft=(0.05, 0.05))
+    assert sum(free) > 0
+    assert choose_depths(q, [3] * 8, c, draft=(0.05, 0.05), entry=[2.5] * 8) == [0] * 8
+    # an entry is judged against the whole run it buys: one position alone would not pay for it, three do
+    sure = [[1.0] * 3]
+    cheap = costs(per_row=0.05, fixed=1.0, step=0.05)
+    assert choose_depths(sure, [3], cheap, draft=(0.05, 0.0), entry=[2.0]) == [3]
+    assert choose_depths(sure, [1], cheap, draft=(0.05, 0.0), entry=[2.0]) == [0]
