@@ -63,6 +63,7 @@ from engine.generation.session import Session
 from engine.runtime import Batch
 from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams, Costs
 from engine.speculative.adaptive.batch import SharedSteps, choose_depths, entry_cost
+from engine.speculative.adaptive.batch_gate import DraftingGate
 from engine.speculative.drafter import Drafter
 from engine.speculative.mtp import MTPDrafter, settle_together
 from engine.speculative.settings import MAX_DRAFT
@@ -141,6 +142,8 @@ class ParallelGenerator:
         self.draft_s = 0.0  # the last step's drafting, every sequence's together
         self.draft_steps = SharedSteps()  # what a shared draft step costs, per step, per sequence, per catch-up row
         self.stretch = STRETCH_PRIOR  # rounds an adaptive lane keeps drafting once it starts, on average
+        self.gate = DraftingGate()  # whether the batch policy's drafting beats none, timed whole per batch size
+        self.gated: int | None = None  # the batch size the gate ruled on this step (adaptive lanes decoding)
 
     @property
     def idle(self) -> bool:
@@ -234,6 +237,7 @@ class ParallelGenerator:
         the batch holds); then each reads its rows, and only then does anything roll back (a
         checkpoint replay decodes the target again)."""
         t_step = time.perf_counter()
+        self.gated = None
         readers = [r for r in self.running if not r.prefilled and r.decoder.out.finish is None]
         chunk_alone = bool(readers) and not self.chunks_share_batch
         if chunk_alone:  # one prompt chunk in a decode of its own
@@ -281,6 +285,8 @@ class ParallelGenerator:
             steps = max(len(rnd.drafts) + len(rnd.shadow) for _, rnd in rounds)
             self.batch_costs.observe(self.batch.n - 1, steps, decode_s, self.draft_s,
                                      time.perf_counter() - t_step)
+            if self.gated is not None:
+                self.gate.observe(self.gated, sum(len(rnd.tokens) for _, rnd in rounds), time.perf_counter() - t_step)
 
     def _propose_all(self) -> list[tuple[_Running, Round]]:
         """The round of every sequence that decodes: its depth, and its drafts."""
@@ -453,6 +459,13 @@ class ParallelGenerator:
                 other_tokens += 1 + (stats.accepted / stats.rounds if stats.rounds else 0.0)
         if not chosen:
             return {}
+        self.gated = len(rooms)
+        if not self.gate.drafts(len(rooms)):  # drafting has lost to plain steps at this batch size lately
+            taken = {}
+            for r, p, cap in chosen:
+                taken[id(r)] = p.take(0, cap, probe=False)
+                self._count_run(r, False)
+            return taken
         costs, caps = self.batch_costs, [cap for _, _, cap in chosen]
         draft = self.draft_steps.split(costs.draft_step(costs.verify(1)))
         qs = [p.acceptance.q() for _, p, _ in chosen]

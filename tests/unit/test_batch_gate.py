@@ -1,0 +1,42 @@
+"""The drafting gate (adaptive/batch_gate.py): whole steps timed per mode and batch size."""
+
+from __future__ import annotations
+
+from engine.speculative.adaptive.batch_gate import MARGIN, REVISIT, STRETCH, DraftingGate
+
+
+def run(gate: DraftingGate, n_seq: int, steps: int, policy_rate: float, plain_rate: float) -> list[bool]:
+    """``steps`` steps of ``n_seq`` sequences, each making 10 tokens at the rate of the mode the gate chose;
+    what it chose at each."""
+    chosen = []
+    for _ in range(steps):
+        drafts = gate.drafts(n_seq)
+        chosen.append(drafts)
+        gate.observe(n_seq, 10, 10 / (policy_rate if drafts else plain_rate))
+    return chosen
+
+
+def test_plain_steps_take_over_where_drafting_loses_and_drafting_is_tried_again():
+    gate = DraftingGate()
+    chosen = run(gate, 8, STRETCH * (1 + REVISIT + 1), policy_rate=100.0, plain_rate=130.0)
+    assert chosen[:STRETCH] == [True] * STRETCH  # the policy first, then plain to compare, kept while it wins
+    assert chosen[STRETCH:(1 + REVISIT) * STRETCH] == [False] * (REVISIT * STRETCH)
+    assert chosen[(1 + REVISIT) * STRETCH:] == [True] * STRETCH  # and drafting measured again after a while
+    assert gate.summary()[8][0] == "plain"
+
+
+def test_drafting_stays_where_it_wins_or_ties_and_sizes_are_apart():
+    gate = DraftingGate()
+    wins = run(gate, 1, STRETCH * (2 + REVISIT + 1), policy_rate=120.0, plain_rate=100.0)
+    assert wins.count(False) == 2 * STRETCH  # one stretch to measure plain, one to check it again
+    tie = run(gate, 4, STRETCH * 6, policy_rate=100.0, plain_rate=100.0 * (1 + MARGIN / 2))
+    assert tie.count(False) == STRETCH  # within the margin drafting keeps its place
+    assert gate.summary()[1][0] == gate.summary()[4][0] == "policy"
+
+
+def test_a_larger_batch_starts_plain_where_a_smaller_one_found_drafting_lost():
+    gate = DraftingGate()
+    run(gate, 4, STRETCH * 3, policy_rate=100.0, plain_rate=130.0)
+    assert gate.summary()[4][0] == "plain"
+    assert run(gate, 6, STRETCH * 2, policy_rate=100.0, plain_rate=130.0) == [False] * STRETCH + [True] * STRETCH
+    assert gate.summary()[6][0] == "plain" and not gate.drafts(8) and gate.drafts(2)
