@@ -34,7 +34,10 @@ where the new prompt extends all of it.
 Sequences under adaptive depth have their depths chosen together, against
 the cost of the *whole* batch: a verify timed by its total rows, and shared
 draft steps costing a part per step and a part per sequence in them
-(adaptive/batch.py).
+(adaptive/batch.py), a lazy head's waiting rows priced as the cost of entering.
+What that model misses (Python around each round, resumes) a gate catches:
+whole steps are timed with the policy's drafting and with none, per number of
+sequences, and the better kept (adaptive/batch_gate.py).
 A request with images runs alone (the worker drains the batch first).
 """
 
