@@ -15,6 +15,7 @@ import ctypes
 import numpy as np
 
 from engine.runtime import native
+from engine.runtime.context import seq_id_rows
 
 
 class EmbdBatch:
@@ -27,9 +28,7 @@ class EmbdBatch:
         self.embd = np.zeros((capacity, n_embd), dtype=np.float32)
         self.pos = (ctypes.c_int32 * (capacity * n_pos))()
         self.n_seq_id = (ctypes.c_int32 * capacity)(*([1] * capacity))
-        self._seq = (ctypes.c_int32 * capacity)()
-        base, pointer = ctypes.addressof(self._seq), ctypes.POINTER(ctypes.c_int32)
-        self.seq_id = (pointer * capacity)(*(ctypes.cast(base + 4 * i, pointer) for i in range(capacity)))
+        self._seq, self._seq_rows, self.seq_id = seq_id_rows(capacity)
         self.logits = (ctypes.c_int8 * capacity)()  # no outputs: catch-up rows
         self.raw = lib.llama_batch()
         self.raw.token = None
