@@ -50,6 +50,8 @@ def model_details(model: ModelInfo) -> str:
         lines.append(f"The MTP head drafts among the first {model.draft_vocab:,} of {model.n_vocab:,} tokens.")
     if model.n_seq > 1:
         lines.append(f"Decodes {model.n_seq} replies at once (the chat's and the local server's).")
+    if model.parallel_reason:  # "Replies at once: Auto" chose the count: say from what
+        lines.append(f"Replies at once (Auto): {model.parallel_reason.replace('; --parallel N to choose', '')}")
     return "\n".join(lines)
 
 

@@ -17,7 +17,7 @@ from engine.errors import ModelFileError, ProjectorError, SpeculativeUnavailable
 from engine.gguf import sidecar
 from engine.gguf.facts import GGUFFacts
 from engine.load_options import LoadOptions, check_options
-from engine.store.parallel_fit import AUTO, default_parallel
+from engine.store.parallel_fit import AUTO, DeviceMemory, default_parallel
 
 
 @dataclass(frozen=True)
@@ -40,8 +40,9 @@ class LoadPlan:
     want_mtp: bool
     mtp_unavailable_reason: str | None
     # the sequences were chosen by what fits (LoadOptions.parallel 0): a load that fails with more than
-    # one may be tried with one (the estimate counts RAM only, not a GPU's own memory)
+    # one may be tried with one (the estimate may be wrong); ``parallel_reason`` says why that many
     parallel_auto: bool = False
+    parallel_reason: str = ""
 
     @property
     def path(self) -> str:
@@ -82,12 +83,34 @@ class LoadPlan:
                 want_mtp = False
         if options.mmproj:
             check_projector(options.path, options.mmproj)
-        parallel_auto = options.parallel == AUTO
+        parallel_auto, why = options.parallel == AUTO, ""
         if parallel_auto:
-            n, _why = default_parallel(options.path, n_ctx=options.n_ctx or facts.context_length,
-                                       sidecar=options.sidecar)
+            n, why = default_parallel(options.path, n_ctx=options.n_ctx or facts.context_length,
+                                      sidecar=options.sidecar, device=device_memory(options, facts))
             options = replace(options, parallel=n)
-        return cls(options, facts, sidecar_facts, mtp_in_target, want_mtp, reason, parallel_auto)
+        return cls(options, facts, sidecar_facts, mtp_in_target, want_mtp, reason, parallel_auto, why)
+
+
+def device_memory(options: LoadOptions, facts: GGUFFacts) -> DeviceMemory | None:
+    """The GPU memory a load with ``options`` offloads into, as the engine's backend registry reports it free
+    now (None: nothing offloaded, no GPU, or a split over RPC servers, whose memory this machine cannot see).
+    Called in the worker, the one process that loads llama.cpp."""
+    if options.n_gpu_layers == 0 or options.rpc:
+        return None
+    from engine.hardware.probe import engine_devices
+
+    try:
+        gpus = [d for d in engine_devices()[0] if d.is_gpu]
+    except (OSError, AttributeError):  # an engine without ggml's device API: RAM only, as before
+        return None
+    if options.main_device is not None and 0 <= options.main_device < len(gpus):
+        gpus = [gpus[options.main_device]]
+    if not gpus or sum(d.free_mib for d in gpus) <= 0:
+        return None
+    layers = facts.block_count + 1  # llama.cpp counts the output layer as one more
+    share = 1.0 if options.n_gpu_layers < 0 else min(1.0, options.n_gpu_layers / layers)
+    return DeviceMemory(free=sum(d.free_mib for d in gpus) * 2**20, share=share,
+                        name=gpus[0].description or gpus[0].name if len(gpus) == 1 else f"{len(gpus)} GPUs")
 
 
 def check_projector(target: str, mmproj: str) -> None:

@@ -45,6 +45,7 @@ class Session:
         self.sidecar_facts = plan.sidecar_facts
         self.mtp_status = "off"
         self.mtp_unavailable_reason = plan.mtp_unavailable_reason
+        self.parallel_reason = plan.parallel_reason  # why this many sequences, where the load chose them
         want_mtp, mtp_in_target = plan.want_mtp, plan.mtp_in_target
 
         self.placement: Placement | None = None
@@ -227,6 +228,7 @@ class Session:
                 "n_threads_draft": self.options.n_threads_draft or self.options.n_threads,
                 "draft_vocab": self.mtp_drafter.ctx.draft_vocab if self.mtp_drafter else 0,
                 "n_seq": self.n_seq,
+                "parallel_reason": self.parallel_reason,
                 "has_chat_template": self.facts.has_chat_template,
                 "mtp": self.mtp_status,
                 "mtp_heads": self.n_heads,

@@ -163,7 +163,7 @@ def _nvidia_gpus() -> list[GPU]:
     return parsers.parse_nvidia_smi_csv(out) if out else []
 
 
-def _engine_devices() -> tuple[list[EngineDevice], bool]:
+def engine_devices() -> tuple[list[EngineDevice], bool]:
     """Devices llama.cpp's backend registry reports, bound with ctypes on its libggml."""
     import ctypes
 
@@ -224,7 +224,7 @@ def collect() -> HardwareReport:
         cores=os.cpu_count() or 1, ram_mib=ram, gpus=_gpus(notes), engine=native.build_info(), notes=notes,
     )
     try:
-        report.engine_devices, report.gpu_offload = _engine_devices()
+        report.engine_devices, report.gpu_offload = engine_devices()
         report.engine["loaded_backends"] = native.loaded_backends()  # which CPU variant / GPU library ggml chose
         # "dynamic": an installer's engine, whose backends ggml picks at start (engine/hardware/recommend.py)
         report.engine["backend_loading"] = read_record().get("backend_loading", "linked in")

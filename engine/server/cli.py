@@ -40,8 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-body", type=int, default=C.DEFAULT_BODY_LIMIT, help="largest request body in bytes")
     p.add_argument("--parallel", type=int, default=None,
                    help="requests decoded together (the model is loaded with this many sequences, each of "
-                   "--ctx tokens; docs/parallel.md); default 4 where their KV cache fits in memory, else 2, "
-                   "else 1; 1: one at a time, the rest queue")
+                   "--ctx tokens; docs/parallel.md); default 4 where their KV cache fits in memory (a GPU's own "
+                   "where layers are offloaded), else 2, else 1; 1: one at a time, the rest queue")
     p.set_defaults(func=cmd_serve)
 
 
@@ -74,8 +74,12 @@ def start_link(args: argparse.Namespace) -> tuple[object, str]:
     from engine.autotune.profiles import ProfileMatch
     from engine.server.engine_link import WorkerLink, find_profile, load_request_for, profile_speculative
     from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings
+    from engine.store.parallel_fit import AUTO
 
-    parallel = getattr(args, "parallel", None) or 1  # commands without --parallel load one sequence
+    # commands without --parallel load one sequence; serve without it as many as fit (the worker chooses:
+    # it alone can ask llama.cpp how much GPU memory is free; engine/store/parallel_fit.py)
+    parallel = getattr(args, "parallel", 1)
+    parallel = AUTO if parallel is None else parallel
     draft_vocab = getattr(args, "draft_vocab", 0)
     match = ProfileMatch(None, False)
     if args.speculative == "auto" or draft_vocab is None:
@@ -89,6 +93,7 @@ def start_link(args: argparse.Namespace) -> tuple[object, str]:
     link = WorkerLink(load, verbose=args.verbose)
     model = link.model()
     assert model is not None
+    parallel = model.n_seq  # what loaded (Auto's choice, or one where Auto's did not fit)
     if args.speculative in ("mtp", "ngram", "mtp+ngram"):
         setting = SpeculativeSettings(args.speculative, args.n_max, 0, args.p_min,
                                       depth="adaptive" if args.adaptive else "fixed",
@@ -126,32 +131,15 @@ def profile_path(args: argparse.Namespace) -> str | None:
         return None
 
 
-def choose_parallel(args: argparse.Namespace) -> tuple[int, str]:
-    """``--parallel`` when not given (engine/store/parallel_fit.py), and a line saying why. The default model is
-    assembled first where it is not yet (the worker would do it as it loads)."""
-    from engine.default_model import default_model_path
-    from engine.errors import ModelFileError
-    from engine.store.parallel_fit import DEFAULT_PARALLEL, default_parallel
-
-    try:
-        path = args.model or str(default_model_path())
-    except ModelFileError as exc:  # the worker's load says it again, with what to do
-        return DEFAULT_PARALLEL, f"{DEFAULT_PARALLEL} requests at once (memory not estimated: {exc})"
-    return default_parallel(path, n_ctx=args.ctx, sidecar=args.sidecar)
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     from engine.server import api_key
     from engine.server.runner import bind, serve_forever
 
-    parallel_line = None
-    if args.parallel is None:
-        args.parallel, parallel_line = choose_parallel(args)
     # MTP_STUDIO_API_KEY keeps the key out of the process list, where --api-key shows
     key = args.api_key or os.environ.get("MTP_STUDIO_API_KEY") or (
         None if C.is_loopback(args.host) else api_key.get_key())
     config = C.ServerConfig(host=args.host, port=args.port, api_key=key, model_id=args.alias,
-                            cors_origins=tuple(args.cors_origin), max_queue=args.queue, parallel=args.parallel,
+                            cors_origins=tuple(args.cors_origin), max_queue=args.queue, parallel=args.parallel or 1,
                             queue_timeout_s=args.queue_timeout, request_timeout_s=args.timeout,
                             max_body_bytes=args.max_body, strict_model=args.strict_model,
                             local_images=args.allow_local_images)
@@ -179,10 +167,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     link, line = start_link(args)
     model = link.model()  # type: ignore[attr-defined]
+    config = replace(config, parallel=model.n_seq)  # --parallel, or what the worker found fits
     print(f"model: {model.path} ({model.architecture}, MTP {model.mtp})", file=sys.stderr)
     print(line, file=sys.stderr)
-    if parallel_line:
-        print(parallel_line, file=sys.stderr)
+    if model.parallel_reason:
+        print(model.parallel_reason, file=sys.stderr)
     url = replace(config, port=sock.getsockname()[1]).base_url
     print(f"serving {url}  (API key {'required' if key else 'not required'}); Ctrl+C stops",
           file=sys.stderr, flush=True)

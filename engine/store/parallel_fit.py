@@ -6,17 +6,19 @@ llama-server decodes 4 requests at once by default; agents, their sub-agents and
 send several, and the app's chat and its local server share one worker. Ours gives each sequence
 ``n_ctx`` tokens of its own (no request fails because others filled a shared pool), so 4 sequences hold 4
 times the KV cache: the default is 4 where that fits in memory beside the model, else 2, else 1. The
-estimate is read from the GGUF header (engine/store/fit.py), before llama.cpp loads anything; it counts
-RAM, not a GPU's own memory, so the worker loads one sequence where Auto's do not fit there
-(engine/worker/server.py, ``Worker._session``).
+estimate is read from the GGUF header (engine/store/fit.py), before llama.cpp loads anything. With layers
+offloaded to a GPU (:class:`DeviceMemory`), the offloaded share of the weights, KV cache and recurrent state
+and the compute buffers must fit in the GPU's own free memory, and the rest in RAM. Where the estimate is
+still wrong, the worker loads one sequence (engine/worker/server.py, ``Worker._session``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import ModelFileError
-from engine.store.fit import estimates
+from engine.store.fit import MemoryEstimate, estimates
 
 AUTO = 0  # LoadOptions.parallel: as many as fit, up to DEFAULT_PARALLEL
 DEFAULT_PARALLEL = 4
@@ -24,13 +26,29 @@ CHOICES = (4, 2, 1)
 SHARE = 0.8  # of the memory available now, at most (fit.py's "tight" above it)
 
 
+@dataclass(frozen=True)
+class DeviceMemory:
+    """The GPU side of a load: ``free`` bytes on the devices llama.cpp offloads to (their sum: layers are split
+    across them), ``share`` of the model's layers offloaded (1.0: all), ``name`` for the line."""
+
+    free: int
+    share: float
+    name: str = "the GPU"
+
+    def need(self, e: MemoryEstimate) -> float:
+        """What the device holds of ``e``: its share of what lives per layer, and the compute buffers (llama.cpp
+        reserves them on the device that runs the offloaded layers)."""
+        return self.share * (e.weights + e.kv_cache + e.recurrent + e.mtp_context) + e.compute
+
+
 def default_parallel(path: str | Path, *, n_ctx: int, sidecar: str | Path | None = None,
-                     available: int | None = None) -> tuple[int, str]:
+                     available: int | None = None, device: DeviceMemory | None = None) -> tuple[int, str]:
     """The sequences to load ``path`` with, and a line saying why.
 
-    ``available``: bytes of memory to fit in (default: what this machine has free now). Where the
-    estimate cannot be made (memory unknown, a header it cannot read) it is :data:`DEFAULT_PARALLEL`, as
-    llama-server's: the load itself then says what does not fit.
+    ``available``: bytes of memory to fit in (default: what this machine has free now). ``device``: the
+    GPU's, where layers are offloaded: both must hold their part. Where the estimate cannot be made
+    (memory unknown, a header it cannot read) it is :data:`DEFAULT_PARALLEL`, as llama-server's: the load
+    itself then says what does not fit.
     """
     try:  # one read of the headers for every count (each read of a real vocabulary's header takes ~0.2 s)
         sized = estimates(path, [n_ctx * n for n in CHOICES], sidecar=sidecar, available=available)
@@ -40,14 +58,29 @@ def default_parallel(path: str | Path, *, n_ctx: int, sidecar: str | Path | None
     if free is None:
         return DEFAULT_PARALLEL, f"{DEFAULT_PARALLEL} requests at once (free memory unknown)"
     budget = SHARE * free
+    on_device = device is not None and device.share > 0
+    device_budget = SHARE * device.free if on_device else 0.0
+
+    def fits(e: MemoryEstimate) -> bool:
+        if not on_device:
+            return e.total <= budget
+        gpu = device.need(e)
+        return gpu <= device_budget and e.total - gpu <= budget
+
+    def described(e: MemoryEstimate) -> str:
+        if not on_device:
+            return f"~{_size(e.total)}"
+        gpu = device.need(e)
+        return f"~{_size(gpu)} on {device.name} and ~{_size(e.total - gpu)} in RAM"
+
     # the most sequences that fit; one even where nothing does (the load then says so)
-    n, need = next(((more, e.total) for more, e in zip(CHOICES, sized, strict=True) if e.total <= budget),
-                   (1, sized[-1].total))
+    n, chosen = next(((more, e) for more, e in zip(CHOICES, sized, strict=True) if fits(e)), (1, sized[-1]))
     if n == DEFAULT_PARALLEL:
-        why = f"{n} sequences of {n_ctx} tokens need ~{_size(need)}"
+        why = f"{n} sequences of {n_ctx} tokens need {described(chosen)}"
     else:
-        why = (f"{DEFAULT_PARALLEL} sequences of {n_ctx} tokens would not fit in {_size(budget)}; "
-               f"{n} need ~{_size(need)}")
+        room = f"{_size(device_budget)} of {device.name}'s memory and {_size(budget)} of RAM" if on_device \
+            else _size(budget)
+        why = f"{DEFAULT_PARALLEL} sequences of {n_ctx} tokens would not fit in {room}; {n} need {described(chosen)}"
     return n, f"{n} request{'s' if n > 1 else ''} at once ({why}; --parallel N to choose)"
 
 

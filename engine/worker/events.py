@@ -54,6 +54,7 @@ class ModelInfo:
     n_threads_draft: int = 0  # threads of the MTP draft context
     draft_vocab: int = 0  # token ids the MTP head drafts among (LoadOptions.draft_vocab; n_vocab: all)
     n_seq: int = 1  # sequences loaded: replies decoded at once
+    parallel_reason: str = ""  # why that many, where the load chose them (LoadOptions.parallel 0)
     has_chat_template: bool = False
     mtp: str = "off"  # off | single | chained
     mtp_heads: int = 0

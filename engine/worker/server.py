@@ -277,8 +277,9 @@ class Worker:
 
     @staticmethod
     def _session(plan: Any) -> Any:
-        """The session for ``plan``. Sequences chosen by what fits in RAM (``parallel_auto``) may not fit a
-        GPU's own memory, which the estimate does not count: a load refused with several is tried with one."""
+        """The session for ``plan``. Sequences chosen by what fits (``parallel_auto``) may still not fit where
+        the estimate is wrong (a GPU's buffers it does not model): a load refused with several is tried with
+        one."""
         from dataclasses import replace
 
         from engine.errors import ContextError
@@ -290,7 +291,8 @@ class Worker:
             if not plan.parallel_auto or plan.options.parallel == 1:
                 raise
             say(f"worker: {plan.options.parallel} sequences did not load ({exc}); loading one")
-            one = replace(plan, options=replace(plan.options, parallel=1))
+            one = replace(plan, options=replace(plan.options, parallel=1),
+                          parallel_reason=f"1 request at once ({plan.options.parallel} did not load: {exc})")
             return Session(one.options, one)
 
     def _on_native_abort(self, message: str) -> None:

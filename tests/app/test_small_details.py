@@ -105,3 +105,11 @@ def test_the_status_bar_names_a_cut_draft_vocabulary_and_the_replies_at_once():
     assert model_text(cut) == "qwen.gguf · MTP: 1 head"  # the bar stays short: the window fits small screens
     assert model_details(cut) == ("/m/qwen.gguf\nThe MTP head drafts among the first 32,768 of 151,936 tokens.\n"
                                   "Decodes 4 replies at once (the chat's and the local server's).")
+    auto = ModelInfo(path="/m/qwen.gguf", architecture="qwen35", n_seq=2,
+                     parallel_reason="2 requests at once (4 sequences of 4096 tokens would not fit in 6.0 GiB of "
+                                     "NVIDIA GeForce RTX 4060's memory and 20.0 GiB of RAM; 2 need ~5.2 GiB on "
+                                     "NVIDIA GeForce RTX 4060 and ~0.3 GiB in RAM; --parallel N to choose)")
+    assert model_details(auto).splitlines()[-1] == (
+        "Replies at once (Auto): 2 requests at once (4 sequences of 4096 tokens would not fit in 6.0 GiB of NVIDIA "
+        "GeForce RTX 4060's memory and 20.0 GiB of RAM; 2 need ~5.2 GiB on NVIDIA GeForce RTX 4060 and ~0.3 GiB in "
+        "RAM)")

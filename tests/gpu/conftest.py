@@ -25,9 +25,9 @@ GPU_BACKENDS = ("vulkan", "cuda", "metal", "rocm")
 
 def gpu_devices() -> list[dict]:
     """The engine's devices that are not the CPU (ggml's backend registry)."""
-    from engine.hardware.probe import _engine_devices
+    from engine.hardware.probe import engine_devices
 
-    devices, _offload = _engine_devices()
+    devices, _offload = engine_devices()
     return [asdict(d) for d in devices if d.is_gpu]
 
 

@@ -11,16 +11,20 @@ device's work (``llama_decode`` only submits it; engine/runtime/context.py).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
 import pytest
 
 from engine.generation import identity
-from engine.generation.session import Session
+from engine.generation.generator import GenerateRequest, generate
+from engine.generation.parallel import generate_together
+from engine.generation.session import LoadOptions, Session
 from engine.runtime import Batch, native
 from engine.speculative.rollback import ON_DEVICE, PARTIAL_ONLY, TargetRollback
-from tests.engine import conftest
+from engine.speculative.settings import SPECULATION_OFF, mtp
+from tests.engine import conftest, test_draft_vocab, test_parallel
 from tests.engine.conftest import synth
 from tests.gpu.conftest import ALL_LAYERS
 
@@ -149,3 +153,61 @@ def test_phase_timings_include_the_device_work():
         assert phases["verify"] / rounds > phases["sampling"] / rounds, phases
     finally:
         session.close()
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "qwen35", "deepseek2"])
+def test_a_cut_draft_vocabulary_on_the_device(arch, monkeypatch):
+    """Patch 0008 multiplies only the first n rows of the head's LM head: on the device, every output row of
+    the cut head is the whole head's first n (-inf past them), drafts stay below n, and output is plain
+    decoding's (tests/engine/test_draft_vocab.py on the CPU)."""
+    path = str(test_draft_vocab.model_152k(arch).path("combined"))
+    n_draft, prompt = test_draft_vocab.N_DRAFT, test_draft_vocab.PROMPT
+    with Session(LoadOptions(path=path, n_ctx=512, n_gpu_layers=ALL_LAYERS)) as session:
+        plain = generate(session, GenerateRequest(prompt=prompt, max_tokens=32, speculative=SPECULATION_OFF,
+                                                  record_margins=True))
+        noise = identity.measure_noise(session)
+    with Session(LoadOptions(path=path, n_ctx=512, n_gpu_layers=ALL_LAYERS, draft_vocab=n_draft)) as session:
+        assert session.mtp_drafter.ctx.draft_vocab == n_draft
+        shadow = test_draft_vocab.Shadow(session.mtp_drafter.ctx, monkeypatch)
+        try:
+            drafted = generate(session, GenerateRequest(prompt=prompt, max_tokens=32, speculative=mtp(3),
+                                                        record_drafts=True))
+        finally:
+            shadow.close()
+    verdict = identity.classify(plain.tokens, plain.margins, drafted.tokens, noise)
+    assert verdict.acceptable, verdict.describe()
+    assert shadow.rows >= drafted.stats.drafted > 0 and shadow.past > 0
+    assert all(t < n_draft for d in drafted.drafts_per_round for t in d)
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "qwen35"])
+def test_several_sequences_in_one_batch_on_the_device(arch):
+    """Three sequences, two joining while the first runs, each with MTP: each one's output and drafts are what
+    it gives alone on the device (tests/engine/test_parallel.py on the CPU; qwen35 rolls back per-sequence
+    recurrent state)."""
+    path = str(synth(arch, "mixed", agree=0.7, reads="hidden").path())
+    reqs = test_parallel.requests(mtp(3), n=3)
+    with Session(LoadOptions(path=path, n_ctx=512 * 3, n_gpu_layers=ALL_LAYERS)) as session:
+        solo = [generate(session, replace(r, record_margins=True)) for r in reqs]
+        noise = identity.measure_noise(session)
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=3, n_gpu_layers=ALL_LAYERS)) as session:
+        together = generate_together(session, reqs, starts=[0, 2, 4])
+    for s, t in zip(solo, together, strict=True):
+        test_parallel.same_as_alone(s, t, noise)
+    assert sum(t.stats.rounds for t in together) > 0
+
+
+def test_auto_replies_at_once_counts_the_devices_own_memory(gpu_device):
+    """With every layer offloaded, "Replies at once: Auto" weighs the device's free memory (as ggml reports it)
+    for the offloaded share, and RAM for the rest; the session loads what it chose."""
+    from engine.generation.load_plan import LoadPlan, device_memory
+
+    path = str(synth("glm4moe", "mixed", agree=0.7, reads="hidden").path())
+    options = LoadOptions(path=path, n_ctx=512, parallel=0, n_gpu_layers=ALL_LAYERS)
+    plan = LoadPlan.read(options)
+    device = device_memory(plan.options, plan.facts)
+    assert device is not None and device.share == 1.0 and device.free > 0
+    assert f"on {device.name} and" in plan.parallel_reason, plan.parallel_reason
+    with Session(plan.options, plan) as session:
+        assert session.n_seq == plan.options.parallel == 4  # a tiny model: four fit on any device
+        assert session.describe()["parallel_reason"] == plan.parallel_reason

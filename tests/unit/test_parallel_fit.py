@@ -1,12 +1,14 @@
 """How many sequences a load holds when nobody chose (engine/store/parallel_fit.py): 4 where their KV cache
-fits, else 2, else 1."""
+fits (in RAM, and in a GPU's own memory for the layers offloaded to it), else 2, else 1."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
 from engine.store.fit import estimate
-from engine.store.parallel_fit import DEFAULT_PARALLEL, SHARE, default_parallel
+from engine.store.parallel_fit import DEFAULT_PARALLEL, SHARE, DeviceMemory, default_parallel
 from engine.synth import SynthModel, SynthSpec
 
 N_CTX = 4096
@@ -34,6 +36,51 @@ def test_the_most_sequences_whose_kv_cache_fits(model, fits):
         assert "would not fit" in line
 
 
+@pytest.mark.parametrize("fits", [2, 1])
+def test_with_layers_on_a_gpu_its_own_memory_limits_the_sequences(model, fits):
+    """RAM to spare, but the GPU holds the KV cache of every offloaded layer: its free memory decides."""
+    whole = DeviceMemory(free=1, share=1.0, name="Test GPU")
+    e = estimate(model, n_ctx=N_CTX * fits, available=1)
+    gpu_free = int(whole.need(e) / SHARE) + 1
+    n, line = default_parallel(model, n_ctx=N_CTX, available=10**12,
+                               device=DeviceMemory(free=gpu_free, share=1.0, name="Test GPU"))
+    assert n == fits, line
+    assert "would not fit in" in line and "of Test GPU's memory" in line and " in RAM" in line
+    # the same GPU with half the layers left on the CPU holds less of each sequence: more fit
+    half, _ = default_parallel(model, n_ctx=N_CTX, available=10**12,
+                               device=DeviceMemory(free=gpu_free, share=0.5, name="Test GPU"))
+    assert half >= n
+    # and RAM alone (as before GPUs were counted) would have taken 4
+    assert default_parallel(model, n_ctx=N_CTX, available=10**12)[0] == DEFAULT_PARALLEL
+
+
+def test_layers_on_a_gpu_still_need_ram_for_the_rest(model):
+    e = estimate(model, n_ctx=N_CTX * 4, available=1)
+    device = DeviceMemory(free=10**12, share=0.5, name="Test GPU")
+    host = e.total - device.need(e)
+    assert 0 < host < e.total
+    assert default_parallel(model, n_ctx=N_CTX, available=int(host / SHARE) + 1, device=device)[0] == 4
+    assert default_parallel(model, n_ctx=N_CTX, available=int(host / SHARE) - 1, device=device)[0] < 4
+
+
+def test_the_gpu_line_says_where_the_memory_goes(model):
+    n, line = default_parallel(model, n_ctx=N_CTX, available=10**12,
+                               device=DeviceMemory(free=10**12, share=1.0, name="Test GPU"))
+    assert n == 4 and re.search(r"need ~[\d.]+ [MG]iB on Test GPU and ~[\d.]+ [MG]iB in RAM", line), line
+
+
+def test_no_layers_offloaded_or_no_gpu_is_ram_only(model):
+    """On this CPU engine the load plan finds no GPU to count, whatever --gpu-layers says."""
+    from engine.generation.load_plan import device_memory
+    from engine.gguf.facts import read_facts
+    from engine.load_options import LoadOptions
+
+    facts = read_facts(model)
+    assert device_memory(LoadOptions(path=model, n_gpu_layers=0), facts) is None
+    assert device_memory(LoadOptions(path=model, n_gpu_layers=-1), facts) is None  # a CPU build lists no GPU
+    assert device_memory(LoadOptions(path=model, n_gpu_layers=-1, rpc=("127.0.0.1:50052",)), facts) is None
+
+
 def test_one_sequence_even_where_nothing_fits(model):
     n, line = default_parallel(model, n_ctx=N_CTX, available=1)
     assert n == 1, line
@@ -52,13 +99,13 @@ def test_a_load_asking_for_auto_gets_what_fits_and_says_it_chose(model):
 
     plan = LoadPlan.read(LoadOptions(path=model, n_ctx=N_CTX, parallel=0))
     assert plan.parallel_auto and plan.options.parallel == default_parallel(model, n_ctx=N_CTX)[0]
+    assert plan.parallel_reason.startswith(f"{plan.options.parallel} request")
     chosen = LoadPlan.read(LoadOptions(path=model, n_ctx=N_CTX, parallel=3))
-    assert not chosen.parallel_auto and chosen.options.parallel == 3
+    assert not chosen.parallel_auto and chosen.options.parallel == 3 and chosen.parallel_reason == ""
 
 
 def test_sequences_auto_chose_that_do_not_load_are_tried_as_one(model, monkeypatch):
-    """The estimate counts RAM, not a GPU's own memory: a refused context with Auto's sequences loads one
-    (caused here by a session that refuses more than one; a real GPU's refusal cannot be caused on this CPU)."""
+    """Where the estimate is wrong, a refused context with Auto's sequences loads one (caused here by a session that refuses more than one; a real GPU's refusal cannot be caused on this CPU)."""
     from engine.errors import ContextError
     from engine.generation import session as session_module
     from engine.generation.load_plan import LoadPlan
@@ -80,6 +127,7 @@ def test_sequences_auto_chose_that_do_not_load_are_tried_as_one(model, monkeypat
     session = Worker._session(plan)
     try:
         assert asked == [plan.options.parallel, 1] and session.n_seq == 1
+        assert session.describe()["parallel_reason"].startswith(f"1 request at once ({plan.options.parallel} did not")
     finally:
         session.close()
     chosen = LoadPlan.read(LoadOptions(path=model, n_ctx=512, parallel=2))
