@@ -105,7 +105,8 @@ def test_a_load_asking_for_auto_gets_what_fits_and_says_it_chose(model):
 
 
 def test_sequences_auto_chose_that_do_not_load_are_tried_as_one(model, monkeypatch):
-    """Where the estimate is wrong, a refused context with Auto's sequences loads one (caused here by a session that refuses more than one; a real GPU's refusal cannot be caused on this CPU)."""
+    """Where the estimate is wrong, a refused context with Auto's sequences loads one (caused here by a
+    session that refuses more than one; a real GPU's refusal cannot be caused on this CPU)."""
     from engine.errors import ContextError
     from engine.generation import session as session_module
     from engine.generation.load_plan import LoadPlan
