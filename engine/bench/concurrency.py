@@ -24,9 +24,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,15 +115,42 @@ def format_acceptance(fig: LoadFigures) -> str:
     return f"{100 * fig.acceptance:.0f} %{spread}"
 
 
-def format_table(rows: list[tuple[int, str, LoadFigures, str]]) -> str:
-    """Markdown: one row per (N, server); the last column says whether the texts match the reference's."""
-    out = ["| clients | server | total tok/s | TTFT p50 | TTFT p95 | acceptance (per sequence) | "
+@dataclass
+class Repeated:
+    """One server under N clients over the run's rounds: its figures, and each round's total tokens/s over
+    the same round's first server's (ours, MTP off), run just before it. A ratio of neighbours in time holds
+    where this machine's speed drifts between rounds (by up to 1.3x within minutes here)."""
+
+    figs: list[LoadFigures]
+    ratios: list[float]
+
+    def median(self, value: Callable[[LoadFigures], float]) -> float:
+        return statistics.median(value(f) for f in self.figs)
+
+    def pooled(self) -> LoadFigures:
+        """Acceptance over every round (drafted and accepted summed), with every round's per-sequence rates
+        for the spread."""
+        first = self.figs[0]
+        return LoadFigures(first.clients, sum(f.requests for f in self.figs), sum(f.tokens for f in self.figs),
+                           sum(f.wall_s for f in self.figs), 0.0, 0.0, 0.0, sum(f.drafted for f in self.figs),
+                           sum(f.accepted for f in self.figs), [a for f in self.figs for a in f.per_sequence])
+
+
+def format_table(rows: list[tuple[int, str, Repeated, str]]) -> str:
+    """Markdown: one row per (N, server), medians over the rounds (with the range of tokens/s where there were
+    several); the ratio column is the median of each round's ratio to ours with MTP off; the last column
+    says whether the texts match the reference's."""
+    out = ["| clients | server | total tok/s | × ours off | TTFT p50 | TTFT p95 | acceptance (per sequence) | "
            "server CPU per token | texts |",
-           "|---:|---|---:|---:|---:|---|---:|---|"]
-    for n, label, fig, same in rows:
-        out.append(f"| {n} | {label} | {fig.total_tps:.1f} | {1000 * fig.ttft_p50_s:.0f} ms | "
-                   f"{1000 * fig.ttft_p95_s:.0f} ms | {format_acceptance(fig)} | {fig.cpu_ms_per_token:.1f} ms | "
-                   f"{same} |")
+           "|---:|---|---:|---:|---:|---:|---|---:|---|"]
+    for n, label, rep, same in rows:
+        tps = f"{rep.median(lambda f: f.total_tps):.1f}"
+        if len(rep.figs) > 1:
+            tps += f" ({min(f.total_tps for f in rep.figs):.0f}–{max(f.total_tps for f in rep.figs):.0f})"
+        out.append(f"| {n} | {label} | {tps} | {statistics.median(rep.ratios):.2f} | "
+                   f"{1000 * rep.median(lambda f: f.ttft_p50_s):.0f} ms | "
+                   f"{1000 * rep.median(lambda f: f.ttft_p95_s):.0f} ms | {format_acceptance(rep.pooled())} | "
+                   f"{rep.median(lambda f: f.cpu_ms_per_token):.1f} ms | {same} |")
     return "\n".join(out)
 
 
@@ -178,6 +207,14 @@ def _client_main() -> None:
         print(json.dumps(answer), flush=True)
 
 
+def _texts_over_rounds(per_round: list[str]) -> str:
+    """``texts_match`` over the rounds: ``reference``, or how many completions matched in all."""
+    counted = [x.split()[0].split("/") for x in per_round if x != "reference"]
+    if not counted:
+        return "reference"
+    return f"{sum(int(a) for a, _ in counted)}/{sum(int(b) for _, b in counted)} same"
+
+
 def _default_model() -> str:
     """The bench-size glm4moe with Qwen's vocabulary (151,936 tokens), mixed weights, a head reading the
     hidden state: the model docs/benchmarks.md's real-vocabulary figures use."""
@@ -210,30 +247,40 @@ def run(args: argparse.Namespace) -> int:
           f"{Path(model).name}; {args.threads} thread(s) per server, {args.ctx} tokens of context per sequence, "
           f"{args.requests} request(s) of {args.max_tokens} tokens per client, greedy"
           + (f", {args.parallel} sequences per server" if args.parallel else ""), flush=True)
-    rows: list[tuple[int, str, LoadFigures, str]] = []
+    rows: list[tuple[int, str, Repeated, str]] = []
     dump: list[dict[str, Any]] = []
     clients = _Clients()
     try:
         for n in counts:
             reference: dict[str, str] = {}
-            for base in configs:
-                spec = servers.ServerSpec(**{**base.__dict__, "parallel": args.parallel or n})
-                with servers.RunningServer(spec) as server:
-                    servers.complete(server.port, "warm up", 8)
-                    cpu0 = server.cpu_seconds()
-                    records, wall = clients.load(server.port, n, args.requests, args.max_tokens)
-                    cpu = server.cpu_seconds() - cpu0
-                fig = summarize(records, wall, n, cpu)
-                same = texts_match(records, reference)
-                if not reference:
-                    reference = {r["prompt"]: r["text"] for r in records}
-                rows.append((n, spec.label, fig, same))
-                dump.append({"clients": n, "server": spec.label, **fig.to_json(), "texts": same})
-                print(f"{n} client(s), {spec.label}: {fig.total_tps:.1f} tok/s, TTFT p50 "
-                      f"{1000 * fig.ttft_p50_s:.0f} ms, p95 {1000 * fig.ttft_p95_s:.0f} ms, acceptance "
-                      f"{format_acceptance(fig)}, {fig.tokens} tokens in {fig.wall_s:.1f} s, server CPU "
-                      f"{fig.cpu_ms_per_token:.1f} ms/token; texts {same}",
-                      flush=True)
+            reps = [Repeated([], []) for _ in configs]
+            sames = [[] for _ in configs]  # type: list[list[str]]
+            for round_no in range(args.rounds):  # every server once per round, in the same order
+                for i, base in enumerate(configs):
+                    spec = servers.ServerSpec(**{**base.__dict__, "parallel": args.parallel or n})
+                    with servers.RunningServer(spec) as server:
+                        servers.complete(server.port, "warm up", 8)
+                        cpu0 = server.cpu_seconds()
+                        records, wall = clients.load(server.port, n, args.requests, args.max_tokens)
+                        cpu = server.cpu_seconds() - cpu0
+                    fig = summarize(records, wall, n, cpu)
+                    same = texts_match(records, reference)
+                    if not reference:
+                        reference = {r["prompt"]: r["text"] for r in records}
+                    reps[i].figs.append(fig)
+                    reps[i].ratios.append(fig.total_tps / reps[0].figs[-1].total_tps)
+                    sames[i].append(same)
+                    dump.append({"clients": n, "server": spec.label, "round": round_no + 1, **fig.to_json(),
+                                 "texts": same})
+                    print(f"{n} client(s), {spec.label}"
+                          + (f", round {round_no + 1}" if args.rounds > 1 else "")
+                          + f": {fig.total_tps:.1f} tok/s ({reps[i].ratios[-1]:.2f}x ours off), TTFT p50 "
+                          f"{1000 * fig.ttft_p50_s:.0f} ms, p95 {1000 * fig.ttft_p95_s:.0f} ms, acceptance "
+                          f"{format_acceptance(fig)}, {fig.tokens} tokens in {fig.wall_s:.1f} s, server CPU "
+                          f"{fig.cpu_ms_per_token:.1f} ms/token; texts {same}",
+                          flush=True)
+            for base, rep, same_rounds in zip(configs, reps, sames, strict=True):
+                rows.append((n, base.label, rep, _texts_over_rounds(same_rounds)))
     finally:
         clients.close()
     print()
@@ -247,6 +294,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", nargs="?", help="a GGUF with an MTP head (default: the synthetic bench-152k glm4moe)")
     p.add_argument("--clients", default="1,2,4,8", help="comma-separated numbers of concurrent clients")
     p.add_argument("--requests", type=int, default=2, help="requests each client sends, back to back")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every server this many times per client count, in turn; the table shows medians "
+                        "and each round's ratio to ours with MTP off (a noisy machine's drift cancels)")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--ctx", type=int, default=1024, help="context per sequence, both servers")
     p.add_argument("--threads", type=int, default=1, help="threads per server")

@@ -62,9 +62,25 @@ def test_prompts_are_the_same_for_every_server_and_differ_between_clients():
 
 def test_table_has_one_row_per_server_and_count():
     fig = C.summarize([record(0, 0.05, drafted=3, accepted=3)], wall_s=1.0, clients=1, server_cpu_s=0.25)
-    table = C.format_table([(1, "ours, MTP n_max 3", fig, "reference")]).splitlines()
+    table = C.format_table([(1, "ours, MTP n_max 3", C.Repeated([fig], [1.0]), "reference")]).splitlines()
     assert len(table) == 3
-    assert table[2] == "| 1 | ours, MTP n_max 3 | 10.0 | 50 ms | 50 ms | 100 % | 25.0 ms | reference |"
+    assert table[2] == "| 1 | ours, MTP n_max 3 | 10.0 | 1.00 | 50 ms | 50 ms | 100 % | 25.0 ms | reference |"
+
+
+def test_rounds_give_medians_the_range_and_the_median_of_paired_ratios():
+    """Three rounds of one server: the median tokens/s with its range, the median of each round's ratio to
+    ours-off (not the ratio of medians), acceptance summed over the rounds with every sequence's spread."""
+    figs = [C.summarize([record(0, ttft, drafted=4, accepted=acc), record(1, ttft, drafted=4, accepted=2)],
+                        wall_s=wall, clients=2, server_cpu_s=0.1)
+            for ttft, acc, wall in ((0.05, 4, 1.0), (0.07, 3, 2.0), (0.06, 1, 0.5))]
+    rep = C.Repeated(figs, [1.2, 0.9, 1.05])
+    (row,) = C.format_table([(2, "ours, MTP n_max 3 adaptive", rep, "12/12 same")]).splitlines()[2:]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    tps = sorted(f.total_tps for f in figs)
+    assert cells[2] == f"{tps[1]:.1f} ({tps[0]:.0f}–{tps[2]:.0f})"
+    assert cells[3] == "1.05" and cells[4] == "60 ms"
+    assert cells[6] == "58 % (25–100)"  # (4+2 + 3+2 + 1+2) / 24, per-sequence rates from 1/4 to 4/4
+    assert C._texts_over_rounds(["reference", "6/6 same", "5/6 same"]) == "11/12 same"
 
 
 def test_draft_counts_prefer_our_extension_and_fall_back_to_llama_servers_timings():
