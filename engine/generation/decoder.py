@@ -226,16 +226,17 @@ class Decoder:
                                               lambda: [*self.kept[-request.sampling.repeat_last_n - 1:], self.id_last])
 
     def prefill(self, tokens: list[int], on_prefill: PrefillCallback | None, should_stop: Callable[[], bool],
-                pictures: vision.ImagePrompt | None = None) -> None:
+                pictures: vision.ImagePrompt | None = None, *, shared: bool = False) -> None:
         """Decode the prompt (what the context already holds is reused), then sample the first token.
 
         ``pictures``: the prompt has images; it is decoded by :func:`vision.prefill` instead, from an
-        empty context, and the loop goes on from its positions."""
+        empty context (``shared``: only this decoder's sequence is emptied, the others' cells stay: a
+        multi-sequence engine), and the loop goes on from its positions."""
         t0 = time.perf_counter()
         held = self.request.hold_last_prompt_token and len(tokens) > 1 and pictures is None
         prefill = tokens[:-1] if held else tokens
         if pictures is not None:
-            cancelled = self._prefill_pictures(pictures, on_prefill, should_stop)
+            cancelled = self._prefill_pictures(pictures, on_prefill, should_stop, self.seq if shared else None)
         else:
             reused, self.kept, cancelled = _prefill(self.session, self.drafter, self.spec, prefill, self.batch,
                                                     on_prefill, should_stop)
@@ -254,8 +255,9 @@ class Decoder:
             self.out.push(self.id_last, False, self.margin(row), self.logprob(row, self.id_last))
 
     def _prefill_pictures(self, pictures: vision.ImagePrompt, on_prefill: PrefillCallback | None,
-                          should_stop: Callable[[], bool]) -> bool:
-        """Decode a prompt with images; positions run apart from cells from here on. Whether cancelled."""
+                          should_stop: Callable[[], bool], seq: int | None) -> bool:
+        """Decode a prompt with images (into sequence ``seq`` alone; None: the whole context); positions run
+        apart from cells from here on. Whether cancelled."""
         assert self.session.projector is not None  # vision.render_request checked it
         self.pictured = True
         self.session.prefix.forget()  # it cannot describe image rows
@@ -265,7 +267,7 @@ class Decoder:
         mtp = ImageCatchUp(self.drafter, self.request.image_rows) if isinstance(self.drafter, MTPDrafter) else None
         with self.session.projector.tokenize(pictures.text, pictures.images,
                                              add_special=pictures.add_special) as chunks:
-            done = vision.prefill(self.target, chunks, self.batch, on_prefill, should_stop, mtp)
+            done = vision.prefill(self.target, chunks, self.batch, on_prefill, should_stop, mtp, seq)
         self.sampler.accept_prompt(done.text_tokens)
         self.stats.prompt_tokens = done.n_cells
         self.pos0, self.cells_past_pos = done.n_pos, done.n_cells - done.n_pos

@@ -102,9 +102,13 @@ class ImagePrefill:
 
 def prefill(target: Context, prompt: PromptChunks, batch: Batch,
             on_prefill: Callable[[int, int], None] | None = None,
-            should_stop: Callable[[], bool] = lambda: False, mtp: ImageCatchUp | None = None) -> ImagePrefill:
+            should_stop: Callable[[], bool] = lambda: False, mtp: ImageCatchUp | None = None,
+            seq: int | None = None) -> ImagePrefill:
     """Decode ``prompt`` into an emptied ``target``: text chunks in pieces of ``n_batch`` at consecutive
     positions, image chunks through the projector at the positions mtmd lays out.
+
+    ``seq``: the sequence of a multi-sequence context to decode into (only it is emptied; the others'
+    cells stay); None: the whole context is emptied and the prompt goes to sequence 0.
 
     ``mtp``: the MTP context catches up on every piece the target decodes, text rows as in a text
     prefill, image rows as ``mtp.mode`` says (engine/speculative/mtp_images.py).
@@ -118,7 +122,11 @@ def prefill(target: Context, prompt: PromptChunks, batch: Batch,
                            f"{target.n_ctx}. Send fewer or smaller images, or raise the context size.")
     if not prompt.chunks or prompt.chunks[-1].kind == IMAGE:
         raise ContextError("A prompt must end with text after its last image; the reply starts from it.")
-    target.clear()
+    if seq is None:
+        target.clear()
+        seq = 0
+    else:
+        target.seq_clear(seq)
     out = ImagePrefill()
     total = prompt.n_tokens
     if on_prefill is not None:
@@ -126,14 +134,14 @@ def prefill(target: Context, prompt: PromptChunks, batch: Batch,
     last_chunk = len(prompt.chunks) - 1
     for i, chunk in enumerate(prompt.chunks):
         if chunk.kind == IMAGE:
-            out.n_pos = prompt.decode_image(i, target, out.n_pos, mtp.rows if mtp is not None else None)
+            out.n_pos = prompt.decode_image(i, target, out.n_pos, mtp.rows if mtp is not None else None, seq)
         else:
             for start in range(0, len(chunk.tokens), target.n_batch):
                 piece = chunk.tokens[start:start + target.n_batch]
                 batch.clear()
                 for k, tok in enumerate(piece):
                     last = i == last_chunk and start + k == len(chunk.tokens) - 1
-                    batch.add(tok, out.n_pos + k, last)
+                    batch.add(tok, out.n_pos + k, last, seq)
                 target.decode(batch)
                 if mtp is not None:
                     mtp.drafter.process(piece, out.n_pos)

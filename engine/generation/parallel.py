@@ -38,7 +38,9 @@ draft steps costing a part per step and a part per sequence in them
 What that model misses (Python around each round, resumes) a gate catches:
 whole steps are timed with the policy's drafting and with none, per number of
 sequences, and the better kept (adaptive/batch_gate.py).
-A request with images runs alone (the worker drains the batch first).
+A request with images has its prompt decoded as it arrives, into its own
+sequence (the others wait for that one decode of its text and image chunks),
+and then decodes with them; its MTP lane catches up on the image's rows.
 """
 
 from __future__ import annotations
@@ -49,9 +51,10 @@ from dataclasses import dataclass
 
 from engine.errors import ContextError
 from engine.generation import chat_template
+from engine.generation import images as vision
 from engine.generation.decoder import Decoder, Round, ended_early, request_sampler
 from engine.generation.output import Output
-from engine.generation.prompt import render_request
+from engine.generation.prompt import max_prompt_chars, render_request
 from engine.generation.request import (
     GenerateRequest,
     GenerateResult,
@@ -69,7 +72,7 @@ from engine.speculative.adaptive.batch import SharedSteps, choose_depths, entry_
 from engine.speculative.adaptive.batch_gate import DraftingGate
 from engine.speculative.drafter import Drafter
 from engine.speculative.mtp import MTPDrafter, settle_together
-from engine.speculative.settings import MAX_DRAFT
+from engine.speculative.settings import MAX_DRAFT, MTP, SPECULATION_OFF, SpeculativeSettings
 from engine.speculative.stats import GenerationStats
 
 # Adaptive depth's entry costs (_entries): the rounds a lane keeps drafting once it starts, before any was
@@ -181,15 +184,26 @@ class ParallelGenerator:
         request, session = job.request, self.session
         if request.hold_last_prompt_token:
             raise ContextError("hold_last_prompt_token is a single-sequence benchmark option")
-        asked = request.speculative.for_sampling(request.sampling.greedy)
+        # after an image only the MTP head drafts (it catches up on the image's rows; docs/vision.md)
+        pictured = vision.has_images(request)
+        asked = SPECULATION_OFF if pictured and request.speculative.mode != MTP else \
+            request.speculative.for_sampling(request.sampling.greedy)
+        pictures = None
         try:
             if job.should_stop():
                 raise chat_template.RenderCancelled()
-            tokens, prompt_mode, opens_thinking = render_request(session, request, job.should_stop)
+            if pictured:  # rendered here, decoded below into its sequence alone
+                pictures = vision.render_request(session, request, job.should_stop,
+                                                 max_prompt_chars(self.target.n_ctx))
+                tokens, prompt_mode, opens_thinking = [], pictures.mode, pictures.opens_thinking
+            else:
+                tokens, prompt_mode, opens_thinking = render_request(session, request, job.should_stop)
         except chat_template.RenderCancelled:
             stats = GenerationStats(settings=asked.limited_to(session.max_draft))
             job.result = ended_early(stats, "cancelled", chat_template.COMPLETION, job.on_stats)
             return None
+        if pictures is not None:
+            return self._start_pictured(job, pictures, asked, prompt_mode, opens_thinking)
         tokens = tokens or [session.model.bos]
         if len(tokens) + 1 >= self.target.n_ctx:
             raise ContextError(f"The prompt has {len(tokens)} tokens; a sequence holds {self.target.n_ctx}. "
@@ -218,6 +232,35 @@ class ParallelGenerator:
         if job.on_prefill is not None:
             job.on_prefill(0, len(tokens) - reused)
         return _Running(job, decoder, tokens, prompt_mode, cursor=reused, reused=reused)
+
+    def _start_pictured(self, job: Job, pictures: vision.ImagePrompt, asked: SpeculativeSettings,
+                        prompt_mode: str, opens_thinking: bool) -> _Running | None:
+        """A request with images: its prompt is decoded now, into its sequence alone (image chunks through the
+        projector, at mtmd's positions; the MTP lane catches up on every row, image rows exactly), while the
+        other sequences wait; then it decodes with them. Its sequence then holds nothing a later prompt reuses
+        (positions run apart from cells after an image)."""
+        request, session = job.request, self.session
+        seq = job.seq = self.sequences.take([])
+        spec, drafter, policy = self.sequences.speculation(asked, seq)
+        policy.new_reply(drafter.shadow_probes)
+        stats = GenerationStats(settings=spec, rollback=session.rollback_strategy if spec.enabled else "none")
+        if request.max_tokens <= 0:
+            job.result = ended_early(stats, "length", prompt_mode, job.on_stats)
+            return None
+        out = Output(session.model, request.stop, request.max_tokens, request.split_reasoning, job.on_text,
+                     job.on_reasoning, opens_thinking, job.on_text_logprobs)
+        sampler = request_sampler(session, request, [], opens_thinking)
+        drafter.guide = sampler.draft_guide() if request.guided_drafts else None
+        drafter.draft_margins = [] if request.record_drafts else None
+        decoder = Decoder(session, request, spec, drafter, policy, sampler, out, stats, seq=seq)
+        try:
+            decoder.prefill([], job.on_prefill, job.should_stop, pictures, shared=True)
+        except BaseException:
+            sampler.close()
+            raise
+        if isinstance(drafter, MTPDrafter) and not drafter.fold:
+            drafter.defer = True  # as _start says
+        return _Running(job, decoder, [], prompt_mode)
 
     # -- running --------------------------------------------------------------
     def step(self) -> list[Job]:
@@ -517,7 +560,7 @@ class ParallelGenerator:
             try:
                 if r.job.error is None:
                     r.job.result = d.finish(r.prompt_mode, r.job.on_stats, keep_prefix=False)
-                    held = d.kept  # the next request on this sequence may start from it
+                    held = None if d.pictured else d.kept  # the next request on this sequence may start from it
             except Exception as exc:  # a callback failed while finishing
                 r.job.error = exc
             finally:

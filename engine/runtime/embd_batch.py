@@ -40,8 +40,8 @@ class EmbdBatch:
         self.n = 0
         self.n_outputs = 0
 
-    def fill(self, rows: np.ndarray, positions: np.ndarray) -> None:
-        """``rows`` (n, n_embd) at ``positions`` (n_pos, n), no outputs.
+    def fill(self, rows: np.ndarray, positions: np.ndarray, seq: int = 0) -> None:
+        """``rows`` (n, n_embd) at ``positions`` (n_pos, n) of sequence ``seq``, no outputs.
 
         Raises:
             ValueError: more rows than the batch holds, or shapes that do not match it.
@@ -53,4 +53,5 @@ class EmbdBatch:
         self.embd[:n] = rows
         flat = np.ascontiguousarray(positions, dtype=np.int32).reshape(-1)  # section-major for n rows
         ctypes.memmove(self.pos, flat.ctypes.data, 4 * flat.size)
+        np.frombuffer(self._seq, dtype=np.int32)[:n] = seq
         self.n = n

@@ -100,9 +100,10 @@ class PromptChunks:
         """Every text token, in order (what a sampler's history holds of this prompt)."""
         return [t for c in self.chunks for t in c.tokens]
 
-    def decode_image(self, index: int, target: Context, n_past: int, on_rows: RowsCallback | None = None) -> int:
-        """Encode image chunk ``index`` with the projector and decode its rows into ``target`` from
-        position ``n_past`` (M-RoPE positions as mtmd lays them out); returns the next position.
+    def decode_image(self, index: int, target: Context, n_past: int, on_rows: RowsCallback | None = None,
+                     seq: int = 0) -> int:
+        """Encode image chunk ``index`` with the projector and decode its rows into ``target``'s sequence
+        ``seq`` from position ``n_past`` (M-RoPE positions as mtmd lays them out); returns the next position.
 
         ``on_rows(embd, positions)``: called after each decoded piece with its embedding rows
         (n, n_embd) and positions (n_pos, n), while the target's outputs still hold that piece
@@ -136,7 +137,7 @@ class PromptChunks:
 
         callback = m.mtmd_helper_post_decode_callback(after_piece) if on_rows is not None \
             else m.mtmd_helper_post_decode_callback()  # NULL: no callback
-        rc = m.mtmd_helper_decode_image_chunk(ctx, target.handle, chunk, m.mtmd_get_output_embd(ctx), n_past, 0,
+        rc = m.mtmd_helper_decode_image_chunk(ctx, target.handle, chunk, m.mtmd_get_output_embd(ctx), n_past, seq,
                                               target.n_batch, ctypes.byref(new_n_past), callback, None)
         if failure:
             raise failure[0]

@@ -42,7 +42,8 @@ IMAGE_ROWS = (EXACT, SKIP, HIDDEN, EMBEDDING)
 
 
 class ImageCatchUp:
-    """Writes an image's rows into one drafter's MTP context, piece by piece as the target decodes them."""
+    """Writes an image's rows into one drafter's MTP context (its sequence: a lane of a multi-sequence
+    session writes its own), piece by piece as the target decodes them."""
 
     def __init__(self, drafter: MTPDrafter, mode: str = EXACT) -> None:
         if mode not in IMAGE_ROWS:
@@ -69,14 +70,14 @@ class ImageCatchUp:
         if self.mode != EXACT:
             if batch is None or batch.capacity < n or batch.n_pos != positions.shape[0]:
                 batch = self._batch = EmbdBatch(max(n, drafter.batch.capacity), drafter.n_embd, positions.shape[0])
-            batch.fill(inputs, positions)
+            batch.fill(inputs, positions, drafter.seq)
         first = int(positions[0].min())
         for head in range(drafter.n_heads if drafter.chained else 1):
-            drafter.ctx.seq_rm(first, -1)
+            drafter.ctx.seq_rm(first, -1, drafter.seq)
             if drafter.chained:
                 drafter.ctx.set_nextn_layer_offset(head)
             if self.mode == EXACT:
-                state_batch.decode_rows(drafter.ctx, embd, inputs, positions)
+                state_batch.decode_rows(drafter.ctx, embd, inputs, positions, drafter.seq)
             else:
                 drafter.ctx.decode(batch)  # type: ignore[arg-type]  # an EmbdBatch decodes like a Batch
         if drafter.chained:

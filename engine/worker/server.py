@@ -365,7 +365,7 @@ class Worker:
         from engine.generation.generator import generate
 
         gen = self.generate_request(request)
-        if self.session.n_seq > 1 and not gen.images:  # a multi-sequence session: others may join it
+        if self.session.n_seq > 1:  # a multi-sequence session: others may join it (images too: docs/parallel.md)
             from engine.worker.together import serve_together
 
             serve_together(self, request, gen)

@@ -5,8 +5,9 @@ request starts a :class:`~engine.generation.parallel.ParallelGenerator`; while
 it runs, the worker keeps reading its queue between steps: a generate request
 joins as soon as a sequence is free (in arrival order), a tokenize request is
 answered at once, and anything that must not run beside generations (a load,
-an unload, a request with images, shutting down) waits until every running
-one has ended, ahead of what arrives later. Each request gets exactly the
+an unload, shutting down) waits until every running one has ended, ahead of
+what arrives later. A request with images joins like any other (its prompt is
+decoded into its own sequence as it starts: engine/generation/parallel.py). Each request gets exactly the
 events it would get alone, ending with its ``done``.
 """
 
@@ -62,9 +63,8 @@ def serve_together(worker: Worker, first: GenerateRequestMsg, gen: GenerateReque
                 if request is None or isinstance(request, ShutdownRequest):
                     closing = True  # the running ones see worker.stopping() and end cancelled
                     worker.deferred.append(request)
-                elif isinstance(request, GenerateRequestMsg) and (request.images or worker.deferred):
-                    # images run alone (docs/vision.md); nothing overtakes a request that waits
-                    worker.deferred.append(request)
+                elif isinstance(request, GenerateRequestMsg) and worker.deferred:
+                    worker.deferred.append(request)  # nothing overtakes a request that waits
                 elif isinstance(request, GenerateRequestMsg):
                     try:
                         waiting.append((request, worker.generate_request(request)))

@@ -74,3 +74,33 @@ def test_a_cancelled_request_ends_alone_and_a_load_waits_for_the_running_ones(wo
     loaded = next(i for i, e in enumerate(events) if isinstance(e, P.LoadedEvent))
     assert loaded > max(events.index(done["a"]), events.index(done["b"]))  # the load waited for both
     assert done["after"].finish_reason == "length"  # served after the load, alone
+
+
+def test_a_request_with_an_image_joins_the_running_ones(worker: WorkerClient, synth_models):
+    """Sent while a text reply runs, it starts at once (its prompt decoded into its own sequence) and the two
+    interleave; each is what it gives alone."""
+    import base64
+
+    from tests.engine.test_parallel_images import QUADRANTS, files
+
+    path, mmproj = files(synth_models, "qwen35")
+    events = worker.call(P.LoadRequest(id=worker.new_id(), options=P.LoadOptions(path=path, n_ctx=1024, parallel=2,
+                                                                                 mmproj=mmproj)))
+    assert isinstance(events[-1], P.LoadedEvent) and events[-1].model.vision, events
+    pictured = f"Look at this: {P.IMAGE_MARKER} It shows"
+    with Session(LoadOptions(path=path, n_ctx=2048, mmproj=mmproj)) as session:
+        want_text = generate(session, GenerateRequest(prompt=PROMPTS[0], max_tokens=60, speculative=mtp(3))).text
+        want_image = generate(session, GenerateRequest(prompt=pictured, images=(QUADRANTS,), max_tokens=24,
+                                                       speculative=mtp(3))).text
+    worker.send(P.GenerateRequestMsg(id="t", prompt=PROMPTS[0], max_tokens=60, speculative=mtp(3)))
+    first = worker.next_event(60)
+    while not (isinstance(first, P.TokenEvent) and first.id == "t"):
+        first = worker.next_event(60)
+    worker.send(P.GenerateRequestMsg(id="i", prompt=pictured, images=[base64.b64encode(QUADRANTS).decode()],
+                                     max_tokens=24, speculative=mtp(3)))
+    events = [first, *collect(worker, {"t", "i"})]
+    done = {e.id: e for e in events if isinstance(e, P.DoneEvent)}
+    assert text(events, "t") == want_text and text(events, "i") == want_image
+    assert done["i"].stats.drafted > 0
+    order = [e.id for e in events if isinstance(e, P.TokenEvent)]
+    assert order.index("i") < len(order) - order[::-1].index("t") - 1  # the image reply came while "t" ran
