@@ -240,7 +240,7 @@ class ParallelGenerator:
         other sequences wait; then it decodes with them. Its sequence then holds nothing a later prompt reuses
         (positions run apart from cells after an image)."""
         request, session = job.request, self.session
-        seq = job.seq = self.sequences.take([])
+        seq = job.seq = self.sequences.take_least()
         spec, drafter, policy = self.sequences.speculation(asked, seq)
         policy.new_reply(drafter.shadow_probes)
         stats = GenerationStats(settings=spec, rollback=session.rollback_strategy if spec.enabled else "none")

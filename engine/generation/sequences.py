@@ -57,6 +57,13 @@ class Sequences:
         self.free.remove(seq)
         return seq
 
+    def take_least(self) -> int:
+        """The free sequence holding the fewest tokens (ties: the lowest): for a prompt that reuses nothing
+        (one with images), so that what the others hold stays for prompts that may."""
+        seq = min(self.free, key=lambda s: (len(self.memory[s].held), s))
+        self.free.remove(seq)
+        return seq
+
     def give_back(self, seq: int, held: list[int] | None = None, drafter: Drafter | None = None) -> None:
         """Sequence ``seq`` is free again, holding ``held`` (None: unknown, nothing is reused)."""
         memory = self.memory[seq]

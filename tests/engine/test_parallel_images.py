@@ -63,7 +63,8 @@ def test_requests_with_images_decode_beside_others_as_they_would_alone(synth_mod
 
 
 def test_a_sequence_that_held_an_image_is_not_reused_as_text(synth_models):
-    """After an image its cells do not match its tokens: the next request on that sequence starts empty."""
+    """After an image its cells do not match its tokens: the next request on that sequence starts empty. An
+    image request takes the free sequence holding least, leaving a text prefix for a prompt that may reuse it."""
     path, mmproj = files(synth_models, "qwen35")
     pictured = requests(mtp(2))[1]
     follow = GenerateRequest(prompt=f"Look at this: {P.IMAGE_MARKER} It shows and more", max_tokens=12,
@@ -81,8 +82,16 @@ def test_a_sequence_that_held_an_image_is_not_reused_as_text(synth_models):
         engine.add(text)
         while not engine.idle:
             engine.step()
-    assert text.seq == 0 and text.result.stats.prompt_reused == 0
-    assert text.result.tokens == alone.tokens
+        assert text.seq == 0 and text.result.stats.prompt_reused == 0
+        assert text.result.tokens == alone.tokens
+        again = Job(replace(follow, prompt=follow.prompt.replace(P.IMAGE_MARKER, "")))
+        engine.add(again)  # sequence 0 now holds a text prefix it shares
+        image = Job(pictured)
+        engine.add(image)
+        while not engine.idle:
+            engine.step()
+    assert again.seq == 0 and again.result.stats.prompt_reused > 0 and again.result.tokens == alone.tokens
+    assert image.seq == 1 and image.result.tokens == first.result.tokens
 
 
 def test_a_request_with_images_without_a_projector_fails_alone(synth_models):
