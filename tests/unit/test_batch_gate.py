@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.speculative.adaptive.batch_gate import MARGIN, REVISIT, STRETCH, DraftingGate
+from engine.speculative.adaptive.batch_gate import MARGIN, REVISIT, STRETCH, DraftingGate, band
 
 
 def run(gate: DraftingGate, n_seq: int, steps: int, policy_rate: float, plain_rate: float) -> list[bool]:
@@ -39,4 +39,19 @@ def test_a_larger_batch_starts_plain_where_a_smaller_one_found_drafting_lost():
     run(gate, 4, STRETCH * 3, policy_rate=100.0, plain_rate=130.0)
     assert gate.summary()[4][0] == "plain"
     assert run(gate, 6, STRETCH * 2, policy_rate=100.0, plain_rate=130.0) == [False] * STRETCH + [True] * STRETCH
-    assert gate.summary()[6][0] == "plain" and not gate.drafts(8) and gate.drafts(2)
+    assert gate.summary()[8][0] == "plain" and not gate.drafts(8) and gate.drafts(2)  # 6 is judged with 5-8
+
+
+def test_neighbouring_sizes_are_judged_together():
+    """Clients sending back to back move the batch between 5 and 8 sequences: one record decides for all of
+    them after two stretches, as for one size (a record per size had not decided after 8 stretches)."""
+    assert [band(n) for n in (1, 2, 3, 4, 5, 8, 9, 16)] == [1, 2, 4, 4, 8, 8, 16, 16]
+    gate = DraftingGate()
+    chosen = []
+    for step in range(STRETCH * 4):
+        n = 5 + step % 4
+        chosen.append(gate.drafts(n))
+        gate.observe(n, n, n / (100.0 if chosen[-1] else 130.0))
+    assert chosen[:2 * STRETCH] == [True] * STRETCH + [False] * STRETCH
+    assert chosen[2 * STRETCH:] == [False] * (2 * STRETCH)  # plain, for every size of the band
+    assert list(gate.summary()) == [8]

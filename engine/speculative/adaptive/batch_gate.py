@@ -14,6 +14,12 @@ so that a change (a longer context, another text) is seen. A stretch, not a
 step: a resume's cost falls on the first drafting steps after plain ones, and
 a lone step of each would charge drafting for a resume every time.
 
+Batch sizes are judged in bands (1, 2, 3-4, 5-8, 9-16, ...): clients sending
+requests back to back keep the number decoding moving by one or two as replies
+end and the next ones start, and a record per exact size split the evidence
+until no size had the 16 steps a verdict needs (8 clients on a server moved
+between 5 and 8). Neighbouring sizes cost alike; a band is measured as one.
+
 It changes only how many tokens are drafted, never which are kept: output is
 unchanged either way.
 """
@@ -43,23 +49,29 @@ class _Size:
         return tokens / seconds if seconds > 0 else None
 
 
+def band(n_seq: int) -> int:
+    """The band a batch of ``n_seq`` sequences is judged in, named by its largest size: 1, 2, 4, 8, 16, ..."""
+    return 1 << max(0, n_seq - 1).bit_length()
+
+
 class DraftingGate:
-    """Per number of sequences decoding: whether to let the batch policy draft this step (see module)."""
+    """Per band of sequences decoding: whether to let the batch policy draft this step (see module)."""
 
     def __init__(self) -> None:
-        self.sizes: dict[int, _Size] = {}
+        self.sizes: dict[int, _Size] = {}  # by band
 
     def drafts(self, n_seq: int) -> bool:
         """Whether the batch policy chooses this step's depths (else every sequence takes a plain step)."""
         return self._size(n_seq).mode == POLICY
 
     def _size(self, n_seq: int) -> _Size:
-        """A batch size's record; a new one starts plain where a smaller batch found plain steps better (more
+        """A band's record; a new one starts plain where a smaller band found plain steps better (more
         sequences make verify rows dearer, not cheaper), else with the policy."""
-        if n_seq not in self.sizes:
-            lost = any(k < n_seq and s.mode == PLAIN and s.rate(POLICY) is not None for k, s in self.sizes.items())
-            self.sizes[n_seq] = _Size(mode=PLAIN if lost else POLICY)
-        return self.sizes[n_seq]
+        key = band(n_seq)
+        if key not in self.sizes:
+            lost = any(k < key and s.mode == PLAIN and s.rate(POLICY) is not None for k, s in self.sizes.items())
+            self.sizes[key] = _Size(mode=PLAIN if lost else POLICY)
+        return self.sizes[key]
 
     def observe(self, n_seq: int, tokens: int, seconds: float) -> None:
         """A whole step of ``n_seq`` sequences made ``tokens`` in ``seconds`` in the mode :meth:`drafts` gave."""
@@ -84,5 +96,5 @@ class DraftingGate:
         size.sums[ran] = [v * FORGET for v in size.sums[ran]]  # older stretches of this mode weigh less
 
     def summary(self) -> dict[int, tuple[str, float | None, float | None]]:
-        """Per batch size: the mode in use, and the tokens/s measured with the policy and plain."""
+        """Per band (by its largest size): the mode in use, and the tokens/s measured with the policy and plain."""
         return {n: (s.mode, s.rate(POLICY), s.rate(PLAIN)) for n, s in sorted(self.sizes.items())}
