@@ -209,6 +209,39 @@ class ParallelGenerator:
             raise ContextError(f"The prompt has {len(tokens)} tokens; a sequence holds {self.target.n_ctx}. "
                                "Shorten the conversation or raise the context size.")
         seq = job.seq = self.sequences.take(tokens)  # the one holding the longest start of the prompt
+        decoder = self._decoder(job, seq, asked, tokens, prompt_mode, opens_thinking)
+        if decoder is None:
+            return None
+        reused = self.sequences.reuse(seq, tokens, decoder.spec, decoder.drafter)
+        _defer_if_unfolded(decoder.drafter)
+        decoder.kept, decoder.stats.prompt_reused = tokens[:reused], reused
+        if job.on_prefill is not None:
+            job.on_prefill(0, len(tokens) - reused)
+        return _Running(job, decoder, tokens, prompt_mode, cursor=reused, reused=reused)
+
+    def _start_pictured(self, job: Job, pictures: vision.ImagePrompt, asked: SpeculativeSettings,
+                        prompt_mode: str, opens_thinking: bool) -> _Running | None:
+        """A request with images: its prompt is decoded now, into its sequence alone (image chunks through the
+        projector, at mtmd's positions; the MTP lane catches up on every row, image rows exactly), while the
+        other sequences wait; then it decodes with them. Its sequence then holds nothing a later prompt reuses
+        (positions run apart from cells after an image)."""
+        seq = job.seq = self.sequences.take_least()
+        decoder = self._decoder(job, seq, asked, [], prompt_mode, opens_thinking)
+        if decoder is None:
+            return None
+        try:
+            decoder.prefill([], job.on_prefill, job.should_stop, pictures, shared=True)
+        except BaseException:
+            decoder.sampler.close()
+            raise
+        _defer_if_unfolded(decoder.drafter)
+        return _Running(job, decoder, [], prompt_mode)
+
+    def _decoder(self, job: Job, seq: int, asked: SpeculativeSettings, tokens: list[int], prompt_mode: str,
+                 opens_thinking: bool) -> Decoder | None:
+        """The decoder of ``job`` on sequence ``seq`` (its drafter and policy, sampler, output and statistics);
+        None where the request asks for no tokens (``job.result`` is then set)."""
+        request, session = job.request, self.session
         spec, drafter, policy = self.sequences.speculation(asked, seq)
         policy.new_reply(drafter.shadow_probes)
         stats = GenerationStats(settings=spec, rollback=session.rollback_strategy if spec.enabled else "none")
@@ -221,46 +254,7 @@ class ParallelGenerator:
         sampler = request_sampler(session, request, tokens, opens_thinking)
         drafter.guide = sampler.draft_guide() if request.guided_drafts else None
         drafter.draft_margins = [] if request.record_drafts else None
-        decoder = Decoder(session, request, spec, drafter, policy, sampler, out, stats, seq=seq)
-        reused = self.sequences.reuse(seq, tokens, spec, drafter)
-        if isinstance(drafter, MTPDrafter) and not drafter.fold:
-            # a lane that cannot fold (chained heads) defers every catch-up, and the engine decodes the lanes'
-            # backlogs together before they draft (_settle_together): per head one decode for all, not one
-            # per lane, and rejected drafts never decoded
-            drafter.defer = True
-        decoder.kept, stats.prompt_reused = tokens[:reused], reused
-        if job.on_prefill is not None:
-            job.on_prefill(0, len(tokens) - reused)
-        return _Running(job, decoder, tokens, prompt_mode, cursor=reused, reused=reused)
-
-    def _start_pictured(self, job: Job, pictures: vision.ImagePrompt, asked: SpeculativeSettings,
-                        prompt_mode: str, opens_thinking: bool) -> _Running | None:
-        """A request with images: its prompt is decoded now, into its sequence alone (image chunks through the
-        projector, at mtmd's positions; the MTP lane catches up on every row, image rows exactly), while the
-        other sequences wait; then it decodes with them. Its sequence then holds nothing a later prompt reuses
-        (positions run apart from cells after an image)."""
-        request, session = job.request, self.session
-        seq = job.seq = self.sequences.take_least()
-        spec, drafter, policy = self.sequences.speculation(asked, seq)
-        policy.new_reply(drafter.shadow_probes)
-        stats = GenerationStats(settings=spec, rollback=session.rollback_strategy if spec.enabled else "none")
-        if request.max_tokens <= 0:
-            job.result = ended_early(stats, "length", prompt_mode, job.on_stats)
-            return None
-        out = Output(session.model, request.stop, request.max_tokens, request.split_reasoning, job.on_text,
-                     job.on_reasoning, opens_thinking, job.on_text_logprobs)
-        sampler = request_sampler(session, request, [], opens_thinking)
-        drafter.guide = sampler.draft_guide() if request.guided_drafts else None
-        drafter.draft_margins = [] if request.record_drafts else None
-        decoder = Decoder(session, request, spec, drafter, policy, sampler, out, stats, seq=seq)
-        try:
-            decoder.prefill([], job.on_prefill, job.should_stop, pictures, shared=True)
-        except BaseException:
-            sampler.close()
-            raise
-        if isinstance(drafter, MTPDrafter) and not drafter.fold:
-            drafter.defer = True  # as _start says
-        return _Running(job, decoder, [], prompt_mode)
+        return Decoder(session, request, spec, drafter, policy, sampler, out, stats, seq=seq)
 
     # -- running --------------------------------------------------------------
     def step(self) -> list[Job]:
@@ -575,6 +569,14 @@ class ParallelGenerator:
         for r in self.running:
             r.job.error = error
         return self._reap()
+
+
+def _defer_if_unfolded(drafter: Drafter) -> None:
+    """After the drafter began: a lane that cannot fold (chained heads) defers every catch-up, and the engine
+    decodes the lanes' backlogs together before they draft (_settle_together): per head one decode for all,
+    not one per lane, and rejected drafts never decoded."""
+    if isinstance(drafter, MTPDrafter) and not drafter.fold:
+        drafter.defer = True
 
 
 def generate_together(session: Session, requests: list[GenerateRequest], *, starts: list[int] | None = None,
