@@ -9,9 +9,10 @@ same text); then the last prompt is sent twice, as a regenerate does.
 With ``--llama-server`` the same prompts then go, turn by turn, as streamed
 ``/v1/completions`` to ``mtp-studio serve`` and to llama.cpp's own
 ``llama-server`` (``cache_prompt`` on; built from the same patched source by
-``packaging/build_reference_driver.py --server``), one after the other, and
-their times to first token are printed side by side: both over HTTP, so
-neither is favoured by being in-process (engine/bench/servers.py).
+``packaging/build_reference_driver.py --server``), both running, each turn to
+one and then the other, and their times to first token are printed side by
+side: both over HTTP, so neither is favoured by being in-process, and a turn
+apart, so neither by the machine's drift (engine/bench/servers.py).
 
     mtp-studio bench-conversation [--model F] [--turns 20] [--mtp] [--llama-server [PATH]]
 """
@@ -19,6 +20,7 @@ neither is favoured by being in-process (engine/bench/servers.py).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass
@@ -83,12 +85,43 @@ class ServedTurns:
 def replay(spec: servers.ServerSpec, prompts: list[str], tokens: int) -> ServedTurns:
     """Send the recorded prompts to a freshly started server, one turn after the other (greedy, so its
     replies are the ones the next prompts contain and its cache holds them)."""
-    with servers.RunningServer(spec) as server:
-        servers.complete(server.port, "warm up", 4)
-        turns = [servers.complete(server.port, prompt, tokens) for prompt in prompts]
-        first = servers.complete(server.port, TWICE_PROMPT, tokens).ttft
-        second = servers.complete(server.port, TWICE_PROMPT, tokens).ttft
-    return ServedTurns(spec.label, turns, (first, second))
+    return replay_side_by_side([spec], prompts, tokens)[0]
+
+
+def replay_side_by_side(specs: list[servers.ServerSpec], prompts: list[str], tokens: int) -> list[ServedTurns]:
+    """:func:`replay` on every server at once, turn by turn: each turn goes to every server before the
+    next turn goes to any, the first server changing every turn. This machine's speed drifts by more than
+    the differences measured within minutes (docs/benchmarks.md); servers replayed one after the other
+    were compared at different times, and one turn apart they are compared at the same time. An idle
+    server costs the other nothing (both wait on a socket)."""
+    with contextlib.ExitStack() as stack:
+        running = [stack.enter_context(servers.RunningServer(spec)) for spec in specs]
+        for server in running:
+            servers.complete(server.port, "warm up", 4)
+        turns: list[list[servers.Completion]] = [[] for _ in specs]
+        for k, prompt in enumerate([*prompts, TWICE_PROMPT, TWICE_PROMPT]):
+            order = list(range(len(specs)))
+            order = order[k % len(order):] + order[:k % len(order)]
+            for i in order:
+                turns[i].append(servers.complete(running[i].port, prompt, tokens))
+    return [ServedTurns(spec.label, t[:-2], (t[-2].ttft, t[-1].ttft)) for spec, t in zip(specs, turns, strict=True)]
+
+
+def verdict(rows: list[ServedTurns]) -> str:
+    """The last server against the first, turn by turn: where each was quicker, the median ratio of their
+    TTFTs, and each one's time outside its own prompt decode (TTFT less ``timings.prompt_ms``: the
+    request's way in and the first token's way out)."""
+    ours, theirs = rows[0], rows[-1]
+    ratios = [b.ttft / a.ttft for a, b in zip(ours.turns, theirs.turns, strict=True) if a.ttft > 0]
+    quicker = sum(r > 1 for r in ratios)
+
+    def outside(r: ServedTurns) -> str:
+        ms = sorted(1000 * t.ttft - t.prompt_ms for t in r.turns)
+        return f"{statistics.median(ms):.1f} ms (range {ms[0]:.1f}-{ms[-1]:.1f})"
+
+    return (f"{ours.label} quicker at {quicker} of {len(ratios)} turns; median {theirs.label} / {ours.label} "
+            f"TTFT {statistics.median(ratios):.2f}x\n"
+            f"outside the prompt's decode, median: {ours.label} {outside(ours)}, {theirs.label} {outside(theirs)}")
 
 
 def format_served(rows: list[ServedTurns]) -> str:
@@ -158,8 +191,9 @@ def _servers(args: argparse.Namespace, path: str, prompts: list[str], mtp_on: bo
                                 binary=str(binary), extra=tuple(args.llama_server_arg))]
     print(f"\n# the same {len(prompts)} prompts over HTTP (streamed /v1/completions, cache_prompt on), "
           f"{args.threads} thread(s) each", flush=True)
-    rows = [replay(s, prompts, args.tokens) for s in specs]
+    rows = replay_side_by_side(specs, prompts, args.tokens)
     print(format_served(rows))
+    print(verdict(rows))
     for r in rows:
         first, last = r.turns[0], r.turns[-1]
         print(f"{r.label}: turn {len(r.turns)} against turn 1: {last.ttft / first.ttft:.2f}x; same prompt "

@@ -138,6 +138,20 @@ def test_the_conversation_table_puts_the_servers_side_by_side():
     assert lines[3] == "| 2 | 50 | 40 | 100 ms | 60 ms | 45 | 200 ms | 170 ms | 2.00x |"
 
 
+def test_the_conversation_verdict_counts_turns_and_the_time_outside_each_decode():
+    from engine.bench.conversation import ServedTurns, verdict
+
+    def turn(ttft: float, prompt_ms: float) -> S.Completion:
+        return S.Completion(seconds=1.0, ttft=ttft, text="t", tokens=4, prompt_tokens=50, cached=0,
+                            drafted=0, accepted=0, prompt_ms=prompt_ms)
+
+    ours = ServedTurns("ours", [turn(0.100, 90), turn(0.200, 190), turn(0.150, 141)], (0.5, 0.05))
+    theirs = ServedTurns("theirs", [turn(0.110, 107), turn(0.180, 176), turn(0.150, 147)], (0.4, 0.04))
+    assert verdict([ours, theirs]).splitlines() == [
+        "ours quicker at 1 of 3 turns; median theirs / ours TTFT 1.00x",
+        "outside the prompt's decode, median: ours 10.0 ms (range 9.0-10.0), theirs 3.0 ms (range 3.0-4.0)"]
+
+
 def test_extra_llama_server_arguments_go_last_and_name_the_row():
     spec = S.ServerSpec("llama-server", "m.gguf", binary="b", extra=("--swa-full",))
     assert S.command(spec, 9000)[-1] == "--swa-full"
