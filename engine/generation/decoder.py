@@ -97,6 +97,64 @@ def _chunks(start: int, end: int, size: int, split: int) -> list[tuple[int, int]
     return list(zip(bounds, bounds[1:], strict=False))
 
 
+class PicturedPrompt:
+    """A prompt with images being decoded into a decoder's context, a piece a :meth:`step`
+    (:class:`vision.PromptReader`: a text piece or one image); the last step samples the first token.
+    Positions run apart from cells from here on, and the prefix cache cannot describe the context.
+    The projector's chunks are held until the prompt is read; :meth:`close` gives them back however it
+    ends (a multi-sequence engine closes a reading whose request was cancelled or failed)."""
+
+    def __init__(self, decoder: Decoder, pictures: vision.ImagePrompt, on_prefill: PrefillCallback | None,
+                 should_stop: Callable[[], bool], seq: int | None) -> None:
+        session, drafter = decoder.session, decoder.drafter
+        assert session.projector is not None  # vision.render_request checked it
+        t0 = time.perf_counter()
+        self.decoder = decoder
+        decoder.pictured = True
+        session.prefix.forget()
+        drafter.begin(decoder.spec)
+        if isinstance(drafter, MTPDrafter):
+            drafter.lazy = False  # image rows are caught up exactly, after every text row before them
+        mtp = ImageCatchUp(drafter, decoder.request.image_rows) if isinstance(drafter, MTPDrafter) else None
+        self.chunks: Any = session.projector.tokenize(pictures.text, pictures.images,
+                                                      add_special=pictures.add_special)
+        try:
+            self.reader = vision.PromptReader(decoder.target, self.chunks, decoder.batch, on_prefill, should_stop,
+                                              mtp, seq)
+        except BaseException:
+            self.close()
+            raise
+        self.seconds = time.perf_counter() - t0  # its own work, not the other sequences' steps between
+
+    def step(self) -> bool:
+        """Decode the next piece; whether the prompt is read (its first token sampled) or was cancelled.
+
+        Raises:
+            ProjectorError: an image failed to encode or decode (the chunks are given back).
+        """
+        t0 = time.perf_counter()
+        try:
+            done = self.reader.step()
+        except BaseException:
+            self.close()
+            raise
+        if done:
+            self.close()
+            d, out = self.decoder, self.reader.out
+            d.sampler.accept_prompt(out.text_tokens)
+            d.stats.prompt_tokens = out.n_cells
+            d.pos0, d.cells_past_pos = out.n_pos, out.n_cells - out.n_pos
+            d.first_token(self.seconds + time.perf_counter() - t0, out.cancelled)
+        else:
+            self.seconds += time.perf_counter() - t0
+        return done
+
+    def close(self) -> None:
+        if self.chunks is not None:
+            self.chunks.close()
+            self.chunks = None
+
+
 def _prefill(session: Session, drafter: Drafter, spec: SpeculativeSettings, prefill: list[int],
              batch: Batch, on_prefill: PrefillCallback | None,
              should_stop: Callable[[], bool]) -> tuple[int, list[int], bool]:
@@ -226,52 +284,45 @@ class Decoder:
                                               lambda: [*self.kept[-request.sampling.repeat_last_n - 1:], self.id_last])
 
     def prefill(self, tokens: list[int], on_prefill: PrefillCallback | None, should_stop: Callable[[], bool],
-                pictures: vision.ImagePrompt | None = None, *, shared: bool = False) -> None:
+                pictures: vision.ImagePrompt | None = None) -> None:
         """Decode the prompt (what the context already holds is reused), then sample the first token.
 
-        ``pictures``: the prompt has images; it is decoded by :func:`vision.prefill` instead, from an
-        empty context (``shared``: only this decoder's sequence is emptied, the others' cells stay: a
-        multi-sequence engine), and the loop goes on from its positions."""
-        t0 = time.perf_counter()
-        held = self.request.hold_last_prompt_token and len(tokens) > 1 and pictures is None
-        prefill = tokens[:-1] if held else tokens
+        ``pictures``: the prompt has images; it is decoded by a :class:`PicturedPrompt` instead, from an
+        empty context, and the loop goes on from its positions."""
         if pictures is not None:
-            cancelled = self._prefill_pictures(pictures, on_prefill, should_stop, self.seq if shared else None)
-        else:
-            reused, self.kept, cancelled = _prefill(self.session, self.drafter, self.spec, prefill, self.batch,
-                                                    on_prefill, should_stop)
-            self.stats.prompt_reused = reused
-            self.pos0 = len(prefill)
+            reading = self.read_pictures(pictures, on_prefill, should_stop)
+            while not reading.step():
+                pass
+            return
+        t0 = time.perf_counter()
+        held = self.request.hold_last_prompt_token and len(tokens) > 1
+        prefill = tokens[:-1] if held else tokens
+        reused, self.kept, cancelled = _prefill(self.session, self.drafter, self.spec, prefill, self.batch,
+                                                on_prefill, should_stop)
+        self.stats.prompt_reused = reused
+        self.pos0 = len(prefill)
+        self.first_token(time.perf_counter() - t0, cancelled, tokens[-1] if held else None)
+
+    def read_pictures(self, pictures: vision.ImagePrompt, on_prefill: PrefillCallback | None,
+                      should_stop: Callable[[], bool], *, shared: bool = False) -> PicturedPrompt:
+        """The reading of a prompt with images, a piece at a time (``shared``: into this decoder's sequence
+        alone, the others' cells stay: a multi-sequence engine; else the whole context is emptied)."""
+        return PicturedPrompt(self, pictures, on_prefill, should_stop, self.seq if shared else None)
+
+    def first_token(self, prefill_s: float, cancelled: bool, held: int | None = None) -> None:
+        """The prompt is in: sample the reply's first token from its last row (``held``: the token the
+        prompt held back is id_last instead)."""
         # the drafter's catch-up on the prompt is its own phase, not prefill
-        self.stats.phase_seconds["prefill"] = time.perf_counter() - t0 - self.drafter.seconds["catch_up"]
+        self.stats.phase_seconds["prefill"] = prefill_s - self.drafter.seconds["catch_up"]
         self.stats.t_first_token = time.perf_counter()
         if cancelled:
             self.out.finish = "cancelled"
-        elif held:
-            self.id_last = tokens[-1]
+        elif held is not None:
+            self.id_last = held
         else:
             row = self.batch.n - 1
             self.id_last = self.sampler.sample(self.target.handle, row)
             self.out.push(self.id_last, False, self.margin(row), self.logprob(row, self.id_last))
-
-    def _prefill_pictures(self, pictures: vision.ImagePrompt, on_prefill: PrefillCallback | None,
-                          should_stop: Callable[[], bool], seq: int | None) -> bool:
-        """Decode a prompt with images (into sequence ``seq`` alone; None: the whole context); positions run
-        apart from cells from here on. Whether cancelled."""
-        assert self.session.projector is not None  # vision.render_request checked it
-        self.pictured = True
-        self.session.prefix.forget()  # it cannot describe image rows
-        self.drafter.begin(self.spec)
-        if isinstance(self.drafter, MTPDrafter):
-            self.drafter.lazy = False  # image rows are caught up exactly, after every text row before them
-        mtp = ImageCatchUp(self.drafter, self.request.image_rows) if isinstance(self.drafter, MTPDrafter) else None
-        with self.session.projector.tokenize(pictures.text, pictures.images,
-                                             add_special=pictures.add_special) as chunks:
-            done = vision.prefill(self.target, chunks, self.batch, on_prefill, should_stop, mtp, seq)
-        self.sampler.accept_prompt(done.text_tokens)
-        self.stats.prompt_tokens = done.n_cells
-        self.pos0, self.cells_past_pos = done.n_pos, done.n_cells - done.n_pos
-        return done.cancelled
 
     def room(self) -> int:
         """Drafts that still fit after id_last, in the reply and the context (-1: the context is full)."""

@@ -22,7 +22,7 @@ from an empty context and leaves it marked unknown.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,7 +105,24 @@ def prefill(target: Context, prompt: PromptChunks, batch: Batch,
             should_stop: Callable[[], bool] = lambda: False, mtp: ImageCatchUp | None = None,
             seq: int | None = None) -> ImagePrefill:
     """Decode ``prompt`` into an emptied ``target``: text chunks in pieces of ``n_batch`` at consecutive
-    positions, image chunks through the projector at the positions mtmd lays out.
+    positions, image chunks through the projector at the positions mtmd lays out (every piece of a
+    :class:`PromptReader` in one go).
+
+    Raises:
+        ContextError: the prompt does not fit the context, or ends with an image (no logits to sample).
+        ProjectorError: an image failed to encode or decode.
+    """
+    reader = PromptReader(target, prompt, batch, on_prefill, should_stop, mtp, seq)
+    while not reader.step():
+        pass
+    return reader.out
+
+
+class PromptReader:
+    """Decodes a prompt with images one piece a :meth:`step`: a text piece of up to ``n_batch`` tokens, or
+    one image. A multi-sequence engine runs the other sequences' steps between the pieces, so a prompt
+    with images pauses running replies for one piece at a time, not for the whole prompt
+    (engine/generation/parallel.py); alone, :func:`prefill` reads every piece at once.
 
     ``seq``: the sequence of a multi-sequence context to decode into (only it is emptied; the others'
     cells stay); None: the whole context is emptied and the prompt goes to sequence 0.
@@ -113,48 +130,79 @@ def prefill(target: Context, prompt: PromptChunks, batch: Batch,
     ``mtp``: the MTP context catches up on every piece the target decodes, text rows as in a text
     prefill, image rows as ``mtp.mode`` says (engine/speculative/mtp_images.py).
 
+    The target's logits after the last piece are the first reply token's: sample them before anything
+    else decodes.
+
     Raises:
         ContextError: the prompt does not fit the context, or ends with an image (no logits to sample).
-        ProjectorError: an image failed to encode or decode.
     """
-    if prompt.n_tokens + 1 >= target.n_ctx:
-        raise ContextError(f"The prompt has {prompt.n_tokens} tokens with its images' rows; the context holds "
-                           f"{target.n_ctx}. Send fewer or smaller images, or raise the context size.")
-    if not prompt.chunks or prompt.chunks[-1].kind == IMAGE:
-        raise ContextError("A prompt must end with text after its last image; the reply starts from it.")
-    if seq is None:
-        target.clear()
-        seq = 0
-    else:
-        target.seq_clear(seq)
-    out = ImagePrefill()
-    total = prompt.n_tokens
-    if on_prefill is not None:
-        on_prefill(0, total)
-    last_chunk = len(prompt.chunks) - 1
-    for i, chunk in enumerate(prompt.chunks):
-        if chunk.kind == IMAGE:
-            out.n_pos = prompt.decode_image(i, target, out.n_pos, mtp.rows if mtp is not None else None, seq)
+
+    def __init__(self, target: Context, prompt: PromptChunks, batch: Batch,
+                 on_prefill: Callable[[int, int], None] | None = None,
+                 should_stop: Callable[[], bool] = lambda: False, mtp: ImageCatchUp | None = None,
+                 seq: int | None = None) -> None:
+        if prompt.n_tokens + 1 >= target.n_ctx:
+            raise ContextError(f"The prompt has {prompt.n_tokens} tokens with its images' rows; the context "
+                               f"holds {target.n_ctx}. Send fewer or smaller images, or raise the context size.")
+        if not prompt.chunks or prompt.chunks[-1].kind == IMAGE:
+            raise ContextError("A prompt must end with text after its last image; the reply starts from it.")
+        if seq is None:
+            target.clear()
+            seq = 0
         else:
-            for start in range(0, len(chunk.tokens), target.n_batch):
-                piece = chunk.tokens[start:start + target.n_batch]
-                batch.clear()
-                for k, tok in enumerate(piece):
-                    last = i == last_chunk and start + k == len(chunk.tokens) - 1
-                    batch.add(tok, out.n_pos + k, last, seq)
-                target.decode(batch)
-                if mtp is not None:
-                    mtp.drafter.process(piece, out.n_pos)
-                out.n_pos += len(piece)
-            out.text_tokens.extend(chunk.tokens)
-        out.n_cells += chunk.n_tokens
+            target.seq_clear(seq)
+        self.target, self.prompt, self.batch, self.mtp, self.seq = target, prompt, batch, mtp, seq
+        self.on_prefill, self.should_stop = on_prefill, should_stop
+        self.out = ImagePrefill()
         if on_prefill is not None:
-            on_prefill(out.n_cells, total)
-        if should_stop():
-            out.cancelled = True
-            return out
-    out.last_row = batch.n - 1
-    return out
+            on_prefill(0, prompt.n_tokens)
+        self._pieces = self._read()
+
+    def step(self) -> bool:
+        """Decode the next piece; whether the prompt is now read (or was cancelled: ``out.cancelled``).
+
+        Raises:
+            ProjectorError: an image failed to encode or decode.
+        """
+        return next(self._pieces, _READ) is _READ
+
+    def _read(self) -> Iterator[None]:
+        """The pieces in order; it stops between them (a ``yield``), never after the last."""
+        out, target, batch, seq = self.out, self.target, self.batch, self.seq
+        last_chunk = len(self.prompt.chunks) - 1
+        first = True
+        for i, chunk in enumerate(self.prompt.chunks):
+            if chunk.kind == IMAGE:
+                if not first:
+                    yield
+                first = False
+                out.n_pos = self.prompt.decode_image(i, target, out.n_pos,
+                                                     self.mtp.rows if self.mtp is not None else None, seq)
+            else:
+                for start in range(0, len(chunk.tokens), target.n_batch):
+                    if not first:
+                        yield
+                    first = False
+                    piece = chunk.tokens[start:start + target.n_batch]
+                    batch.clear()
+                    for k, tok in enumerate(piece):
+                        last = i == last_chunk and start + k == len(chunk.tokens) - 1
+                        batch.add(tok, out.n_pos + k, last, seq)
+                    target.decode(batch)
+                    if self.mtp is not None:
+                        self.mtp.drafter.process(piece, out.n_pos)
+                    out.n_pos += len(piece)
+                out.text_tokens.extend(chunk.tokens)
+            out.n_cells += chunk.n_tokens
+            if self.on_prefill is not None:
+                self.on_prefill(out.n_cells, self.prompt.n_tokens)
+            if self.should_stop():
+                out.cancelled = True
+                return
+        out.last_row = batch.n - 1
+
+
+_READ = object()  # PromptReader.step's sign that no piece is left
 
 
 @dataclass

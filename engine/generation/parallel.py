@@ -38,9 +38,10 @@ draft steps costing a part per step and a part per sequence in them
 What that model misses (Python around each round, resumes) a gate catches:
 whole steps are timed with the policy's drafting and with none, per number of
 sequences, and the better kept (adaptive/batch_gate.py).
-A request with images has its prompt decoded as it arrives, into its own
-sequence (the others wait for that one decode of its text and image chunks),
-and then decodes with them; its MTP lane catches up on the image's rows.
+A request with images has its prompt decoded into its own sequence one piece
+a step (a text piece or one image, decoded alone before the shared batch), so
+running replies wait for one piece at a time, not for the whole prompt; then
+it decodes with them. Its MTP lane catches up on the image's rows.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from dataclasses import dataclass
 from engine.errors import ContextError
 from engine.generation import chat_template
 from engine.generation import images as vision
-from engine.generation.decoder import Decoder, Round, ended_early, request_sampler
+from engine.generation.decoder import Decoder, PicturedPrompt, Round, ended_early, request_sampler
 from engine.generation.output import Output
 from engine.generation.prompt import max_prompt_chars, render_request
 from engine.generation.request import (
@@ -114,10 +115,11 @@ class _Running:
     reused: int = 0  # of those, kept from its last generation
     catch_up_s: float = 0.0  # the drafter's catch-up during prefill (its own phase)
     drafting_run: int = 0  # adaptive depth: rounds drafted by choice in a row, up to now
+    reading: PicturedPrompt | None = None  # a prompt with images, until its last piece is decoded
 
     @property
     def prefilled(self) -> bool:
-        return self.cursor >= len(self.prompt)
+        return self.reading is None and self.cursor >= len(self.prompt)
 
 
 class ParallelGenerator:
@@ -221,21 +223,20 @@ class ParallelGenerator:
 
     def _start_pictured(self, job: Job, pictures: vision.ImagePrompt, asked: SpeculativeSettings,
                         prompt_mode: str, opens_thinking: bool) -> _Running | None:
-        """A request with images: its prompt is decoded now, into its sequence alone (image chunks through the
-        projector, at mtmd's positions; the MTP lane catches up on every row, image rows exactly), while the
-        other sequences wait; then it decodes with them. Its sequence then holds nothing a later prompt reuses
-        (positions run apart from cells after an image)."""
+        """A request with images: its prompt is decoded into its sequence alone, a piece a step before the
+        shared batch (image chunks through the projector, at mtmd's positions; the MTP lane catches up on every
+        row, image rows exactly); then it decodes with the others. Its sequence then holds nothing a later
+        prompt reuses (positions run apart from cells after an image)."""
         seq = job.seq = self.sequences.take_least()
         decoder = self._decoder(job, seq, asked, [], prompt_mode, opens_thinking)
         if decoder is None:
             return None
         try:
-            decoder.prefill([], job.on_prefill, job.should_stop, pictures, shared=True)
+            reading = decoder.read_pictures(pictures, job.on_prefill, job.should_stop, shared=True)
         except BaseException:
             decoder.sampler.close()
             raise
-        _defer_if_unfolded(decoder.drafter)
-        return _Running(job, decoder, [], prompt_mode)
+        return _Running(job, decoder, [], prompt_mode, reading=reading)
 
     def _decoder(self, job: Job, seq: int, asked: SpeculativeSettings, tokens: list[int], prompt_mode: str,
                  opens_thinking: bool) -> Decoder | None:
@@ -276,9 +277,13 @@ class ParallelGenerator:
         prompt chunks of the sequences still reading their prompts (in arrival order, as many rows as
         the batch holds); then each reads its rows, and only then does anything roll back (a
         checkpoint replay decodes the target again)."""
+        pictured = next((r for r in self.running if r.reading is not None and r.decoder.out.finish is None), None)
+        if pictured is not None:  # one piece of a prompt with images, alone (the oldest such prompt's)
+            self._read_picture_piece(pictured)
         t_step = time.perf_counter()
         self.gated = None
-        readers = [r for r in self.running if not r.prefilled and r.decoder.out.finish is None]
+        readers = [r for r in self.running
+                   if r.reading is None and not r.prefilled and r.decoder.out.finish is None]
         chunk_alone = bool(readers) and not self.chunks_share_batch
         if chunk_alone:  # one prompt chunk in a decode of its own
             self.batch.clear()
@@ -318,7 +323,7 @@ class ParallelGenerator:
             d.learn(rnd, (1 + len(rnd.drafts)) / self.batch.n)
             d.emit(rnd)
             d.tick(r.job.on_stats)
-        if rounds and not chunks and not chunk_alone:
+        if rounds and not chunks and not chunk_alone and pictured is None:
             # the batch's costs: a verify of its rows, its draft steps (as many as the deepest draft; what
             # each cost per step and per sequence is fitted in _draft), the rest. A step whose decode carried
             # a prompt chunk says nothing about what verify rows cost, and is not counted.
@@ -327,6 +332,21 @@ class ParallelGenerator:
                                      time.perf_counter() - t_step)
             if self.gated is not None:
                 self.gate.observe(self.gated, sum(len(rnd.tokens) for _, rnd in rounds), time.perf_counter() - t_step)
+
+    @staticmethod
+    def _read_picture_piece(r: _Running) -> None:
+        """Decode the next piece of ``r``'s prompt with images into its sequence (its last samples the
+        first token, before anything else decodes); a piece that fails fails that request alone (an image
+        the projector cannot read), as it would have failed to start."""
+        assert r.reading is not None
+        try:
+            done = r.reading.step()
+        except Exception as exc:
+            r.job.error = exc
+            return
+        if done:
+            r.reading = None
+            _defer_if_unfolded(r.decoder.drafter)
 
     def _propose_all(self) -> list[tuple[_Running, Round]]:
         """The round of every sequence that decodes: its depth, and its drafts."""
@@ -558,6 +578,8 @@ class ParallelGenerator:
             except Exception as exc:  # a callback failed while finishing
                 r.job.error = exc
             finally:
+                if r.reading is not None:  # cancelled or failed while its prompt with images was read
+                    r.reading.close()
                 d.drafter.guide = d.drafter.draft_margins = d.drafter.draft_sampler = d.drafter.penalties = None
                 d.sampler.close()
                 self.running.remove(r)

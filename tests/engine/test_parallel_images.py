@@ -106,3 +106,45 @@ def test_a_request_with_images_without_a_projector_fails_alone(synth_models):
             engine.step()
     assert good.result is not None and good.result.finish_reason in ("length", "stop")
     assert engine.sequences.has_room and len(engine.sequences.free) == 2  # the failed one gave its sequence back
+
+
+def test_a_prompt_with_images_is_read_a_piece_a_step_while_others_decode(synth_models):
+    """Its text pieces and images are decoded one a step, and a running reply gets its tokens between them:
+    an image request joining does not stall the others for its whole prompt. Cancelled half-read, it ends
+    and gives its sequence back while the other goes on."""
+    path, mmproj = files(synth_models, "qwen35")
+    text_req, _, pictured, _ = requests(mtp(2))  # pictured: text, image, text, image, text
+    with Session(LoadOptions(path=path, n_ctx=1024, mmproj=mmproj)) as session:
+        alone = generate(session, text_req)
+        alone_pictured = generate(session, pictured)
+    with Session(LoadOptions(path=path, n_ctx=1024, parallel=2, mmproj=mmproj)) as session:
+        engine = ParallelGenerator(session)
+        seen: list[tuple[str, int]] = []
+        text = Job(text_req, on_text=lambda t, d: seen.append(("text", 0)))
+        engine.add(text)
+        engine.step()
+        image = Job(pictured, on_prefill=lambda done, total: seen.append(("prefill", done)))
+        engine.add(image)
+        assert seen[-1] == ("prefill", 0)  # nothing of it decoded yet: that happens in the steps
+        while not engine.idle:
+            engine.step()
+        read = [i for i, (kind, done) in enumerate(seen) if kind == "prefill" and done > 0]
+        assert len(read) == 5  # one per piece
+        between = [kind for kind, _ in seen[read[0]:read[-1]]]
+        assert between.count("text") >= 3  # the running reply went on between the pieces
+        assert text.result.tokens == alone.tokens and image.result.tokens == alone_pictured.tokens
+
+        stop: list[bool] = []
+        text, image = Job(text_req), Job(pictured, should_stop=lambda: bool(stop))
+        engine.add(text)
+        engine.add(image)
+        engine.step()
+        reading = next(r.reading for r in engine.running if r.job is image)
+        assert reading is not None and reading.chunks is not None  # half read
+        stop.append(True)
+        while not engine.idle:
+            engine.step()
+        assert reading.chunks is None  # the projector's chunks were given back
+        assert image.result.finish_reason == "cancelled" and image.result.tokens == []
+        assert text.result.tokens == alone.tokens
+        assert len(engine.sequences.free) == 2
