@@ -225,8 +225,8 @@ class AutotuneWizard(QWizard):
             if result is not None and result.threads:  # measured here: the next load uses them
                 self.settings.n_threads = result.threads
                 self.settings.n_threads_draft = result.threads_draft
-            if result is not None and result.draft_vocab is not None:  # measured here: the next load uses it
-                self.settings.draft_vocab = result.draft_vocab
+            if result is not None and result.draft_vocab is not None:  # measured here: this model's next load
+                self.settings.set_draft_vocab(self.settings.model_path, result.draft_vocab)
             self.settings.try_save()  # on a full disk: kept in memory, saved at quit
         super().accept()
 

@@ -49,8 +49,10 @@ class Settings:
     n_threads_draft: int = 0  # threads of the MTP draft context; 0: n_threads (autotune may choose fewer)
     n_ctx: int = 4096
     n_gpu_layers: int = 0
-    # the MTP head drafts only among token ids below this (engine LoadOptions.draft_vocab); 0: all of them
-    draft_vocab: int = 0
+    # per model (its path; "" for the built-in one): the MTP head drafts only among token ids below this
+    # (engine LoadOptions.draft_vocab); a model not named drafts among all of them. Per model because the cut
+    # that pays on a 151,936-token vocabulary (autotune measures it) is wrong for a 32,000-token one
+    draft_vocabs: dict[str, int] = field(default_factory=dict)
     rpc_servers: str = ""  # ggml RPC servers, "host:port,…": the trunk is split across them (docs/multi-machine.md)
     theme: str = "system"  # system | light | dark
     max_tokens: int = 512
@@ -105,6 +107,7 @@ class Settings:
         defaults = cls()
         values: dict[str, Any] = {}
         reset: list[str] = []
+        data = _one_draft_vocab_moved(data)
         for key, value in data.items():
             if key not in known or key == "sampling":
                 continue  # a field a later version added, or one since removed; the sampling below
@@ -122,6 +125,17 @@ class Settings:
             notices.append(f"Some settings in {path} could not be used and were reset to their defaults: "
                            f"{', '.join(reset)}. Check them in Preferences.")
         return cls(**values), notices
+
+    def draft_vocab_for(self, model_path: str | None) -> int:
+        """The token ids the MTP head of ``model_path`` (None: the built-in model) drafts among; 0: all."""
+        return self.draft_vocabs.get(model_path or "", 0)
+
+    def set_draft_vocab(self, model_path: str | None, value: int) -> None:
+        """Remember ``value`` for ``model_path`` alone (0: the whole vocabulary, the default)."""
+        if value:
+            self.draft_vocabs[model_path or ""] = value
+        else:
+            self.draft_vocabs.pop(model_path or "", None)
 
     def reply_values(self) -> ReplyValues:
         """The preferences' sampling, length and speculation: what a chat's own settings go over."""
@@ -174,3 +188,17 @@ def _set_aside(path: Path, why: str) -> str:
         return (f"Your settings file {path} could not be read ({why}) nor moved aside ({exc.strerror}); "
                 "the defaults are used and will be saved over it on quit.")
     return f"Your settings file could not be read ({why}); the defaults are used. It was kept as {kept}."
+
+
+def _one_draft_vocab_moved(data: dict[str, Any]) -> dict[str, Any]:
+    """A file from before the draft vocabulary was kept per model had one ``draft_vocab`` for every model:
+    it goes to the model the file was saved with (the one it was chosen or measured on)."""
+    if "draft_vocab" not in data or "draft_vocabs" in data:
+        return data
+    data = dict(data)
+    value = data.pop("draft_vocab")
+    model = data.get("model_path")
+    counted = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    if counted and (model is None or isinstance(model, str)):
+        data["draft_vocabs"] = {model or "": value}
+    return data

@@ -23,7 +23,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "min_p": (0.0, 1.0), "repeat_penalty": (0.5, 3.0), "repeat_last_n": (-1, 1 << 20),
     "presence_penalty": (-2.0, 2.0), "frequency_penalty": (-2.0, 2.0), "seed": (-1, MAX_SEED),
     "n_max": (1, MAX_DRAFT), "p_min": (0.0, 1.0), "server_port": (1, 65535), "parallel": (0, 64),
-    "draft_vocab": (0, 2**24),
+    "draft_vocab": (0, 2**24),  # each value of draft_vocabs
 }
 CHOICES: dict[str, frozenset[str]] = {
     "theme": frozenset({"system", "light", "dark"}),
@@ -44,6 +44,10 @@ def acceptable(key: str, value: Any, default: Any) -> bool:
         return is_text(value)
     if isinstance(value, list):
         return all(isinstance(item, str) and is_text(item) for item in value)
+    if isinstance(value, dict) and key == "draft_vocabs":  # per model path: a token count
+        low, high = RANGES["draft_vocab"]
+        return all(isinstance(k, str) and is_text(k) and isinstance(v, int) and not isinstance(v, bool)
+                   and low <= v <= high for k, v in value.items())
     if isinstance(value, dict):
         return all(isinstance(k, str) and isinstance(v, str) and is_text(v) for k, v in value.items())
     return True

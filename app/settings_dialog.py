@@ -67,12 +67,14 @@ class SettingsDialog(QDialog):
         self.draft_vocab = QComboBox()
         for value, label in DRAFT_VOCABS:
             self.draft_vocab.addItem(label, value)
-        if self.draft_vocab.findData(settings.draft_vocab) < 0:  # a value set elsewhere (CLI, hand-edited)
-            self.draft_vocab.addItem(f"The first {settings.draft_vocab:,} tokens", settings.draft_vocab)
-        self.draft_vocab.setCurrentIndex(self.draft_vocab.findData(settings.draft_vocab))
+        chosen = settings.draft_vocab_for(settings.model_path)  # this model's (each model keeps its own)
+        if self.draft_vocab.findData(chosen) < 0:  # a value set elsewhere (autotune, hand-edited)
+            self.draft_vocab.addItem(f"The first {chosen:,} tokens", chosen)
+        self.draft_vocab.setCurrentIndex(self.draft_vocab.findData(chosen))
         form.addRow("MTP drafts among", self.draft_vocab)
-        hint = QLabel("<small>A head drafting among fewer tokens drafts faster on models with a large vocabulary "
-                      "(150,000 tokens and more); replies are the same, only fewer drafts may be accepted.</small>")
+        hint = QLabel("<small>For this model (each model keeps its own). A head drafting among fewer tokens "
+                      "drafts faster on models with a large vocabulary (150,000 tokens and more); replies are "
+                      "the same, only fewer drafts may be accepted.</small>")
         hint.setWordWrap(True)
         form.addRow("", hint)
         self.rpc_servers = QLineEdit(settings.rpc_servers)
@@ -97,10 +99,10 @@ class SettingsDialog(QDialog):
     def apply(self) -> bool:
         """Copy the values into the settings; True when the model must be reloaded."""
         s = self.settings
-        reload_needed = (s.n_threads, s.n_ctx, s.n_gpu_layers, s.rpc_servers, s.draft_vocab) != (
+        reload_needed = (s.n_threads, s.n_ctx, s.n_gpu_layers, s.rpc_servers, s.draft_vocab_for(s.model_path)) != (
             self.threads.value(), self.ctx.value(), self.gpu_layers.value(), self.rpc_servers.text().strip(),
             self.draft_vocab.currentData())
-        s.draft_vocab = self.draft_vocab.currentData()
+        s.set_draft_vocab(s.model_path, self.draft_vocab.currentData())
         s.rpc_servers = self.rpc_servers.text().strip()
         reply = self.reply.values()
         reload_needed |= (s.speculative == "off") != (reply.speculative == "off")

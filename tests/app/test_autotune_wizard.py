@@ -64,7 +64,8 @@ def test_a_draft_vocabulary_measured_by_the_wizard_is_shown_and_applied(qtbot, i
     monkeypatch.setenv("MTP_STUDIO_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("MTP_STUDIO_CONFIG_DIR", str(tmp_path / "config"))
     model = model_152k("glm4moe").path("combined")
-    settings = Settings(model_path=str(model), draft_vocab=65_536)  # the user's earlier choice, to be replaced
+    # the user's earlier choice for this model, to be replaced; another model's stays its own
+    settings = Settings(model_path=str(model), draft_vocabs={str(model): 65_536, "/models/other.gguf": 40_000})
     wizard = AutotuneWizard(settings, LIGHT, HardwareProbe(), n_max=2)
     qtbot.addWidget(wizard)
     wizard.show()
@@ -80,5 +81,6 @@ def test_a_draft_vocabulary_measured_by_the_wizard_is_shown_and_applied(qtbot, i
     wizard.next()
     assert "drafts among" in wizard.results_page.decision.text()
     wizard.button(QWizard.WizardButton.FinishButton).click()
-    assert settings.draft_vocab == result.draft_vocab
-    assert Settings.load().draft_vocab == result.draft_vocab  # persisted
+    assert settings.draft_vocab_for(str(model)) == result.draft_vocab
+    assert Settings.load().draft_vocab_for(str(model)) == result.draft_vocab  # persisted
+    assert Settings.load().draft_vocab_for("/models/other.gguf") == 40_000

@@ -5,6 +5,8 @@ cut to another setting's name."""
 
 from __future__ import annotations
 
+import json
+
 from app.autotune_chart import SpeedChart
 from app.hardware_page import HardwarePage
 from app.hardware_probe import HardwareProbe
@@ -84,13 +86,42 @@ def test_the_draft_vocabulary_chosen_in_preferences_asks_for_a_reload_and_reache
     assert not dialog.apply()  # nothing changed
     dialog.draft_vocab.setCurrentIndex(dialog.draft_vocab.findData(32_768))
     assert dialog.apply()  # the MTP context is made with it: a reload
-    assert settings.draft_vocab == 32_768
+    assert settings.draft_vocab_for(None) == 32_768
     assert LoadChoice.from_settings(settings).options(settings).draft_vocab == 32_768
-    settings.draft_vocab = 40_000  # from elsewhere (a hand-edited file): shown as it is, kept on OK
+    settings.set_draft_vocab(None, 40_000)  # from elsewhere (a hand-edited file): shown as it is, kept on OK
     again = SettingsDialog(settings, max_draft=3)
     qtbot.addWidget(again)
     assert again.draft_vocab.currentText() == "The first 40,000 tokens"
-    assert not again.apply() and settings.draft_vocab == 40_000
+    assert not again.apply() and settings.draft_vocab_for(None) == 40_000
+
+
+def test_each_model_keeps_its_own_draft_vocabulary(qtbot, tmp_path, monkeypatch):
+    """A cut chosen for a 151,936-token model must not reach a small-vocabulary one loaded next; a file
+    from before (one draft_vocab for all) gives it to the model it was saved with."""
+    from app.load_choice import LoadChoice
+
+    monkeypatch.setenv("MTP_STUDIO_CONFIG_DIR", str(tmp_path / "config"))
+    settings = Settings(model_path="/models/qwen-152k.gguf")
+    dialog = SettingsDialog(settings, max_draft=3)
+    qtbot.addWidget(dialog)
+    dialog.draft_vocab.setCurrentIndex(dialog.draft_vocab.findData(32_768))
+    assert dialog.apply()
+    other = LoadChoice("/models/small-32k.gguf", None, 4096, 1, 0, True)
+    assert other.options(settings).draft_vocab == 0  # another model drafts among all its tokens
+    settings.model_path = other.path
+    shown = SettingsDialog(settings, max_draft=3)
+    qtbot.addWidget(shown)
+    assert shown.draft_vocab.currentData() == 0 and not shown.apply()
+    assert LoadChoice("/models/qwen-152k.gguf", None, 4096, 1, 0, True).options(settings).draft_vocab == 32_768
+    settings.save()
+    assert Settings.load().draft_vocabs == {"/models/qwen-152k.gguf": 32_768}
+
+    Settings.path().write_text(json.dumps({"model_path": "/models/qwen-152k.gguf", "draft_vocab": 65_536}))
+    old, notices = Settings.read()
+    assert notices == [] and old.draft_vocabs == {"/models/qwen-152k.gguf": 65_536}
+    Settings.path().write_text(json.dumps({"draft_vocabs": {"/m.gguf": True, "/n.gguf": 70_000}, "n_ctx": 8192}))
+    bad, notices = Settings.read()  # a value that is no token count: that field alone is reset
+    assert bad.draft_vocabs == {} and bad.n_ctx == 8192 and "draft_vocabs" in notices[0]
 
 
 def test_the_status_bar_names_a_cut_draft_vocabulary_and_the_replies_at_once():
