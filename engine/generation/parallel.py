@@ -214,7 +214,8 @@ class ParallelGenerator:
         decoder = self._decoder(job, seq, asked, tokens, prompt_mode, opens_thinking)
         if decoder is None:
             return None
-        reused = self.sequences.reuse(seq, tokens, decoder.spec, decoder.drafter)
+        busy = {r.decoder.seq: r.decoder.kept for r in self.running if not r.decoder.pictured}
+        reused = self.sequences.reuse(seq, tokens, decoder.spec, decoder.drafter, busy)
         _defer_if_unfolded(decoder.drafter)
         decoder.kept, decoder.stats.prompt_reused = tokens[:reused], reused
         if job.on_prefill is not None:

@@ -9,10 +9,21 @@ decodes only the rest, as the single-sequence prefix cache does
 reused ones; a hybrid's recurrent state cannot be cut back, so it is reused
 where the prompt extends all of it, or from the checkpoint kept before the last
 prompt's final token.
+
+Where a running sequence holds a longer start of the prompt than any free one
+(an agent's requests sharing a system prompt, or clients whose next request
+finds the sequence that holds its start still busy), the new one shares its
+cells instead: in a
+unified pool a sequence can hold another's cells without copying them
+(``llama_memory_seq_cp``), and the KV of a position depends only on the tokens
+up to it. Not for a hybrid (a recurrent state is one per sequence, not per
+position) nor for an MTP lane that keeps every row (its own context would have
+to share the rows too; a lazy lane starts from the prompt's newest rows anyway).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,9 +93,19 @@ class Sequences:
         session = self.session
         return self.memory[seq].drafters.choose(settings, session.mtp_lane(seq), session.target.threads)
 
-    def reuse(self, seq: int, tokens: list[int], spec: SpeculativeSettings, drafter: Drafter) -> int:
-        """Keep the longest prefix of ``tokens`` sequence ``seq`` still holds; start its drafter."""
+    def reuse(self, seq: int, tokens: list[int], spec: SpeculativeSettings, drafter: Drafter,
+              busy: Mapping[int, list[int]] | None = None) -> int:
+        """Keep the longest prefix of ``tokens`` sequence ``seq`` still holds, or share a longer one a running
+        sequence holds (``busy``: what each holds now, position by position); start its drafter. The prompt
+        tokens now held."""
         target, memory = self.session.target, self.memory[seq]
+        shared = self._share(seq, tokens, spec, drafter, busy or {})
+        if shared:
+            memory.held, memory.mtp_held, memory.checkpoint_pos = [], [], 0
+            drafter.begin(spec)
+            if not isinstance(drafter, MTPDrafter):
+                drafter.process(tokens[:shared], 0)  # the n-gram drafter reads tokens only
+            return shared
         held, mtp_held, memory.held, memory.mtp_held = memory.held, memory.mtp_held, [], []
         n = min(common_prefix(held, tokens), len(tokens) - 1)
         mtp_n = max(0, common_prefix(mtp_held, tokens) - 1)  # the MTP lane resumes one row after the reused ones
@@ -105,6 +126,28 @@ class Sequences:
             drafter.begin(spec)
             if n:
                 drafter.process(tokens[:n], 0)  # the n-gram drafter reads tokens only
+        return n
+
+    def _share(self, seq: int, tokens: list[int], spec: SpeculativeSettings, drafter: Drafter,
+               busy: Mapping[int, list[int]]) -> int:
+        """Where a running sequence holds a longer start of ``tokens`` than ``seq`` does: ``seq`` is emptied
+        and shares those cells (see the module docstring); how many. 0: nothing shared. (No free sequence
+        holds more than ``seq``: :meth:`take` chose the free one holding most.)"""
+        session = self.session
+        eager_lane = isinstance(drafter, MTPDrafter) and not catches_up_lazily(spec)
+        if not session.kv_unified or session.is_hybrid or eager_lane or spec.mode == MTP_NGRAM:
+            return 0
+        own = common_prefix(self.memory[seq].held, tokens)
+        if not busy:
+            return 0
+        source, n = max(((s, common_prefix(h, tokens)) for s, h in busy.items() if s != seq),
+                        key=lambda x: (x[1], -x[0]), default=(seq, 0))
+        n = min(n, len(tokens) - 1)
+        if n <= own:
+            return 0
+        target = session.target
+        target.seq_clear(seq)
+        target.seq_cp(source, seq, 0, n)
         return n
 
     def save_checkpoint(self, seq: int, pos: int) -> None:

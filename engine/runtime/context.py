@@ -216,6 +216,12 @@ class Context:
         self.edits += 1
         return bool(self._lib.llama_memory_seq_rm(self.memory, seq, p0, p1))
 
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        """Sequence ``dst`` also holds ``src``'s cells at positions [p0, p1) (-1: open). In a unified pool
+        (``kv_unified``) the cells are shared, not copied: the cost is bookkeeping, whatever their number."""
+        self.edits += 1
+        self._lib.llama_memory_seq_cp(self.memory, src, dst, p0, p1)
+
     def seq_pos_max(self, seq: int = 0) -> int:
         """The last position sequence ``seq`` holds (-1: none)."""
         return int(self._lib.llama_memory_seq_pos_max(self.memory, seq))

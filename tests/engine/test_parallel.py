@@ -173,6 +173,45 @@ def test_a_continued_conversation_decodes_only_its_new_turn_on_the_sequence_that
     same_as_alone(solo[1], turn2[1].result, noise)
 
 
+@pytest.mark.parametrize("arch", ["glm4moe", "deepseek2"])
+@pytest.mark.parametrize("spec", [SPECULATION_OFF, mtp(3, depth="adaptive"), mtp(3)], ids=["off", "adaptive", "fixed"])
+def test_a_request_shares_the_start_another_sequence_holds(arch, spec):
+    """Requests with one long system prompt arriving while the first runs: each, on a sequence of its own,
+    shares the cells the running ones hold instead of decoding the prompt again, and each reply is what it
+    is alone. A lane that keeps every MTP row (a fixed depth) cannot share its head's rows: it reads its
+    prompt itself."""
+    from engine.generation.prefix_cache import common_prefix
+
+    path = str(synth(arch, "mixed", agree=0.7, reads="hidden").path())
+    system = " the river model" + " and the old bridge" * 12
+    first, second, third = (GenerateRequest(prompt=system + tail, max_tokens=20, speculative=spec,
+                                            record_drafts=True) for tail in (" first", " second", " third"))
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=3)) as session:
+        tokens = [session.model.tokenize(r.prompt) for r in (first, second, third)]
+        engine = ParallelGenerator(session)
+        jobs = [Job(first)]
+        engine.add(jobs[0])
+        engine.step()
+        engine.step()
+        for request in (second, third):  # each joins while the ones before it run
+            jobs.append(Job(request))
+            engine.add(jobs[-1])
+            engine.step()
+        while not engine.idle:
+            engine.step()
+    assert [j.seq for j in jobs] == [0, 1, 2]
+    shares = spec.mode == "off" or spec.adaptive
+    for j, own in zip(jobs[1:], tokens[1:], strict=True):
+        expected = min(common_prefix(tokens[0], own), len(own) - 1) if shares else 0
+        assert j.result.stats.prompt_reused == expected and (expected > 40 or not shares)
+    solo, noise = alone(path, [first, second, third], 3)
+    for s, j in zip(solo, jobs, strict=True):
+        if spec.adaptive:  # which rounds draft depends on timings: the tokens must still be its own
+            assert j.result.tokens == s.tokens
+        else:
+            same_as_alone(s, j.result, noise)
+
+
 def test_the_sequences_draft_steps_are_decoded_together(monkeypatch):
     # four sequences drafting in step: one decode of the draft context per draft step for all of them,
     # not one per sequence (llama-server's slots draft in one batch too)
