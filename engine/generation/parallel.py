@@ -55,6 +55,7 @@ from engine.generation import chat_template
 from engine.generation import images as vision
 from engine.generation.decoder import Decoder, PicturedPrompt, Round, ended_early, request_sampler
 from engine.generation.output import Output
+from engine.generation.prefix_cache import common_prefix
 from engine.generation.prompt import max_prompt_chars, render_request
 from engine.generation.request import (
     GenerateRequest,
@@ -82,6 +83,9 @@ from engine.speculative.stats import GenerationStats
 STRETCH_PRIOR = 4.0
 STRETCH_EMA = 0.1
 RESUME_STEADY_ROWS = 2
+# tokens of a prompt another sequence is reading that make a newcomer wait to share them rather than read
+# them too (fewer: reading them beside it costs less than the step or two of waiting)
+SHARE_MIN = 32
 
 
 @dataclass
@@ -116,6 +120,8 @@ class _Running:
     catch_up_s: float = 0.0  # the drafter's catch-up during prefill (its own phase)
     drafting_run: int = 0  # adaptive depth: rounds drafted by choice in a row, up to now
     reading: PicturedPrompt | None = None  # a prompt with images, until its last piece is decoded
+    # a sequence reading a prompt that starts as this one's, and how many tokens of it: shared once read
+    waits_for: tuple[_Running, int] | None = None
 
     @property
     def prefilled(self) -> bool:
@@ -220,7 +226,47 @@ class ParallelGenerator:
         decoder.kept, decoder.stats.prompt_reused = tokens[:reused], reused
         if job.on_prefill is not None:
             job.on_prefill(0, len(tokens) - reused)
-        return _Running(job, decoder, tokens, prompt_mode, cursor=reused, reused=reused)
+        running = _Running(job, decoder, tokens, prompt_mode, cursor=reused, reused=reused)
+        running.waits_for = self._reader_ahead(running)
+        return running
+
+    def _reader_ahead(self, r: _Running) -> tuple[_Running, int] | None:
+        """A sequence still reading a prompt whose first :data:`SHARE_MIN` tokens or more (past what ``r``
+        holds) are ``r``'s too: ``r`` waits for it to read them, then shares its cells rather than decode
+        them again (engine/generation/sequences.py). Requests that arrive together with one system prompt
+        then read it once. None: ``r`` reads its prompt itself."""
+        if not self.sequences.can_share(r.decoder.spec, r.decoder.drafter):
+            return None
+        best: tuple[_Running, int] | None = None
+        for other in self.running:
+            if other.prefilled or other.reading is not None or other.waits_for is not None:
+                continue
+            n = min(common_prefix(other.prompt, r.prompt), len(r.prompt) - 1)
+            if n >= r.reused + SHARE_MIN and n > other.cursor and (best is None or n > best[1]):
+                best = (other, n)
+        return best
+
+    def _share_what_was_waited_for(self) -> None:
+        """Each sequence waiting for another's prompt takes its cells once they are read; one whose source
+        ended first (cancelled, failed) reads its prompt itself."""
+        for r in self.running:
+            if r.waits_for is None:
+                continue
+            source, n = r.waits_for
+            gone = not any(s is source for s in self.running) or source.decoder.out.finish is not None \
+                or source.job.error is not None
+            if r.decoder.out.finish is not None or gone:
+                r.waits_for = None
+            elif source.cursor >= n:
+                d = r.decoder
+                self.sequences.share(d.seq, source.decoder.seq, n)
+                d.drafter.begin(d.spec)  # nothing of it held yet: a lazy lane catches up from the newest rows
+                _defer_if_unfolded(d.drafter)
+                r.cursor = r.reused = d.stats.prompt_reused = n
+                d.kept = r.prompt[:n]
+                r.waits_for = None
+                if r.job.on_prefill is not None:
+                    r.job.on_prefill(0, len(r.prompt) - n)
 
     def _start_pictured(self, job: Job, pictures: vision.ImagePrompt, asked: SpeculativeSettings,
                         prompt_mode: str, opens_thinking: bool) -> _Running | None:
@@ -281,10 +327,11 @@ class ParallelGenerator:
         pictured = next((r for r in self.running if r.reading is not None and r.decoder.out.finish is None), None)
         if pictured is not None:  # one piece of a prompt with images, alone (the oldest such prompt's)
             self._read_picture_piece(pictured)
+        self._share_what_was_waited_for()
         t_step = time.perf_counter()
         self.gated = None
-        readers = [r for r in self.running
-                   if r.reading is None and not r.prefilled and r.decoder.out.finish is None]
+        readers = [r for r in self.running if r.reading is None and r.waits_for is None and not r.prefilled
+                   and r.decoder.out.finish is None]
         chunk_alone = bool(readers) and not self.chunks_share_batch
         if chunk_alone:  # one prompt chunk in a decode of its own
             self.batch.clear()

@@ -18,7 +18,13 @@ unified pool a sequence can hold another's cells without copying them
 (``llama_memory_seq_cp``), and the KV of a position depends only on the tokens
 up to it. Not for a hybrid (a recurrent state is one per sequence, not per
 position) nor for an MTP lane that keeps every row (its own context would have
-to share the rows too; a lazy lane starts from the prompt's newest rows anyway).
+to share the rows too; a lazy lane starts from the prompt's newest rows anyway)
+nor for an n-gram drafter (its map would have to read the shared tokens).
+
+Requests that arrive together with one long start (sub-agents launched with one
+system prompt) cannot share cells nobody has decoded yet: the multi-sequence
+engine lets the later ones wait while the first reads that start, then share it
+(engine/generation/parallel.py).
 """
 
 from __future__ import annotations
@@ -103,8 +109,6 @@ class Sequences:
         if shared:
             memory.held, memory.mtp_held, memory.checkpoint_pos = [], [], 0
             drafter.begin(spec)
-            if not isinstance(drafter, MTPDrafter):
-                drafter.process(tokens[:shared], 0)  # the n-gram drafter reads tokens only
             return shared
         held, mtp_held, memory.held, memory.mtp_held = memory.held, memory.mtp_held, [], []
         n = min(common_prefix(held, tokens), len(tokens) - 1)
@@ -128,26 +132,34 @@ class Sequences:
                 drafter.process(tokens[:n], 0)  # the n-gram drafter reads tokens only
         return n
 
+    def can_share(self, spec: SpeculativeSettings, drafter: Drafter) -> bool:
+        """Whether a sequence drafting with ``drafter`` under ``spec`` may take another's cells (see the
+        module docstring): a unified pool, no recurrent state, and a drafter holding nothing per row (plain
+        decoding, or an MTP lane that catches up lazily from the prompt's newest rows)."""
+        session = self.session
+        if not session.kv_unified or session.is_hybrid:
+            return False
+        return not spec.enabled if not isinstance(drafter, MTPDrafter) else catches_up_lazily(spec)
+
+    def share(self, seq: int, source: int, n: int) -> None:
+        """Sequence ``seq`` is emptied and holds ``source``'s first ``n`` cells (shared, not copied)."""
+        target = self.session.target
+        target.seq_clear(seq)
+        target.seq_cp(source, seq, 0, n)
+
     def _share(self, seq: int, tokens: list[int], spec: SpeculativeSettings, drafter: Drafter,
                busy: Mapping[int, list[int]]) -> int:
-        """Where a running sequence holds a longer start of ``tokens`` than ``seq`` does: ``seq`` is emptied
-        and shares those cells (see the module docstring); how many. 0: nothing shared. (No free sequence
-        holds more than ``seq``: :meth:`take` chose the free one holding most.)"""
-        session = self.session
-        eager_lane = isinstance(drafter, MTPDrafter) and not catches_up_lazily(spec)
-        if not session.kv_unified or session.is_hybrid or eager_lane or spec.mode == MTP_NGRAM:
-            return 0
-        own = common_prefix(self.memory[seq].held, tokens)
-        if not busy:
+        """Where a running sequence holds a longer start of ``tokens`` than ``seq`` does: ``seq`` shares
+        those cells (see the module docstring); how many. 0: nothing shared. (No free sequence holds more
+        than ``seq``: :meth:`take` chose the free one holding most.)"""
+        if not busy or not self.can_share(spec, drafter):
             return 0
         source, n = max(((s, common_prefix(h, tokens)) for s, h in busy.items() if s != seq),
                         key=lambda x: (x[1], -x[0]), default=(seq, 0))
         n = min(n, len(tokens) - 1)
-        if n <= own:
+        if n <= common_prefix(self.memory[seq].held, tokens):
             return 0
-        target = session.target
-        target.seq_clear(seq)
-        target.seq_cp(source, seq, 0, n)
+        self.share(seq, source, n)
         return n
 
     def save_checkpoint(self, seq: int, pos: int) -> None:

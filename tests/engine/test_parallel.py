@@ -212,6 +212,55 @@ def test_a_request_shares_the_start_another_sequence_holds(arch, spec):
             same_as_alone(s, j.result, noise)
 
 
+@pytest.mark.parametrize("spec", [SPECULATION_OFF, mtp(3, depth="adaptive"), mtp(3)], ids=["off", "adaptive", "fixed"])
+def test_requests_arriving_together_with_one_system_prompt_read_it_once(spec, monkeypatch):
+    """Three requests sent at once with one long system prompt: the first reads it, the others wait for
+    that and share its cells, then read only their own ends; each reply is what it is alone. Cancel the one
+    they wait for and they read their prompts themselves."""
+    from engine.generation.prefix_cache import common_prefix
+
+    path = str(synth("glm4moe", "mixed", agree=0.7, reads="hidden").path())
+    system = " the river model" + " and the old bridge" * 12
+    reqs = [GenerateRequest(prompt=system + tail, max_tokens=16, speculative=spec, record_drafts=True)
+            for tail in (" first", " second", " third")]
+    shares = spec.mode == "off" or spec.adaptive
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=3)) as session:
+        tokens = [session.model.tokenize(r.prompt) for r in reqs]
+        rows: list[int] = []
+        decode = session.target.decode
+        monkeypatch.setattr(session.target, "decode", lambda batch: (rows.append(batch.n), decode(batch))[1])
+        engine = ParallelGenerator(session)
+        jobs = [Job(r) for r in reqs]
+        for job in jobs:
+            engine.add(job)
+        while not engine.idle:
+            engine.step()
+        prompt_rows = rows[0] + rows[1]  # the first prompt; then the others' ends beside its first token
+        stop: list[bool] = []
+        again = [Job(reqs[0], should_stop=lambda: bool(stop)), Job(reqs[1])]
+        engine = ParallelGenerator(session)  # remembering nothing: every prompt read from its start
+        for job in again:
+            engine.add(job)
+        stop.append(True)  # the one it waits for is cancelled before it reads: it reads its prompt itself
+        while not engine.idle:
+            engine.step()
+    common = [0] + [common_prefix(tokens[0], t) for t in tokens[1:]]
+    if shares:
+        assert [j.result.stats.prompt_reused for j in jobs] == common and min(common[1:]) > 40
+        ends = sum(len(t) - c for t, c in zip(tokens[1:], common[1:], strict=True))
+        # the first's first round beside them: its token, and with adaptive depth up to 3 drafts
+        assert len(tokens[0]) + ends + 1 <= prompt_rows <= len(tokens[0]) + ends + 1 + 3
+    else:
+        assert [j.result.stats.prompt_reused for j in jobs] == [0, 0, 0]
+    assert again[0].result.finish_reason == "cancelled" and again[1].result.stats.prompt_reused == 0
+    solo, noise = alone(path, reqs, 3)
+    for s, j in zip(solo, [*jobs, again[1]], strict=False):
+        if spec.adaptive:  # which rounds draft depends on timings: the tokens must still be its own
+            assert j.result.tokens == s.tokens
+        else:
+            same_as_alone(s, j.result, noise)
+
+
 def test_the_sequences_draft_steps_are_decoded_together(monkeypatch):
     # four sequences drafting in step: one decode of the draft context per draft step for all of them,
     # not one per sequence (llama-server's slots draft in one batch too)
