@@ -10,7 +10,9 @@ token p50 / p95 as the clients see it, the server's CPU time per token (its
 process and children: for ours the worker too; other load on the machine
 barely moves it, unlike wall time), and acceptance per sequence (each
 client's drafted and accepted tokens, from our ``speculative`` extension or
-llama-server's ``timings.draft_n`` / ``draft_n_accepted``).
+llama-server's ``timings.draft_n`` / ``draft_n_accepted``). ``--system W``
+begins every prompt with one preamble of W words, as an agent's requests share
+a system prompt.
 
 The clients are threads of a child process (``python -m
 engine.bench.concurrency``), as real clients are other processes; the
@@ -41,9 +43,18 @@ PROMPTS = ["The history of the river valley", "A letter about the rain", "Notes 
            "The baker's morning", "How the bridge was built"]
 
 
-def prompt_for(client: int, request: int) -> str:
-    """Client k's j-th prompt: the same for every server, different across the clients of one run."""
-    return f"{PROMPTS[(client + request) % len(PROMPTS)]}, part {request + 1} of client {client + 1}:"
+def prompt_for(client: int, request: int, system: int = 0) -> str:
+    """Client k's j-th prompt: the same for every server, different across the clients of one run; after
+    a preamble of ``system`` words every prompt shares (an agent's system prompt), where asked."""
+    return f"{preamble(system)}{PROMPTS[(client + request) % len(PROMPTS)]}, part {request + 1} of client {client + 1}:"
+
+
+def preamble(words: int) -> str:
+    """A system prompt of ``words`` words, the same for every client and server ("" for 0)."""
+    if words <= 0:
+        return ""
+    pool = " ".join(PROMPTS).replace("'", "").lower().split()
+    return "You are a careful writer. " + " ".join(pool[k % len(pool)] for k in range(words)) + ".\n\n"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -169,8 +180,10 @@ class _Clients(JsonChild):
     def __init__(self) -> None:
         super().__init__("engine.bench.concurrency")
 
-    def load(self, port: int, clients: int, requests: int, max_tokens: int) -> tuple[list[dict[str, Any]], float]:
-        answer = self.ask({"port": port, "clients": clients, "requests": requests, "max_tokens": max_tokens})
+    def load(self, port: int, clients: int, requests: int, max_tokens: int,
+             system: int = 0) -> tuple[list[dict[str, Any]], float]:
+        answer = self.ask({"port": port, "clients": clients, "requests": requests, "max_tokens": max_tokens,
+                           "system": system})
         if "error" in answer:
             raise RuntimeError(f"a client failed: {answer['error']}")
         return answer["records"], answer["wall"]
@@ -186,7 +199,7 @@ def _client_main() -> None:
         def client(k: int, cmd: dict[str, Any] = cmd, records: list[dict[str, Any]] = records,
                    errors: list[str] = errors, lock: threading.Lock = lock) -> None:
             for j in range(cmd["requests"]):
-                prompt = prompt_for(k, j)
+                prompt = prompt_for(k, j, cmd.get("system", 0))
                 try:
                     done = servers.complete(cmd["port"], prompt, cmd["max_tokens"])
                 except Exception as exc:  # reported to the parent, which stops the run
@@ -246,6 +259,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"# several requests at once — {time.strftime('%Y-%m-%d %H:%M')}, {Path(model).parent.name}/"
           f"{Path(model).name}; {args.threads} thread(s) per server, {args.ctx} tokens of context per sequence, "
           f"{args.requests} request(s) of {args.max_tokens} tokens per client, greedy"
+          + (f", a {args.system}-word system prompt shared by every request" if args.system else "")
           + (f", {args.parallel} sequences per server" if args.parallel else ""), flush=True)
     rows: list[tuple[int, str, Repeated, str]] = []
     dump: list[dict[str, Any]] = []
@@ -261,7 +275,8 @@ def run(args: argparse.Namespace) -> int:
                     with servers.RunningServer(spec) as server:
                         servers.complete(server.port, "warm up", 8)
                         cpu0 = server.cpu_seconds()
-                        records, wall = clients.load(server.port, n, args.requests, args.max_tokens)
+                        records, wall = clients.load(server.port, n, args.requests, args.max_tokens,
+                                                     args.system)
                         cpu = server.cpu_seconds() - cpu0
                     fig = summarize(records, wall, n, cpu)
                     same = texts_match(records, reference)
@@ -298,6 +313,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run every server this many times per client count, in turn; the table shows medians "
                         "and each round's ratio to ours with MTP off (a noisy machine's drift cancels)")
     p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--system", type=int, default=0, metavar="WORDS",
+                   help="begin every prompt with the same preamble of this many words (an agent's system prompt)")
     p.add_argument("--ctx", type=int, default=1024, help="context per sequence, both servers")
     p.add_argument("--threads", type=int, default=1, help="threads per server")
     p.add_argument("--n-max", type=int, default=3, help="MTP draft depth, both servers (p_min 0)")

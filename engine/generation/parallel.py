@@ -55,7 +55,6 @@ from engine.generation import chat_template
 from engine.generation import images as vision
 from engine.generation.decoder import Decoder, PicturedPrompt, Round, ended_early, request_sampler
 from engine.generation.output import Output
-from engine.generation.prefix_cache import common_prefix
 from engine.generation.prompt import max_prompt_chars, render_request
 from engine.generation.request import (
     GenerateRequest,
@@ -66,7 +65,7 @@ from engine.generation.request import (
     TextCallback,
     TextLogprobsCallback,
 )
-from engine.generation.sequences import Sequences
+from engine.generation.sequences import Holding, Sequences, shareable
 from engine.generation.session import Session
 from engine.runtime import Batch
 from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams, Costs
@@ -220,7 +219,7 @@ class ParallelGenerator:
         decoder = self._decoder(job, seq, asked, tokens, prompt_mode, opens_thinking)
         if decoder is None:
             return None
-        busy = {r.decoder.seq: r.decoder.kept for r in self.running if not r.decoder.pictured}
+        busy = {r.decoder.seq: _holding(r.decoder) for r in self.running if not r.decoder.pictured}
         reused = self.sequences.reuse(seq, tokens, decoder.spec, decoder.drafter, busy)
         _defer_if_unfolded(decoder.drafter)
         decoder.kept, decoder.stats.prompt_reused = tokens[:reused], reused
@@ -237,11 +236,15 @@ class ParallelGenerator:
         then read it once. None: ``r`` reads its prompt itself."""
         if not self.sequences.can_share(r.decoder.spec, r.decoder.drafter):
             return None
+        keeps_rows = _keeps_rows(r.decoder.drafter)
         best: tuple[_Running, int] | None = None
         for other in self.running:
             if other.prefilled or other.reading is not None or other.waits_for is not None:
                 continue
-            n = min(common_prefix(other.prompt, r.prompt), len(r.prompt) - 1)
+            if keeps_rows and not _keeps_rows(other.decoder.drafter):
+                continue  # its lane will not hold the rows this one's needs
+            # what it will hold once read (its lane's rows as many as its cells)
+            n = shareable(r.prompt, Holding(other.prompt, len(other.prompt)), keeps_rows)
             if n >= r.reused + SHARE_MIN and n > other.cursor and (best is None or n > best[1]):
                 best = (other, n)
         return best
@@ -257,14 +260,21 @@ class ParallelGenerator:
                 or source.job.error is not None
             if r.decoder.out.finish is not None or gone:
                 r.waits_for = None
-            elif source.cursor >= n:
-                d = r.decoder
-                self.sequences.share(d.seq, source.decoder.seq, n)
-                d.drafter.begin(d.spec)  # nothing of it held yet: a lazy lane catches up from the newest rows
+            elif source.cursor >= n + _keeps_rows(r.decoder.drafter):  # (a lane keeping every row: one past)
+                d, r.waits_for = r.decoder, None
+                keeps_rows = _keeps_rows(d.drafter)
+                n = shareable(r.prompt, _holding(source.decoder), keeps_rows)  # (a deferred lane lags)
+                if n <= r.reused:
+                    continue  # it reads its prompt itself
+                self.sequences.share(d.seq, source.decoder.seq, n, n + 1 if keeps_rows else 0)
+                # a lazy lane holds nothing of it yet and catches up from the newest rows
+                if keeps_rows:
+                    d.drafter.begin(d.spec, keep=n + 1)
+                else:
+                    d.drafter.begin(d.spec)
                 _defer_if_unfolded(d.drafter)
                 r.cursor = r.reused = d.stats.prompt_reused = n
                 d.kept = r.prompt[:n]
-                r.waits_for = None
                 if r.job.on_prefill is not None:
                     r.job.on_prefill(0, len(r.prompt) - n)
 
@@ -639,6 +649,16 @@ class ParallelGenerator:
         for r in self.running:
             r.job.error = error
         return self._reap()
+
+
+def _keeps_rows(drafter: Drafter) -> bool:
+    """An MTP lane that catches up on every row (not lazily): sharing another's cells, it shares its rows."""
+    return isinstance(drafter, MTPDrafter) and not drafter.lazy
+
+
+def _holding(decoder: Decoder) -> Holding:
+    """What ``decoder``'s sequence holds now, for another to share (engine/generation/sequences.py)."""
+    return Holding(decoder.kept, decoder.drafter.exact_end if _keeps_rows(decoder.drafter) else 0)
 
 
 def _defer_if_unfolded(drafter: Drafter) -> None:

@@ -16,10 +16,11 @@ finds the sequence that holds its start still busy), the new one shares its
 cells instead: in a
 unified pool a sequence can hold another's cells without copying them
 (``llama_memory_seq_cp``), and the KV of a position depends only on the tokens
-up to it. Not for a hybrid (a recurrent state is one per sequence, not per
-position) nor for an MTP lane that keeps every row (its own context would have
-to share the rows too; a lazy lane starts from the prompt's newest rows anyway)
-nor for an n-gram drafter (its map would have to read the shared tokens).
+up to it. An MTP lane that keeps every row shares the source lane's rows the
+same way in the draft context (one row past the shared cells, which it resumes
+from); a lazy lane starts from the prompt's newest rows anyway. Not for a
+hybrid (a recurrent state is one per sequence, not per position) nor for an
+n-gram drafter (its map would have to read the shared tokens).
 
 Requests that arrive together with one long start (sub-agents launched with one
 system prompt) cannot share cells nobody has decoded yet: the multi-sequence
@@ -42,6 +43,25 @@ from engine.speculative.drafter import Drafter
 from engine.speculative.mtp import MTPDrafter, catches_up_lazily
 from engine.speculative.rollback import PARTIAL_ONLY
 from engine.speculative.settings import MTP_NGRAM, SpeculativeSettings
+
+
+@dataclass(frozen=True)
+class Holding:
+    """What a running sequence holds: its tokens, position by position, and the rows its MTP lane holds
+    exactly when that lane keeps every row (0 for a lazy lane or none)."""
+
+    tokens: list[int]
+    mtp_rows: int = 0
+
+
+def shareable(tokens: list[int], holding: Holding, keeps_rows: bool) -> int:
+    """How many of ``tokens``' cells a sequence may take from one that holds ``holding``: their common start
+    (the last token is always decoded, for its logits); for a lane that keeps every MTP row, one fewer and
+    within the source lane's exact rows, since it resumes one row after the shared ones (as in
+    :meth:`Sequences.reuse`)."""
+    common = common_prefix(holding.tokens, tokens)
+    n = min(common, len(tokens) - 1)
+    return max(0, min(n, common - 1, holding.mtp_rows - 1)) if keeps_rows else n
 
 
 @dataclass
@@ -100,15 +120,17 @@ class Sequences:
         return self.memory[seq].drafters.choose(settings, session.mtp_lane(seq), session.target.threads)
 
     def reuse(self, seq: int, tokens: list[int], spec: SpeculativeSettings, drafter: Drafter,
-              busy: Mapping[int, list[int]] | None = None) -> int:
+              busy: Mapping[int, Holding] | None = None) -> int:
         """Keep the longest prefix of ``tokens`` sequence ``seq`` still holds, or share a longer one a running
-        sequence holds (``busy``: what each holds now, position by position); start its drafter. The prompt
-        tokens now held."""
+        sequence holds (``busy``: what each holds now); start its drafter. The prompt tokens now held."""
         target, memory = self.session.target, self.memory[seq]
-        shared = self._share(seq, tokens, spec, drafter, busy or {})
+        shared, mtp_rows = self._share(seq, tokens, spec, drafter, busy or {})
         if shared:
             memory.held, memory.mtp_held, memory.checkpoint_pos = [], [], 0
-            drafter.begin(spec)
+            if isinstance(drafter, MTPDrafter):
+                drafter.begin(spec, keep=mtp_rows)
+            else:
+                drafter.begin(spec)
             return shared
         held, mtp_held, memory.held, memory.mtp_held = memory.held, memory.mtp_held, [], []
         n = min(common_prefix(held, tokens), len(tokens) - 1)
@@ -134,33 +156,43 @@ class Sequences:
 
     def can_share(self, spec: SpeculativeSettings, drafter: Drafter) -> bool:
         """Whether a sequence drafting with ``drafter`` under ``spec`` may take another's cells (see the
-        module docstring): a unified pool, no recurrent state, and a drafter holding nothing per row (plain
-        decoding, or an MTP lane that catches up lazily from the prompt's newest rows)."""
+        module docstring): a unified pool, no recurrent state, and plain decoding or an MTP lane (an n-gram
+        drafter's map would have to read the shared tokens)."""
         session = self.session
         if not session.kv_unified or session.is_hybrid:
             return False
-        return not spec.enabled if not isinstance(drafter, MTPDrafter) else catches_up_lazily(spec)
+        return isinstance(drafter, MTPDrafter) or not spec.enabled
 
-    def share(self, seq: int, source: int, n: int) -> None:
-        """Sequence ``seq`` is emptied and holds ``source``'s first ``n`` cells (shared, not copied)."""
+    def share(self, seq: int, source: int, n: int, mtp_rows: int = 0) -> None:
+        """Sequence ``seq`` is emptied and holds ``source``'s first ``n`` cells (shared, not copied), and its
+        MTP lane ``source``'s lane's first ``mtp_rows`` rows."""
         target = self.session.target
         target.seq_clear(seq)
         target.seq_cp(source, seq, 0, n)
+        lane = self.session.mtp_lane(seq)
+        if mtp_rows and lane is not None:
+            lane.ctx.seq_clear(seq)
+            lane.ctx.seq_cp(source, seq, 0, mtp_rows)
 
     def _share(self, seq: int, tokens: list[int], spec: SpeculativeSettings, drafter: Drafter,
-               busy: Mapping[int, list[int]]) -> int:
+               busy: Mapping[int, Holding]) -> tuple[int, int]:
         """Where a running sequence holds a longer start of ``tokens`` than ``seq`` does: ``seq`` shares
-        those cells (see the module docstring); how many. 0: nothing shared. (No free sequence holds more
-        than ``seq``: :meth:`take` chose the free one holding most.)"""
+        those cells (see the module docstring); how many, and how many of its lane's rows. (0, 0): nothing
+        shared. (No free sequence holds more than ``seq``: :meth:`take` chose the free one holding most.)"""
         if not busy or not self.can_share(spec, drafter):
-            return 0
-        source, n = max(((s, common_prefix(h, tokens)) for s, h in busy.items() if s != seq),
-                        key=lambda x: (x[1], -x[0]), default=(seq, 0))
-        n = min(n, len(tokens) - 1)
+            return 0, 0
+        keeps_rows = isinstance(drafter, MTPDrafter) and not catches_up_lazily(spec)
+        best = (seq, 0)
+        for source, holding in busy.items():
+            if source != seq:
+                n = shareable(tokens, holding, keeps_rows)
+                best = (source, n) if n > best[1] else best
+        source, n = best
         if n <= common_prefix(self.memory[seq].held, tokens):
-            return 0
-        self.share(seq, source, n)
-        return n
+            return 0, 0
+        mtp_rows = n + 1 if keeps_rows else 0
+        self.share(seq, source, n, mtp_rows)
+        return n, mtp_rows
 
     def save_checkpoint(self, seq: int, pos: int) -> None:
         """Keep sequence ``seq``'s recurrent state as it is after ``pos`` prompt tokens (hybrids)."""

@@ -200,10 +200,10 @@ def test_a_request_shares_the_start_another_sequence_holds(arch, spec):
         while not engine.idle:
             engine.step()
     assert [j.seq for j in jobs] == [0, 1, 2]
-    shares = spec.mode == "off" or spec.adaptive
+    keeps_rows = spec.enabled and not spec.adaptive  # it resumes one row after the shared cells
     for j, own in zip(jobs[1:], tokens[1:], strict=True):
-        expected = min(common_prefix(tokens[0], own), len(own) - 1) if shares else 0
-        assert j.result.stats.prompt_reused == expected and (expected > 40 or not shares)
+        expected = min(common_prefix(tokens[0], own), len(own) - 1) - keeps_rows
+        assert j.result.stats.prompt_reused == expected > 40
     solo, noise = alone(path, [first, second, third], 3)
     for s, j in zip(solo, jobs, strict=True):
         if spec.adaptive:  # which rounds draft depends on timings: the tokens must still be its own
@@ -215,15 +215,15 @@ def test_a_request_shares_the_start_another_sequence_holds(arch, spec):
 @pytest.mark.parametrize("spec", [SPECULATION_OFF, mtp(3, depth="adaptive"), mtp(3)], ids=["off", "adaptive", "fixed"])
 def test_requests_arriving_together_with_one_system_prompt_read_it_once(spec, monkeypatch):
     """Three requests sent at once with one long system prompt: the first reads it, the others wait for
-    that and share its cells, then read only their own ends; each reply is what it is alone. Cancel the one
-    they wait for and they read their prompts themselves."""
+    that and share its cells (and a fixed depth's lane its head's rows), then read only their own ends;
+    each reply is what it is alone. Cancel the one they wait for and they read their prompts themselves."""
     from engine.generation.prefix_cache import common_prefix
 
     path = str(synth("glm4moe", "mixed", agree=0.7, reads="hidden").path())
     system = " the river model" + " and the old bridge" * 12
     reqs = [GenerateRequest(prompt=system + tail, max_tokens=16, speculative=spec, record_drafts=True)
             for tail in (" first", " second", " third")]
-    shares = spec.mode == "off" or spec.adaptive
+    keeps_rows = spec.enabled and not spec.adaptive  # it resumes one row after the shared cells
     with Session(LoadOptions(path=path, n_ctx=512, parallel=3)) as session:
         tokens = [session.model.tokenize(r.prompt) for r in reqs]
         rows: list[int] = []
@@ -244,14 +244,11 @@ def test_requests_arriving_together_with_one_system_prompt_read_it_once(spec, mo
         stop.append(True)  # the one it waits for is cancelled before it reads: it reads its prompt itself
         while not engine.idle:
             engine.step()
-    common = [0] + [common_prefix(tokens[0], t) for t in tokens[1:]]
-    if shares:
-        assert [j.result.stats.prompt_reused for j in jobs] == common and min(common[1:]) > 40
-        ends = sum(len(t) - c for t, c in zip(tokens[1:], common[1:], strict=True))
-        # the first's first round beside them: its token, and with adaptive depth up to 3 drafts
-        assert len(tokens[0]) + ends + 1 <= prompt_rows <= len(tokens[0]) + ends + 1 + 3
-    else:
-        assert [j.result.stats.prompt_reused for j in jobs] == [0, 0, 0]
+    common = [0] + [common_prefix(tokens[0], t) - keeps_rows for t in tokens[1:]]
+    assert [j.result.stats.prompt_reused for j in jobs] == common and min(common[1:]) > 40
+    ends = sum(len(t) - c for t, c in zip(tokens[1:], common[1:], strict=True))
+    # the first's first round beside them: its token, and its drafts (up to 3)
+    assert len(tokens[0]) + ends + 1 <= prompt_rows <= len(tokens[0]) + ends + 1 + 3
     assert again[0].result.finish_reason == "cancelled" and again[1].result.stats.prompt_reused == 0
     solo, noise = alone(path, reqs, 3)
     for s, j in zip(solo, [*jobs, again[1]], strict=False):
