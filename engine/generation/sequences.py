@@ -13,10 +13,9 @@ prompt's final token.
 Where a running sequence holds a longer start of the prompt than any free one
 (an agent's requests sharing a system prompt, or clients whose next request
 finds the sequence that holds its start still busy), the new one shares its
-cells instead: in a
-unified pool a sequence can hold another's cells without copying them
-(``llama_memory_seq_cp``), and the KV of a position depends only on the tokens
-up to it. An MTP lane that keeps every row shares the source lane's rows the
+cells instead: in a unified pool a sequence can hold another's cells without
+copying them (``llama_memory_seq_cp``), and the KV of a position depends only
+on the tokens up to it. An MTP lane that keeps every row shares the source lane's rows the
 same way in the draft context (one row past the shared cells, which it resumes
 from); a lazy lane starts from the prompt's newest rows anyway. Not for a
 hybrid (a recurrent state is one per sequence, not per position) nor for an
