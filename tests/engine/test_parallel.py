@@ -54,6 +54,14 @@ def same_as_alone(solo: GenerateResult, together: GenerateResult, noise: float) 
     assert together.finish_reason == solo.finish_reason
 
 
+def run_all(engine: ParallelGenerator, jobs: list[Job]) -> None:
+    """Add ``jobs`` together and step until every one has ended."""
+    for job in jobs:
+        engine.add(job)
+    while not engine.idle:
+        engine.step()
+
+
 @pytest.mark.parametrize("arch", ALL_MTP_ARCHS)
 @pytest.mark.parametrize("spec", [mtp(3), SPECULATION_OFF], ids=["mtp", "off"])
 def test_each_of_four_sequences_is_what_it_would_be_alone(arch, spec):
@@ -92,10 +100,7 @@ def test_a_cancelled_sequence_stops_and_leaves_the_others_as_they_were(arch):
         engine = ParallelGenerator(session)
         jobs = [Job(reqs[0]), Job(reqs[1], on_text=lambda text, _draft: pieces.append(text),
                                   should_stop=lambda: len(pieces) >= 6), Job(reqs[2])]
-        for job in jobs:
-            engine.add(job)
-        while not engine.idle:
-            engine.step()
+        run_all(engine, jobs)
     cancelled = jobs[1].result
     assert cancelled is not None and cancelled.finish_reason == "cancelled"
     assert 6 <= len(cancelled.tokens) < len(solo[1].tokens)
@@ -149,19 +154,13 @@ def test_a_continued_conversation_decodes_only_its_new_turn_on_the_sequence_that
     with Session(LoadOptions(path=path, n_ctx=512, parallel=2)) as session:
         engine = ParallelGenerator(session)
         turn1 = [Job(r) for r in first]
-        for job in turn1:
-            engine.add(job)
-        while not engine.idle:
-            engine.step()
+        run_all(engine, turn1)
         # the second conversation goes on; a third, new one arrives beside it
         follow = GenerateRequest(prompt=first[1].prompt + turn1[1].result.text + " and then", max_tokens=24,
                                  speculative=mtp(3), record_drafts=True)
         turn2 = [Job(follow), Job(GenerateRequest(prompt=" the last word", max_tokens=16, speculative=mtp(3),
                                                   record_drafts=True))]
-        for job in turn2:
-            engine.add(job)
-        while not engine.idle:
-            engine.step()
+        run_all(engine, turn2)
     assert turn2[0].seq == turn1[1].seq  # it went back to the sequence holding its start
     # it reused as much as one sequence alone reuses for the same two turns (the prefix cache)
     with Session(LoadOptions(path=path, n_ctx=1024)) as session:
@@ -231,10 +230,7 @@ def test_requests_arriving_together_with_one_system_prompt_read_it_once(spec, mo
         monkeypatch.setattr(session.target, "decode", lambda batch: (rows.append(batch.n), decode(batch))[1])
         engine = ParallelGenerator(session)
         jobs = [Job(r) for r in reqs]
-        for job in jobs:
-            engine.add(job)
-        while not engine.idle:
-            engine.step()
+        run_all(engine, jobs)
         prompt_rows = rows[0] + rows[1]  # the first prompt; then the others' ends beside its first token
         stop: list[bool] = []
         again = [Job(reqs[0], should_stop=lambda: bool(stop)), Job(reqs[1])]
