@@ -136,3 +136,30 @@ def test_a_request_gets_the_profiles_choice_for_the_generations_running_as_it_st
         assert mode(one) == "mtp"  # alone again
     finally:
         parallel_link.set_default_speculative(mtp(3))
+
+
+def test_requests_sent_together_with_one_system_prompt_read_it_once(parallel_server: ServerThread):
+    """Three clients at once whose prompts begin with one long preamble (an agent's system prompt): one
+    request reads it, the others share what it read (``cached_tokens``), and each reply is the one it gets
+    alone."""
+    import openai
+
+    system = "You are a careful writer of short notes about rivers, mills, bridges and the weather. " * 4
+    prompts = [system + tail for tail in ("First:", "Second:", "Third:")]
+    client = openai.OpenAI(base_url=parallel_server.base_url, api_key="unused", max_retries=0, timeout=120)
+    answers: list[object] = [None] * 3
+    start = threading.Barrier(3)
+
+    def ask(i: int) -> None:
+        start.wait()
+        answers[i] = client.completions.create(model=MODEL_ID, prompt=prompts[i], max_tokens=8, temperature=0)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    cached = sorted(a.usage.prompt_tokens_details.cached_tokens for a in answers)  # type: ignore[attr-defined]
+    assert cached[0] < 20 and cached[1] >= len(system) - 20 and cached[2] >= len(system) - 20, cached
+    alone = [client.completions.create(model=MODEL_ID, prompt=p, max_tokens=8, temperature=0) for p in prompts]
+    assert [a.choices[0].text for a in answers] == [a.choices[0].text for a in alone]  # type: ignore[attr-defined]
