@@ -65,7 +65,7 @@ from engine.generation.request import (
     TextCallback,
     TextLogprobsCallback,
 )
-from engine.generation.sequences import Holding, Sequences, shareable
+from engine.generation.sequences import Holding, Sequences, keeps_rows, shareable
 from engine.generation.session import Session
 from engine.runtime import Batch
 from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams, Costs
@@ -236,15 +236,15 @@ class ParallelGenerator:
         then read it once. None: ``r`` reads its prompt itself."""
         if not self.sequences.can_share(r.decoder.spec, r.decoder.drafter):
             return None
-        keeps_rows = _keeps_rows(r.decoder.drafter)
+        rows = keeps_rows(r.decoder.spec, r.decoder.drafter)
         best: tuple[_Running, int] | None = None
         for other in self.running:
             if other.prefilled or other.reading is not None or other.waits_for is not None:
                 continue
-            if keeps_rows and not _keeps_rows(other.decoder.drafter):
+            if rows and not keeps_rows(other.decoder.spec, other.decoder.drafter):
                 continue  # its lane will not hold the rows this one's needs
             # what it will hold once read (its lane's rows as many as its cells)
-            n = shareable(r.prompt, Holding(other.prompt, len(other.prompt)), keeps_rows)
+            n = shareable(r.prompt, Holding(other.prompt, len(other.prompt)), rows)
             if n >= r.reused + SHARE_MIN and n > other.cursor and (best is None or n > best[1]):
                 best = (other, n)
         return best
@@ -258,25 +258,23 @@ class ParallelGenerator:
             source, n = r.waits_for
             gone = not any(s is source for s in self.running) or source.decoder.out.finish is not None \
                 or source.job.error is not None
-            if r.decoder.out.finish is not None or gone:
+            d = r.decoder
+            if d.out.finish is not None or gone:
                 r.waits_for = None
-            elif source.cursor >= n + _keeps_rows(r.decoder.drafter):  # (a lane keeping every row: one past)
-                d, r.waits_for = r.decoder, None
-                keeps_rows = _keeps_rows(d.drafter)
-                n = shareable(r.prompt, _holding(source.decoder), keeps_rows)  # (a deferred lane lags)
-                if n <= r.reused:
-                    continue  # it reads its prompt itself
-                self.sequences.share(d.seq, source.decoder.seq, n, n + 1 if keeps_rows else 0)
-                # a lazy lane holds nothing of it yet and catches up from the newest rows
-                if keeps_rows:
-                    d.drafter.begin(d.spec, keep=n + 1)
-                else:
-                    d.drafter.begin(d.spec)
-                _defer_if_unfolded(d.drafter)
-                r.cursor = r.reused = d.stats.prompt_reused = n
-                d.kept = r.prompt[:n]
-                if r.job.on_prefill is not None:
-                    r.job.on_prefill(0, len(r.prompt) - n)
+                continue
+            rows = keeps_rows(d.spec, d.drafter)
+            if source.cursor < n + rows:  # not read yet (a lane keeping every row resumes one row past)
+                continue
+            r.waits_for = None
+            n = shareable(r.prompt, _holding(source.decoder), rows)  # (a deferred lane lags)
+            if n <= r.reused:
+                continue  # it reads its prompt itself
+            self.sequences.share(d.seq, source.decoder.seq, n, d.spec, d.drafter)
+            _defer_if_unfolded(d.drafter)
+            r.cursor = r.reused = d.stats.prompt_reused = n
+            d.kept = r.prompt[:n]
+            if r.job.on_prefill is not None:
+                r.job.on_prefill(0, len(r.prompt) - n)
 
     def _start_pictured(self, job: Job, pictures: vision.ImagePrompt, asked: SpeculativeSettings,
                         prompt_mode: str, opens_thinking: bool) -> _Running | None:
@@ -651,14 +649,10 @@ class ParallelGenerator:
         return self._reap()
 
 
-def _keeps_rows(drafter: Drafter) -> bool:
-    """An MTP lane that catches up on every row (not lazily): sharing another's cells, it shares its rows."""
-    return isinstance(drafter, MTPDrafter) and not drafter.lazy
-
-
 def _holding(decoder: Decoder) -> Holding:
     """What ``decoder``'s sequence holds now, for another to share (engine/generation/sequences.py)."""
-    return Holding(decoder.kept, decoder.drafter.exact_end if _keeps_rows(decoder.drafter) else 0)
+    exact = keeps_rows(decoder.spec, decoder.drafter)
+    return Holding(decoder.kept, decoder.drafter.exact_end if exact else 0)  # type: ignore[attr-defined]
 
 
 def _defer_if_unfolded(drafter: Drafter) -> None:

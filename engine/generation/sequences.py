@@ -53,6 +53,12 @@ class Holding:
     mtp_rows: int = 0
 
 
+def keeps_rows(spec: SpeculativeSettings, drafter: Drafter) -> bool:
+    """An MTP lane that catches up on every row (not lazily) under ``spec``: sharing another sequence's
+    cells, it shares that lane's rows too."""
+    return isinstance(drafter, MTPDrafter) and not catches_up_lazily(spec)
+
+
 def shareable(tokens: list[int], holding: Holding, keeps_rows: bool) -> int:
     """How many of ``tokens``' cells a sequence may take from one that holds ``holding``: their common start
     (the last token is always decoded, for its logits); for a lane that keeps every MTP row, one fewer and
@@ -123,13 +129,9 @@ class Sequences:
         """Keep the longest prefix of ``tokens`` sequence ``seq`` still holds, or share a longer one a running
         sequence holds (``busy``: what each holds now); start its drafter. The prompt tokens now held."""
         target, memory = self.session.target, self.memory[seq]
-        shared, mtp_rows = self._share(seq, tokens, spec, drafter, busy or {})
+        shared = self._share(seq, tokens, spec, drafter, busy or {})
         if shared:
             memory.held, memory.mtp_held, memory.checkpoint_pos = [], [], 0
-            if isinstance(drafter, MTPDrafter):
-                drafter.begin(spec, keep=mtp_rows)
-            else:
-                drafter.begin(spec)
             return shared
         held, mtp_held, memory.held, memory.mtp_held = memory.held, memory.mtp_held, [], []
         n = min(common_prefix(held, tokens), len(tokens) - 1)
@@ -162,36 +164,40 @@ class Sequences:
             return False
         return isinstance(drafter, MTPDrafter) or not spec.enabled
 
-    def share(self, seq: int, source: int, n: int, mtp_rows: int = 0) -> None:
-        """Sequence ``seq`` is emptied and holds ``source``'s first ``n`` cells (shared, not copied), and its
-        MTP lane ``source``'s lane's first ``mtp_rows`` rows."""
+    def share(self, seq: int, source: int, n: int, spec: SpeculativeSettings, drafter: Drafter) -> None:
+        """Sequence ``seq`` is emptied and holds ``source``'s first ``n`` cells (shared, not copied); its
+        drafter starts, a lane that keeps every row holding ``source``'s lane's first ``n + 1`` rows (it
+        resumes one row after the cells), a lazy one nothing (it catches up from the newest rows)."""
         target = self.session.target
         target.seq_clear(seq)
         target.seq_cp(source, seq, 0, n)
-        lane = self.session.mtp_lane(seq)
-        if mtp_rows and lane is not None:
-            lane.ctx.seq_clear(seq)
-            lane.ctx.seq_cp(source, seq, 0, mtp_rows)
+        if not isinstance(drafter, MTPDrafter):
+            drafter.begin(spec)
+            return
+        rows = n + 1 if keeps_rows(spec, drafter) else 0
+        if rows:
+            drafter.ctx.seq_clear(seq)
+            drafter.ctx.seq_cp(source, seq, 0, rows)
+        drafter.begin(spec, keep=rows)
 
     def _share(self, seq: int, tokens: list[int], spec: SpeculativeSettings, drafter: Drafter,
-               busy: Mapping[int, Holding]) -> tuple[int, int]:
+               busy: Mapping[int, Holding]) -> int:
         """Where a running sequence holds a longer start of ``tokens`` than ``seq`` does: ``seq`` shares
-        those cells (see the module docstring); how many, and how many of its lane's rows. (0, 0): nothing
-        shared. (No free sequence holds more than ``seq``: :meth:`take` chose the free one holding most.)"""
+        those cells (see the module docstring) and its drafter starts; how many. 0: nothing shared. (No
+        free sequence holds more than ``seq``: :meth:`take` chose the free one holding most.)"""
         if not busy or not self.can_share(spec, drafter):
-            return 0, 0
-        keeps_rows = isinstance(drafter, MTPDrafter) and not catches_up_lazily(spec)
+            return 0
+        rows = keeps_rows(spec, drafter)
         best = (seq, 0)
         for source, holding in busy.items():
             if source != seq:
-                n = shareable(tokens, holding, keeps_rows)
+                n = shareable(tokens, holding, rows)
                 best = (source, n) if n > best[1] else best
         source, n = best
         if n <= common_prefix(self.memory[seq].held, tokens):
-            return 0, 0
-        mtp_rows = n + 1 if keeps_rows else 0
-        self.share(seq, source, n, mtp_rows)
-        return n, mtp_rows
+            return 0
+        self.share(seq, source, n, spec, drafter)
+        return n
 
     def save_checkpoint(self, seq: int, pos: int) -> None:
         """Keep sequence ``seq``'s recurrent state as it is after ``pos`` prompt tokens (hybrids)."""
