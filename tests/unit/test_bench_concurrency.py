@@ -17,9 +17,9 @@ import build_reference_driver as brd  # noqa: E402
 
 
 def record(client: int, ttft: float, tokens: int = 10, drafted: int = 0, accepted: int = 0,
-           text: str = "x", prompt: str = "p") -> dict[str, object]:
+           text: str = "x", prompt: str = "p", prompt_tokens: int = 20, cached: int = 0) -> dict[str, object]:
     return {"client": client, "ttft": ttft, "tokens": tokens, "drafted": drafted, "accepted": accepted,
-            "text": text, "prompt": prompt, "seconds": 1.0}
+            "text": text, "prompt": prompt, "seconds": 1.0, "prompt_tokens": prompt_tokens, "cached": cached}
 
 
 def test_percentile_interpolates_between_ranks_like_numpy():
@@ -60,11 +60,28 @@ def test_prompts_are_the_same_for_every_server_and_differ_between_clients():
     assert len(prompts) == 16
 
 
+def test_a_clients_next_prompt_starts_as_its_last_one_more_than_as_any_other_clients():
+    """What a server can reuse comes from the client's own last request (its sequence is free when the next
+    one arrives), not from whichever other client's prompt happens to be held: otherwise reuse depends on
+    whether replies end in the same step. With a system prompt, every client's prompts share it."""
+    from engine.generation.prefix_cache import common_prefix
+
+    for system in (0, 40):
+        for k in range(8):
+            for j in range(1, 4):
+                own = common_prefix(list(C.prompt_for(k, j - 1, system)), list(C.prompt_for(k, j, system)))
+                others = max(common_prefix(list(C.prompt_for(m, i, system)), list(C.prompt_for(k, j, system)))
+                             for m in range(8) if m != k for i in range(4))
+                assert own >= others + 10 and others >= len(C.preamble(system))
+
+
 def test_table_has_one_row_per_server_and_count():
-    fig = C.summarize([record(0, 0.05, drafted=3, accepted=3)], wall_s=1.0, clients=1, server_cpu_s=0.25)
+    fig = C.summarize([record(0, 0.05, drafted=3, accepted=3, prompt_tokens=30, cached=12)], wall_s=1.0,
+                      clients=1, server_cpu_s=0.25)
     table = C.format_table([(1, "ours, MTP n_max 3", C.Repeated([fig], [1.0]), "reference")]).splitlines()
     assert len(table) == 3
-    assert table[2] == "| 1 | ours, MTP n_max 3 | 10.0 | 1.00 | 50 ms | 50 ms | 100 % | 25.0 ms | reference |"
+    assert table[2] == ("| 1 | ours, MTP n_max 3 | 10.0 | 1.00 | 50 ms | 50 ms | 100 % | 25.0 ms | 18 of 30 | "
+                        "reference |")
 
 
 def test_rounds_give_medians_the_range_and_the_median_of_paired_ratios():
