@@ -157,6 +157,7 @@ class ParallelGenerator:
         self.stretch = STRETCH_PRIOR  # rounds an adaptive lane keeps drafting once it starts, on average
         self.gate = DraftingGate()  # whether the batch policy's drafting beats none, timed whole per batch size
         self.gated: int | None = None  # the batch size the gate ruled on this step (adaptive lanes decoding)
+        self.gated_drafting = False  # whether, so ruled, the policy drafted by choice this step
 
     @property
     def idle(self) -> bool:
@@ -387,7 +388,8 @@ class ParallelGenerator:
             self.batch_costs.observe(self.batch.n - 1, steps, decode_s, self.draft_s,
                                      time.perf_counter() - t_step)
             if self.gated is not None:
-                self.gate.observe(self.gated, sum(len(rnd.tokens) for _, rnd in rounds), time.perf_counter() - t_step)
+                self.gate.observe(self.gated, sum(len(rnd.tokens) for _, rnd in rounds), time.perf_counter() - t_step,
+                                  drafted=self.gated_drafting)
 
     @staticmethod
     def _read_picture_piece(r: _Running) -> None:
@@ -575,7 +577,7 @@ class ParallelGenerator:
                 other_tokens += 1 + (stats.accepted / stats.rounds if stats.rounds else 0.0)
         if not chosen:
             return {}
-        self.gated = len(rooms)
+        self.gated, self.gated_drafting = len(rooms), False
         if not self.gate.drafts(len(rooms)):  # drafting has lost to plain steps at this batch size lately
             taken = {}
             for r, p, cap in chosen:
@@ -595,7 +597,9 @@ class ParallelGenerator:
         taken = {}
         for (r, p, cap), n in zip(chosen, depths, strict=True):
             taken[id(r)] = n = p.take(n, cap, probe=pays)
-            self._count_run(r, n > 0 and not p.probes.probing)
+            chose = n > 0 and not p.probes.probing
+            self.gated_drafting |= chose
+            self._count_run(r, chose)
         return taken
 
     def _entries(self, lanes: list[_Running]) -> list[float]:

@@ -55,3 +55,20 @@ def test_neighbouring_sizes_are_judged_together():
     assert chosen[:2 * STRETCH] == [True] * STRETCH + [False] * STRETCH
     assert chosen[2 * STRETCH:] == [False] * (2 * STRETCH)  # plain, for every size of the band
     assert list(gate.summary()) == [8]
+
+
+def test_steps_the_policy_kept_plain_are_no_evidence_against_drafting():
+    """While the policy is still learning acceptance it keeps most steps plain (a probe now and then); those
+    steps, a little slower than plain ones by noise or a probe's row, once made plain "win" the first
+    verdict, and the gate then kept plain for REVISIT stretches in which the policy could not learn. Only
+    steps it drafted in count for it; once it drafts, and drafting wins, it keeps drafting."""
+    gate = DraftingGate()
+    for _ in range(STRETCH * 4):  # learning: plain by choice, slower than plain steps by more than the margin
+        assert gate.drafts(4)
+        gate.observe(4, 4, 4 / 90.0, drafted=False)
+    assert gate.summary()[4] == ("policy", None, None)  # nothing judged yet
+    chosen = []
+    for _ in range(STRETCH * 4):  # then it drafts, and that beats plain steps
+        chosen.append(gate.drafts(4))
+        gate.observe(4, 12 if chosen[-1] else 4, 12 / 110.0 if chosen[-1] else 4 / 100.0)
+    assert chosen.count(False) == STRETCH and gate.summary()[4][0] == "policy"

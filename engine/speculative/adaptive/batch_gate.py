@@ -14,6 +14,15 @@ so that a change (a longer context, another text) is seen. A stretch, not a
 step: a resume's cost falls on the first drafting steps after plain ones, and
 a lone step of each would charge drafting for a resume every time.
 
+Only steps in which the policy drafted by choice count for it: a step it keeps
+plain (with at most a probe) says nothing about drafting. Counted whole, the
+first stretches at a new batch size were mostly those, while the policy was
+still learning acceptance from probes; plain steps then "won" by the noise
+between two plain measurements, and the gate kept plain for the next 96 steps,
+in which the policy could not learn (in process on the bench-size oracle model,
+4 sequences: 4 tokens drafted in 196 steps, where a fixed depth 3 ran 1.1x
+faster than MTP off; docs/benchmarks.md).
+
 Batch sizes are judged in bands (1, 2, 3-4, 5-8, 9-16, ...): clients sending
 requests back to back keep the number decoding moving by one or two as replies
 end and the next ones start, and a record per exact size split the evidence
@@ -73,9 +82,13 @@ class DraftingGate:
             self.sizes[key] = _Size(mode=PLAIN if lost else POLICY)
         return self.sizes[key]
 
-    def observe(self, n_seq: int, tokens: int, seconds: float) -> None:
-        """A whole step of ``n_seq`` sequences made ``tokens`` in ``seconds`` in the mode :meth:`drafts` gave."""
+    def observe(self, n_seq: int, tokens: int, seconds: float, drafted: bool = True) -> None:
+        """A whole step of ``n_seq`` sequences made ``tokens`` in ``seconds`` in the mode :meth:`drafts` gave;
+        ``drafted``: whether the policy drafted by choice in it (a probe is not a choice). A step of the
+        policy's that stayed plain is not counted (see the module docstring)."""
         size = self._size(n_seq)
+        if size.mode == POLICY and not drafted:
+            return
         s = size.sums[size.mode]
         s[0] += tokens
         s[1] += seconds
