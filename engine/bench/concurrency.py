@@ -304,8 +304,8 @@ def run(args: argparse.Namespace) -> int:
                           + f": {fig.total_tps:.1f} tok/s ({reps[i].ratios[-1]:.2f}x ours off), TTFT p50 "
                           f"{1000 * fig.ttft_p50_s:.0f} ms, p95 {1000 * fig.ttft_p95_s:.0f} ms, acceptance "
                           f"{format_acceptance(fig)}, {fig.tokens} tokens in {fig.wall_s:.1f} s, server CPU "
-                          f"{fig.cpu_ms_per_token:.1f} ms/token, prompt tokens read {fig.prompt_tokens - fig.cached} of "
-                          f"{fig.prompt_tokens}; texts {same}",
+                          f"{fig.cpu_ms_per_token:.1f} ms/token, prompt tokens read "
+                          f"{fig.prompt_tokens - fig.cached} of {fig.prompt_tokens}; texts {same}",
                           flush=True)
             for base, rep, same_rounds in zip(configs, reps, sames, strict=True):
                 rows.append((n, base.label, rep, _texts_over_rounds(same_rounds)))
