@@ -36,8 +36,9 @@ the cost of the *whole* batch: a verify timed by its total rows, and shared
 draft steps costing a part per step and a part per sequence in them
 (adaptive/batch.py), a lazy head's waiting rows priced as the cost of entering.
 What that model misses (Python around each round, resumes) a gate catches:
-whole steps are timed with the policy's drafting and with none, per number of
-sequences, and the better kept (adaptive/batch_gate.py).
+whole steps are timed with the policy's drafting, with none, and with every
+sequence at its full depth, per number of sequences, and the best kept
+(adaptive/batch_gate.py).
 A request with images has its prompt decoded into its own sequence one piece
 a step (a text piece or one image, decoded alone before the shared batch), so
 running replies wait for one piece at a time, not for the whole prompt; then
@@ -70,7 +71,7 @@ from engine.generation.session import Session
 from engine.runtime import Batch
 from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams, Costs
 from engine.speculative.adaptive.batch import SharedSteps, choose_depths, entry_cost
-from engine.speculative.adaptive.batch_gate import DraftingGate
+from engine.speculative.adaptive.batch_gate import FULL, POLICY, DraftingGate
 from engine.speculative.drafter import Drafter
 from engine.speculative.mtp import MTPDrafter, settle_together
 from engine.speculative.settings import MAX_DRAFT, MTP, SPECULATION_OFF, SpeculativeSettings
@@ -155,7 +156,7 @@ class ParallelGenerator:
         self.draft_s = 0.0  # the last step's drafting, every sequence's together
         self.draft_steps = SharedSteps()  # what a shared draft step costs, per step, per sequence, per catch-up row
         self.stretch = STRETCH_PRIOR  # rounds an adaptive lane keeps drafting once it starts, on average
-        self.gate = DraftingGate()  # whether the batch policy's drafting beats none, timed whole per batch size
+        self.gate = DraftingGate()  # the policy's drafting, none, or full depth: the best, timed whole per size
         self.gated: int | None = None  # the batch size the gate ruled on this step (adaptive lanes decoding)
         self.gated_drafting = False  # whether, so ruled, the policy drafted by choice this step
 
@@ -578,11 +579,12 @@ class ParallelGenerator:
         if not chosen:
             return {}
         self.gated, self.gated_drafting = len(rooms), False
-        if not self.gate.drafts(len(rooms)):  # drafting has lost to plain steps at this batch size lately
+        mode = self.gate.mode(len(rooms))
+        if mode != POLICY:  # plain steps, or every sequence as deep as it may: the better lately at this size
             taken = {}
             for r, p, cap in chosen:
-                taken[id(r)] = p.take(0, cap, probe=False)
-                self._count_run(r, False)
+                taken[id(r)] = n = p.take(cap if mode == FULL else 0, cap, probe=False)
+                self._count_run(r, n > 0)
             return taken
         costs, caps = self.batch_costs, [cap for _, _, cap in chosen]
         draft = self.draft_steps.split(costs.draft_step(costs.verify(1)))

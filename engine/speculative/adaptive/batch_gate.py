@@ -1,4 +1,4 @@
-"""Whether drafting pays at all in a batch of this many sequences, measured whole.
+"""Which way of drafting pays in a batch of this many sequences, measured whole.
 
 The batch policy (adaptive/batch.py) chooses depths from a cost model: verify
 rows by total batch rows, draft steps by part per step and part per sequence,
@@ -7,21 +7,30 @@ Python around every round of every sequence, rows a resuming head decodes in
 ways the fit smooths over, acceptance that is exact per token but not per
 chain. At 8 sequences on a CPU those misses cost more than drafting wins
 (docs/benchmarks.md: adaptive depth at 0.75-0.84x of MTP off). So the gate
-times what the user gets — tokens out per second of whole steps — for the
-policy's choices and for no drafting at all, per number of sequences, and
-keeps to the better one, trying the other for a stretch of steps now and then
-so that a change (a longer context, another text) is seen. A stretch, not a
-step: a resume's cost falls on the first drafting steps after plain ones, and
-a lone step of each would charge drafting for a resume every time.
+times what the user gets — tokens out per second of whole steps — per number of
+sequences, for three ways: the policy's choices, no drafting at all, and every
+sequence drafting as deep as it may (what a fixed depth does), and keeps to the
+best, trying the others for a stretch of steps now and then so that a change
+(a longer context, another text) is seen. A stretch, not a step: a resume's
+cost falls on the first drafting steps after plain ones, and a lone step of
+each would charge drafting for a resume every time.
+
+The third way is there because the policy's own drafting can lose where a fixed
+depth wins: it drafts some sequences and not others, shallower, and a lazy head
+resuming after plain steps decodes the rows it skipped (through the server on
+the bench-size oracle model, 4 clients: adaptive depth 0.87x of MTP off where
+depth 3 ran 1.06-1.12x; docs/benchmarks.md). Stretches at full depth also teach
+every sequence's policy its acceptance at every position.
 
 Only steps in which the policy drafted by choice count for it: a step it keeps
-plain (with at most a probe) says nothing about drafting. Counted whole, the
+plain (with at most a probe) says nothing about its drafting. Counted, the
 first stretches at a new batch size were mostly those, while the policy was
 still learning acceptance from probes; plain steps then "won" by the noise
 between two plain measurements, and the gate kept plain for the next 96 steps,
 in which the policy could not learn (in process on the bench-size oracle model,
 4 sequences: 4 tokens drafted in 196 steps, where a fixed depth 3 ran 1.1x
-faster than MTP off; docs/benchmarks.md).
+faster than MTP off). A stretch of the policy's that never drafted measures
+nothing, and the best of the others is kept.
 
 Batch sizes are judged in bands (1, 2, 3-4, 5-8, 9-16, ...): clients sending
 requests back to back keep the number decoding moving by one or two as replies
@@ -37,25 +46,39 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-POLICY, PLAIN = "policy", "plain"
+POLICY, PLAIN, FULL = "policy", "plain", "full"
+MODES = (POLICY, PLAIN, FULL)  # the order a new band tries them in, after the one it starts with
 STRETCH = 8  # steps a mode is kept for before it is judged or swapped
-REVISIT = 12  # stretches of the better mode before the other is tried again
+REVISIT = 12  # stretches of the best mode before another is tried again
 FORGET = 0.9  # the weight a mode's earlier steps keep, per stretch of it measured
-MARGIN = 0.02  # plain wins only by more than this (ties keep drafting, which the user asked for)
+# a way wins over the policy only by more than this (ties keep the policy, which the user asked for)
+MARGIN = 0.02
 
 
 @dataclass
 class _Size:
     """What one batch size measured: per mode, (tokens, seconds), decayed per stretch."""
 
-    sums: dict[str, list[float]] = field(default_factory=lambda: {POLICY: [0.0, 0.0], PLAIN: [0.0, 0.0]})
+    sums: dict[str, list[float]] = field(default_factory=lambda: {m: [0.0, 0.0] for m in MODES})
     mode: str = POLICY
     left: int = STRETCH  # steps left in the current stretch
-    since: int = 0  # stretches of the better mode since the other was tried
+    since: int = 0  # stretches of the best mode since another was tried
+    tried: set[str] = field(default_factory=set)  # the modes that ran a stretch
+    turn: int = 0  # which of the others is tried next
 
     def rate(self, mode: str) -> float | None:
         tokens, seconds = self.sums[mode]
         return tokens / seconds if seconds > 0 else None
+
+    def best(self) -> str:
+        """The mode measured fastest; the policy unless another beats it by :data:`MARGIN`, full depth
+        unless plain steps beat it so."""
+        rates = {m: r for m in MODES if (r := self.rate(m)) is not None}
+        best = max(rates, key=lambda m: rates[m])
+        for keep in (POLICY, FULL):
+            if keep in rates and rates[best] <= rates[keep] * (1 + MARGIN):
+                return keep
+        return best
 
 
 def band(n_seq: int) -> int:
@@ -64,50 +87,53 @@ def band(n_seq: int) -> int:
 
 
 class DraftingGate:
-    """Per band of sequences decoding: whether to let the batch policy draft this step (see module)."""
+    """Per band of sequences decoding: how the batch drafts this step (see module)."""
 
     def __init__(self) -> None:
         self.sizes: dict[int, _Size] = {}  # by band
 
-    def drafts(self, n_seq: int) -> bool:
-        """Whether the batch policy chooses this step's depths (else every sequence takes a plain step)."""
-        return self._size(n_seq).mode == POLICY
+    def mode(self, n_seq: int) -> str:
+        """:data:`POLICY`: the batch policy chooses this step's depths; :data:`PLAIN`: every sequence takes a
+        plain step; :data:`FULL`: every sequence drafts as deep as it may."""
+        return self._size(n_seq).mode
 
     def _size(self, n_seq: int) -> _Size:
-        """A band's record; a new one starts plain where a smaller band found plain steps better (more
-        sequences make verify rows dearer, not cheaper), else with the policy."""
+        """A band's record; a new one starts plain where a smaller band found plain steps better than
+        drafting (more sequences make verify rows dearer, not cheaper), else with the policy."""
         key = band(n_seq)
         if key not in self.sizes:
-            lost = any(k < key and s.mode == PLAIN and s.rate(POLICY) is not None for k, s in self.sizes.items())
+            lost = any(k < key and s.mode == PLAIN and len(s.tried) > 1 for k, s in self.sizes.items())
             self.sizes[key] = _Size(mode=PLAIN if lost else POLICY)
         return self.sizes[key]
 
     def observe(self, n_seq: int, tokens: int, seconds: float, drafted: bool = True) -> None:
-        """A whole step of ``n_seq`` sequences made ``tokens`` in ``seconds`` in the mode :meth:`drafts` gave;
+        """A whole step of ``n_seq`` sequences made ``tokens`` in ``seconds`` in the mode :meth:`mode` gave;
         ``drafted``: whether the policy drafted by choice in it (a probe is not a choice). A step of the
-        policy's that stayed plain is not counted (see the module docstring)."""
+        policy's that stayed plain counts toward its stretch but not its rate (see the module docstring)."""
         size = self._size(n_seq)
-        if size.mode == POLICY and not drafted:
-            return
-        s = size.sums[size.mode]
-        s[0] += tokens
-        s[1] += seconds
+        if size.mode != POLICY or drafted:
+            s = size.sums[size.mode]
+            s[0] += tokens
+            s[1] += seconds
         size.left -= 1
         if size.left > 0:
             return
         size.left = STRETCH
-        policy, plain = size.rate(POLICY), size.rate(PLAIN)
         ran = size.mode
-        if plain is None or policy is None:  # the other not yet measured: try it once
-            size.mode = PLAIN if plain is None else POLICY
+        size.tried.add(ran)
+        untried = [m for m in MODES if m not in size.tried]
+        if untried:  # each measured once first
+            size.mode = untried[0]
         else:
-            better = PLAIN if plain > policy * (1 + MARGIN) else POLICY
-            size.since = size.since + 1 if ran == better else 0
-            size.mode = better
-            if size.since >= REVISIT:  # the other, again
-                size.mode, size.since = (POLICY if better == PLAIN else PLAIN), 0
+            best = size.best() if any(size.rate(m) is not None for m in MODES) else PLAIN
+            size.since = size.since + 1 if ran == best else 0
+            size.mode = best
+            if size.since >= REVISIT:  # another, again: each of the others in turn
+                others = [m for m in MODES if m != best]
+                size.mode, size.since = others[size.turn % len(others)], 0
+                size.turn += 1
         size.sums[ran] = [v * FORGET for v in size.sums[ran]]  # older stretches of this mode weigh less
 
-    def summary(self) -> dict[int, tuple[str, float | None, float | None]]:
-        """Per band (by its largest size): the mode in use, and the tokens/s measured with the policy and plain."""
-        return {n: (s.mode, s.rate(POLICY), s.rate(PLAIN)) for n, s in sorted(self.sizes.items())}
+    def summary(self) -> dict[int, tuple[str, dict[str, float | None]]]:
+        """Per band (by its largest size): the mode in use, and the tokens/s measured in each mode."""
+        return {n: (s.mode, {m: s.rate(m) for m in MODES}) for n, s in sorted(self.sizes.items())}
