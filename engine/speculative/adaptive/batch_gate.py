@@ -125,7 +125,7 @@ class DraftingGate:
         if untried:  # each measured once first
             size.mode = untried[0]
         else:
-            best = size.best() if any(size.rate(m) is not None for m in MODES) else PLAIN
+            best = size.best()  # (plain and full depth always measure: their steps all count)
             size.since = size.since + 1 if ran == best else 0
             size.mode = best
             if size.since >= REVISIT:  # another, again: each of the others in turn
