@@ -3,8 +3,9 @@
 A text reply decodes on a two-sequence session of a synthetic qwen35 model (heads that read the hidden
 state, MTP depth 2); three steps in, a request with four images (817 prompt rows with its text) joins.
 Prints, per repeat, the longest gap between two of the running reply's tokens and the median gap. The
-prompt with images is read a piece a step (a text piece or one image), so the longest gap is about one
-image's encode and decode; before that change it was the whole prompt's.
+prompt with images is read a piece a step (a text piece, an image's encode, or its decode), so the longest
+gap is about one image's decode; before, it was one image's encode and decode, and before that the whole
+prompt's.
 
     .venv/bin/python scripts/image_join_pause.py [--repeats 3]
 """

@@ -99,7 +99,8 @@ def _chunks(start: int, end: int, size: int, split: int) -> list[tuple[int, int]
 
 class PicturedPrompt:
     """A prompt with images being decoded into a decoder's context, a piece a :meth:`step`
-    (:class:`vision.PromptReader`: a text piece or one image); the last step samples the first token.
+    (:class:`vision.PromptReader`: a text piece, an image's encode or its decode); the last step samples the
+    first token.
     Positions run apart from cells from here on, and the prefix cache cannot describe the context.
     The projector's chunks are held until the prompt is read; :meth:`close` gives them back however it
     ends (a multi-sequence engine closes a reading whose request was cancelled or failed)."""

@@ -119,9 +119,9 @@ def prefill(target: Context, prompt: PromptChunks, batch: Batch,
 
 
 class PromptReader:
-    """Decodes a prompt with images one piece a :meth:`step`: a text piece of up to ``n_batch`` tokens, or
-    one image. A multi-sequence engine runs the other sequences' steps between the pieces, so a prompt
-    with images pauses running replies for one piece at a time, not for the whole prompt
+    """Decodes a prompt with images one piece a :meth:`step`: a text piece of up to ``n_batch`` tokens, an
+    image's encode, or its decode. A multi-sequence engine runs the other sequences' steps between the
+    pieces, so a prompt with images pauses running replies for one piece at a time, not for the whole prompt
     (engine/generation/parallel.py); alone, :func:`prefill` reads every piece at once.
 
     ``seq``: the sequence of a multi-sequence context to decode into (only it is emptied; the others'
@@ -176,8 +176,10 @@ class PromptReader:
                 if not first:
                     yield
                 first = False
+                rows = self.prompt.encode_image(i)
+                yield  # the encode and the decode are about half the image's time each: a step between them
                 out.n_pos = self.prompt.decode_image(i, target, out.n_pos,
-                                                     self.mtp.rows if self.mtp is not None else None, seq)
+                                                     self.mtp.rows if self.mtp is not None else None, seq, rows)
             else:
                 for start in range(0, len(chunk.tokens), target.n_batch):
                     if not first:

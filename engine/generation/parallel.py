@@ -40,7 +40,7 @@ whole steps are timed with the policy's drafting, with none, and with every
 sequence at its full depth, per number of sequences, and the best kept
 (adaptive/batch_gate.py).
 A request with images has its prompt decoded into its own sequence one piece
-a step (a text piece or one image, decoded alone before the shared batch), so
+a step (a text piece, an image's encode or its decode, alone before the shared batch), so
 running replies wait for one piece at a time, not for the whole prompt; then
 it decodes with them. Its MTP lane catches up on the image's rows.
 """

@@ -100,10 +100,30 @@ class PromptChunks:
         """Every text token, in order (what a sampler's history holds of this prompt)."""
         return [t for c in self.chunks for t in c.tokens]
 
+    def encode_image(self, index: int) -> np.ndarray:
+        """Encode image chunk ``index`` with the projector; its embedding rows, (n_tokens, the model's input
+        width), a copy (the projector's own buffer is overwritten by its next encode).
+
+        Apart from :meth:`decode_image` so that a multi-sequence engine can run the other sequences' step
+        between an image's encode and its decode: each is about half of the image's time.
+
+        Raises:
+            ImageError: the chunk is not an image.
+            ProjectorError: encoding failed (llama.cpp's words).
+        """
+        chunk = self._image_chunk(index)
+        m, ctx = self._mtmd, self._projector.handle
+        if m.mtmd_encode_chunk(ctx, chunk) != 0:
+            raise ProjectorError(f"the projector could not encode the image: {_detail()}")
+        width = int(native.llama().llama_model_n_embd_inp(self._projector.model.handle))
+        rows = np.ctypeslib.as_array(m.mtmd_get_output_embd(ctx), shape=(self.chunks[index].n_tokens, width))
+        return np.array(rows, dtype=np.float32, copy=True)
+
     def decode_image(self, index: int, target: Context, n_past: int, on_rows: RowsCallback | None = None,
-                     seq: int = 0) -> int:
-        """Encode image chunk ``index`` with the projector and decode its rows into ``target``'s sequence
-        ``seq`` from position ``n_past`` (M-RoPE positions as mtmd lays them out); returns the next position.
+                     seq: int = 0, embd: np.ndarray | None = None) -> int:
+        """Decode image chunk ``index``'s rows into ``target``'s sequence ``seq`` from position ``n_past``
+        (M-RoPE positions as mtmd lays them out); returns the next position. ``embd``: its rows from
+        :meth:`encode_image`; None encodes it here first.
 
         ``on_rows(embd, positions)``: called after each decoded piece with its embedding rows
         (n, n_embd) and positions (n_pos, n), while the target's outputs still hold that piece
@@ -113,13 +133,13 @@ class PromptChunks:
             ImageError: the chunk is not an image.
             ProjectorError: encoding or decoding failed (llama.cpp's words).
         """
-        if self.chunks[index].kind != IMAGE:
-            raise ImageError(f"prompt chunk {index} is {self.chunks[index].kind}, not an image")
-        m = self._mtmd
-        chunk = m.mtmd_input_chunks_get(self.handle, index)
-        ctx = self._projector.handle
-        if m.mtmd_encode_chunk(ctx, chunk) != 0:
-            raise ProjectorError(f"the projector could not encode the image: {_detail()}")
+        if embd is None:
+            embd = self.encode_image(index)
+        chunk = self._image_chunk(index)
+        if embd.shape[0] != self.chunks[index].n_tokens or embd.dtype != np.float32 or not embd.flags.c_contiguous:
+            raise ImageError(f"image chunk {index} needs {self.chunks[index].n_tokens} contiguous float32 rows, "
+                             f"not {embd.shape} {embd.dtype}")
+        m, ctx = self._mtmd, self._projector.handle
         new_n_past = native.llama().llama_pos(0)
         failure: list[BaseException] = []
 
@@ -137,7 +157,8 @@ class PromptChunks:
 
         callback = m.mtmd_helper_post_decode_callback(after_piece) if on_rows is not None \
             else m.mtmd_helper_post_decode_callback()  # NULL: no callback
-        rc = m.mtmd_helper_decode_image_chunk(ctx, target.handle, chunk, m.mtmd_get_output_embd(ctx), n_past, seq,
+        rows = embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        rc = m.mtmd_helper_decode_image_chunk(ctx, target.handle, chunk, rows, n_past, seq,
                                               target.n_batch, ctypes.byref(new_n_past), callback, None)
         if failure:
             raise failure[0]
@@ -147,6 +168,11 @@ class PromptChunks:
             raise ProjectorError(f"decoding the image's embeddings failed (code {rc}): {_detail()}")
         native.llama().llama_synchronize(target.handle)
         return int(new_n_past.value)
+
+    def _image_chunk(self, index: int) -> Any:
+        if self.chunks[index].kind != IMAGE:
+            raise ImageError(f"prompt chunk {index} is {self.chunks[index].kind}, not an image")
+        return self._mtmd.mtmd_input_chunks_get(self.handle, index)
 
     def close(self) -> None:
         if self.handle:

@@ -108,10 +108,20 @@ def test_a_request_with_images_without_a_projector_fails_alone(synth_models):
     assert engine.sequences.has_room and len(engine.sequences.free) == 2  # the failed one gave its sequence back
 
 
-def test_a_prompt_with_images_is_read_a_piece_a_step_while_others_decode(synth_models):
-    """Its text pieces and images are decoded one a step, and a running reply gets its tokens between them:
-    an image request joining does not stall the others for its whole prompt. Cancelled half-read, it ends
-    and gives its sequence back while the other goes on."""
+def test_a_prompt_with_images_is_read_a_piece_a_step_while_others_decode(synth_models, monkeypatch):
+    """Its text pieces, each image's encode and each image's decode come one a step, and a running reply gets
+    its tokens between them: an image request joining does not stall the others for its whole prompt, nor
+    for a whole image. Cancelled half-read, it ends and gives its sequence back while the other goes on."""
+    from engine.runtime.mtmd import PromptChunks
+
+    seen: list[tuple[str, int]] = []
+    encode = PromptChunks.encode_image
+
+    def watched_encode(self: PromptChunks, index: int):  # noqa: ANN202 - the real encode, noted in order
+        seen.append(("encode", index))
+        return encode(self, index)
+
+    monkeypatch.setattr(PromptChunks, "encode_image", watched_encode)
     path, mmproj = files(synth_models, "qwen35")
     text_req, _, pictured, _ = requests(mtp(2))  # pictured: text, image, text, image, text
     with Session(LoadOptions(path=path, n_ctx=1024, mmproj=mmproj)) as session:
@@ -119,7 +129,7 @@ def test_a_prompt_with_images_is_read_a_piece_a_step_while_others_decode(synth_m
         alone_pictured = generate(session, pictured)
     with Session(LoadOptions(path=path, n_ctx=1024, parallel=2, mmproj=mmproj)) as session:
         engine = ParallelGenerator(session)
-        seen: list[tuple[str, int]] = []
+        seen.clear()
         text = Job(text_req, on_text=lambda t, d: seen.append(("text", 0)))
         engine.add(text)
         engine.step()
@@ -132,6 +142,11 @@ def test_a_prompt_with_images_is_read_a_piece_a_step_while_others_decode(synth_m
         assert len(read) == 5  # one per piece
         between = [kind for kind, _ in seen[read[0]:read[-1]]]
         assert between.count("text") >= 3  # the running reply went on between the pieces
+        encodes = [i for i, (kind, _) in enumerate(seen) if kind == "encode"]
+        assert len(encodes) == 2  # one per image
+        for e in encodes:  # and between each image's encode and its decode (the prefill after it)
+            decoded = next(i for i in read if i > e)
+            assert "text" in [kind for kind, _ in seen[e:decoded]]
         assert text.result.tokens == alone.tokens and image.result.tokens == alone_pictured.tokens
 
         stop: list[bool] = []
