@@ -28,11 +28,11 @@ class LoadChoice:
 
     def options(self, s: Settings) -> P.LoadOptions:
         """The load request's options: this choice, with the settings' draft threads, this model's draft
-        vocabulary, sequences (replies at once) and RPC servers."""
+        vocabulary, sequences (replies at once), memory for earlier conversations and RPC servers."""
         return P.LoadOptions(path=self.path, n_ctx=self.n_ctx, n_threads=self.n_threads,
                              n_gpu_layers=self.n_gpu_layers, mtp=self.mtp, sidecar=self.sidecar, mmproj=self.mmproj,
                              n_threads_draft=s.n_threads_draft, parallel=s.parallel,
-                             draft_vocab=s.draft_vocab_for(self.path),
+                             draft_vocab=s.draft_vocab_for(self.path), state_cache_mib=s.state_cache_mib,
                              rpc=tuple(r.strip() for r in s.rpc_servers.split(",") if r.strip()))
 
     def apply_to(self, s: Settings) -> None:

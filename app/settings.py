@@ -53,6 +53,9 @@ class Settings:
     # (engine LoadOptions.draft_vocab); a model not named drafts among all of them. Per model because the cut
     # that pays on a 151,936-token vocabulary (autotune measures it) is wrong for a 32,000-token one
     draft_vocabs: dict[str, int] = field(default_factory=dict)
+    # host memory for earlier conversations' states (engine LoadOptions.state_cache_mib): going back to a chat the
+    # engine let go of reads it from there instead of prefilling it again; 0: none kept
+    state_cache_mib: int = 2048
     rpc_servers: str = ""  # ggml RPC servers, "host:port,…": the trunk is split across them (docs/multi-machine.md)
     theme: str = "system"  # system | light | dark
     max_tokens: int = 512

@@ -24,6 +24,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "presence_penalty": (-2.0, 2.0), "frequency_penalty": (-2.0, 2.0), "seed": (-1, MAX_SEED),
     "n_max": (1, MAX_DRAFT), "p_min": (0.0, 1.0), "server_port": (1, 65535), "parallel": (0, 64),
     "draft_vocab": (0, 2**24),  # each value of draft_vocabs
+    "state_cache_mib": (0, 2**20),
 }
 CHOICES: dict[str, frozenset[str]] = {
     "theme": frozenset({"system", "light", "dark"}),

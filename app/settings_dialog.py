@@ -77,6 +77,12 @@ class SettingsDialog(QDialog):
                       "the same, only fewer drafts may be accepted.</small>")
         hint.setWordWrap(True)
         form.addRow("", hint)
+        self.state_cache = QSpinBox(minimum=0, maximum=2**20, singleStep=256, value=settings.state_cache_mib,
+                                    suffix=" MiB")
+        self.state_cache.setToolTip("Memory that keeps chats the engine let go of, so that going back to one "
+                                    "does not read it all again. At most a quarter of the memory free once the "
+                                    "model is loaded; 0: keep none.")
+        form.addRow("Memory for earlier chats", self.state_cache)
         self.rpc_servers = QLineEdit(settings.rpc_servers)
         self.rpc_servers.setPlaceholderText("host:port, host:port (empty: this machine only)")
         form.addRow("Remote devices (RPC)", self.rpc_servers)
@@ -99,9 +105,11 @@ class SettingsDialog(QDialog):
     def apply(self) -> bool:
         """Copy the values into the settings; True when the model must be reloaded."""
         s = self.settings
-        reload_needed = (s.n_threads, s.n_ctx, s.n_gpu_layers, s.rpc_servers, s.draft_vocab_for(s.model_path)) != (
+        reload_needed = (s.n_threads, s.n_ctx, s.n_gpu_layers, s.rpc_servers, s.draft_vocab_for(s.model_path),
+                         s.state_cache_mib) != (
             self.threads.value(), self.ctx.value(), self.gpu_layers.value(), self.rpc_servers.text().strip(),
-            self.draft_vocab.currentData())
+            self.draft_vocab.currentData(), self.state_cache.value())
+        s.state_cache_mib = self.state_cache.value()
         s.set_draft_vocab(s.model_path, self.draft_vocab.currentData())
         s.rpc_servers = self.rpc_servers.text().strip()
         reply = self.reply.values()

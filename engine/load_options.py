@@ -16,6 +16,7 @@ MAX_THREADS = 512  # GGML_MAX_N_THREADS, ggml's own ceiling (its per-thread arra
 MAX_PARALLEL = 64  # sequences decoded together; each has its own KV cells and sampler
 # a draft vocabulary smaller than this would leave out common words of any real tokenizer
 MIN_DRAFT_VOCAB = 1024
+MAX_STATE_CACHE_MIB = 2**20  # 1 TiB: a bound on typing mistakes, not on memory (only what is saved is used)
 MAX_N_CTX = 2**24  # 16M tokens; llama.cpp's n_ctx is 32-bit and far smaller sizes already exhaust memory
 
 
@@ -47,6 +48,9 @@ class LoadOptions:
     # most of a draft step at a real vocabulary, and byte-pair vocabularies number frequent tokens first.
     # The target verifies over every token, so output is the same; only what can be drafted changes.
     draft_vocab: int = 0
+    # host memory (MiB) for earlier prompts' states, so that a conversation the contexts let go of is
+    # taken up again without its prefill (engine/generation/state_cache.py); 0: none kept
+    state_cache_mib: int = 2048
 
 
 def check_options(options: LoadOptions) -> None:
@@ -76,6 +80,9 @@ def check_options(options: LoadOptions) -> None:
                                                      or MIN_DRAFT_VOCAB <= options.draft_vocab):
         raise ContextError(f"draft_vocab must be 0 (the whole vocabulary) or at least {MIN_DRAFT_VOCAB:,} "
                            f"tokens, got {options.draft_vocab}; 32768 suits vocabularies of 150k tokens and more.")
+    if isinstance(options.state_cache_mib, bool) or not 0 <= options.state_cache_mib <= MAX_STATE_CACHE_MIB:
+        raise ContextError(f"state_cache_mib (--cache-ram) must be between 0 (keep no earlier prompts' states) and "
+                           f"{MAX_STATE_CACHE_MIB:,} MiB, got {options.state_cache_mib}")
     if isinstance(options.parallel, bool) or not 0 <= options.parallel <= MAX_PARALLEL:
         raise ContextError(f"parallel must be between 1 and {MAX_PARALLEL} sequences (0: as many as fit), got "
                            f"{options.parallel}")

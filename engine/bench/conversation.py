@@ -4,7 +4,9 @@ A conversation grows by a reply and a paragraph a turn. Without reuse every
 turn prefills the whole conversation again, so the first token comes later
 and later; with reuse (engine/generation/prefix_cache.py) a turn prefills
 only its new text. Both passes send the same prompts (greedy replies, so the
-same text); then the last prompt is sent twice, as a regenerate does.
+same text); then the last prompt is sent twice, as a regenerate does; then
+another conversation cuts this one and it goes on, with its state kept in host
+memory (engine/generation/state_cache.py) and without.
 
 With ``--llama-server`` the same prompts then go, turn by turn, as streamed
 ``/v1/completions`` to ``mtp-studio serve`` and to llama.cpp's own
@@ -49,6 +51,7 @@ class Turn:
 def _ttft(session: Session, prompt: str, tokens: int, spec: SpeculativeSettings, reuse: bool) -> tuple[Turn, str]:
     if not reuse:
         session.prefix.forget()
+        session.states.clear()
     t0 = time.perf_counter()
     result = generate(session, GenerateRequest(prompt=prompt, max_tokens=tokens, speculative=spec))
     first = result.stats.t_first_token if result.stats.t_first_token is not None else time.perf_counter()
@@ -71,6 +74,17 @@ def conversation(session: Session, turns: int, tokens: int, spec: SpeculativeSet
 
 # a prompt that begins unlike every turn of the conversation, so its first send finds nothing to reuse
 TWICE_PROMPT = "\n\n".join(reversed(PARAGRAPHS)) * 2
+
+
+def switch_and_back(session: Session, conversation_prompt: str, tokens: int, spec: SpeculativeSettings,
+                    keep: bool) -> Turn:
+    """The conversation, another one that cuts it, then the conversation's next turn; that turn's figures,
+    with the cut conversation kept in host memory (``keep``: engine/generation/state_cache.py) or not."""
+    _ttft(session, conversation_prompt, tokens, spec, reuse=True)
+    _ttft(session, TWICE_PROMPT, tokens, spec, reuse=True)
+    if not keep:
+        session.states.clear()
+    return _ttft(session, conversation_prompt + "\n\n" + PARAGRAPHS[0], tokens, spec, reuse=True)[0]
 
 
 @dataclass
@@ -173,6 +187,15 @@ def run(args: argparse.Namespace) -> int:
             warm.append(_ttft(session, prompt, args.tokens, spec, reuse=True)[0].ttft_s)
         print(f"same prompt twice: first {1000 * statistics.median(cold):.0f} ms, second "
               f"{1000 * statistics.median(warm):.0f} ms ({statistics.median(warm) / statistics.median(cold):.0%})")
+        # back to the conversation after another one: its state from host memory, or its whole prefill
+        kept, lost = [], []
+        for _ in range(3):
+            kept.append(switch_and_back(session, prompts[-1], args.tokens, spec, keep=True))
+            lost.append(switch_and_back(session, prompts[-1], args.tokens, spec, keep=False))
+        a, b = (statistics.median(t.ttft_s for t in runs) for runs in (kept, lost))
+        print(f"back to the conversation after another ({kept[0].prompt_tokens} prompt tokens): "
+              f"{1000 * a:.0f} ms with its state kept in host memory (reused {kept[0].reused}), "
+              f"{1000 * b:.0f} ms without (reused {lost[0].reused}) ({a / b:.0%})")
     finally:
         session.close()
     if args.llama_server is not None:

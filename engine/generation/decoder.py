@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.generation import chat_template
+from engine.generation import chat_template, state_cache
 from engine.generation import images as vision
 from engine.generation.clock import PhaseClock
 from engine.generation.output import Output
@@ -112,6 +112,7 @@ class PicturedPrompt:
         t0 = time.perf_counter()
         self.decoder = decoder
         decoder.pictured = True
+        session.save_conversation()
         session.prefix.forget()
         drafter.begin(decoder.spec)
         if isinstance(drafter, MTPDrafter):
@@ -168,6 +169,8 @@ def _prefill(session: Session, drafter: Drafter, spec: SpeculativeSettings, pref
     """
     target = session.target
     mtp_drafter = drafter if isinstance(drafter, MTPDrafter) else None
+    if mtp_drafter is not None or not spec.uses_mtp:  # (MTP + n-gram starts both contexts empty)
+        state_cache.swap_held(session.states, session.prefix, target, session.mtp_context, prefill)
     reusing = True
     mtp_limit = 0  # target positions reusable with the MTP context one row ahead
     if mtp_drafter is not None:

@@ -229,6 +229,7 @@ def generate_plain(session: Session, projector: Projector, text: str, images: Se
         ImageError, ProjectorError, ContextError: see :meth:`Projector.tokenize` and :func:`prefill`.
     """
     t0 = time.perf_counter()
+    session.save_conversation()  # kept in host memory: the text conversation is taken up again without prefill
     session.prepare(mtp=False, drafts=False)
     target, model = session.target, session.model
     session.prefix.forget()  # the cache cannot describe image rows

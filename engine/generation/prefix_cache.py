@@ -106,6 +106,28 @@ class PrefixCache:
             return 0
         return max(0, common_prefix(self.mtp_tokens, prompt) - 1)
 
+    def held(self, target: Context) -> list[int]:
+        """What ``target`` holds as far as this cache knows (empty where it does not)."""
+        return self.tokens if self._context is target and target.edits == self._edits else []
+
+    def mtp_held(self, ctx: Context | None) -> list[int]:
+        """The tokens of the MTP context's exact rows as far as this cache knows (empty where it does not)."""
+        return self.mtp_tokens if ctx is not None and self._mtp_context is ctx and ctx.edits == self._mtp_edits \
+            else []
+
+    @property
+    def checkpoint(self) -> Any:
+        """A hybrid's recurrent state after :attr:`checkpoint_pos` tokens (a buffer), or None."""
+        return self._checkpoint if self.checkpoint_pos else None
+
+    def took_up(self, target: Context, tokens: list[int], mtp: Context | None, mtp_tokens: list[int],
+                checkpoint: Any, checkpoint_pos: int) -> None:
+        """``target`` (and ``mtp``) hold a state brought back from host memory (state_cache.py)."""
+        self.keep(target, tokens)
+        if mtp is not None:
+            self.keep_mtp(mtp, mtp_tokens)
+        self._checkpoint, self.checkpoint_pos = checkpoint, checkpoint_pos
+
     def start(self, target: Context, prompt: list[int], hybrid: bool, limit: int | None = None) -> int:
         """Make ``target`` hold the longest reusable prefix of ``prompt``; return its length.
 

@@ -34,8 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import ContextError
+from engine.generation import state_cache
 from engine.generation.prefix_cache import common_prefix
 from engine.generation.session import Session
+from engine.runtime import Context
 from engine.speculative.choice import DrafterChoice
 from engine.speculative.depth import DepthPolicy
 from engine.speculative.drafter import Drafter
@@ -104,6 +106,7 @@ class Sequences:
         (one with images), so that what the others hold stays for prompts that may."""
         seq = min(self.free, key=lambda s: (len(self.memory[s].held), s))
         self.free.remove(seq)
+        self.save_to_host(seq, [])
         return seq
 
     def give_back(self, seq: int, held: list[int] | None = None, drafter: Drafter | None = None) -> None:
@@ -129,6 +132,7 @@ class Sequences:
         """Keep the longest prefix of ``tokens`` sequence ``seq`` still holds, or share a longer one a running
         sequence holds (``busy``: what each holds now); start its drafter. The prompt tokens now held."""
         target, memory = self.session.target, self.memory[seq]
+        self._swap(seq, tokens)
         shared = self._share(seq, tokens, spec, drafter, busy or {})
         if shared:
             memory.held, memory.mtp_held, memory.checkpoint_pos = [], [], 0
@@ -154,6 +158,37 @@ class Sequences:
             if n:
                 drafter.process(tokens[:n], 0)  # the n-gram drafter reads tokens only
         return n
+
+    def save_to_host(self, seq: int, prompt: list[int]) -> None:
+        """Copy what sequence ``seq`` holds, and its MTP lane's rows, to host memory where ``prompt`` would
+        cut enough of it (``[]``: a prompt that reuses none of it) (engine/generation/state_cache.py)."""
+        memory = self.memory[seq]
+        if not self.session.states.worth_saving(memory.held, prompt):
+            return
+        try:
+            self.session.states.add(state_cache.save(self.session.target, seq, memory.held, self._lane(seq),
+                                                     memory.mtp_held, memory.checkpoint, memory.checkpoint_pos))
+        except ContextError:
+            pass  # not kept: the prompt is decoded as it would have been
+
+    def _swap(self, seq: int, tokens: list[int]) -> None:
+        """Before ``tokens`` cut what sequence ``seq`` holds, save it (:meth:`save_to_host`); where a saved
+        state holds a longer start of ``tokens``, bring it back into ``seq``."""
+        memory = self.memory[seq]
+        self.save_to_host(seq, tokens)
+        saved = self.session.states.take(tokens, common_prefix(memory.held, tokens))
+        if saved is None:
+            return
+        try:
+            memory.mtp_held = state_cache.restore(saved, self.session.target, seq, self._lane(seq))
+        except ContextError:
+            memory.held, memory.mtp_held, memory.checkpoint_pos = [], [], 0
+            return
+        memory.held, memory.checkpoint, memory.checkpoint_pos = saved.tokens, saved.checkpoint, saved.checkpoint_pos
+
+    def _lane(self, seq: int) -> tuple[Context, int] | None:
+        lane = self.session.mtp_lane(seq)
+        return (lane.ctx, lane.seq) if lane is not None else None
 
     def can_share(self, spec: SpeculativeSettings, drafter: Drafter) -> bool:
         """Whether a sequence drafting with ``drafter`` under ``spec`` may take another's cells (see the

@@ -8,8 +8,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.generation import state_cache
 from engine.generation.load_plan import LoadPlan
 from engine.generation.prefix_cache import PrefixCache
+from engine.generation.state_cache import StateCache
 from engine.load_options import LoadOptions, check_options  # LoadOptions: benches and tests import it from here
 from engine.runtime import Context, ContextParams, Model
 from engine.runtime.mtmd import Projector
@@ -70,6 +72,8 @@ class Session:
             raise
         # what the target context holds between generations, for the next prompt to reuse
         self.prefix = PrefixCache()
+        # earlier prompts' states in host memory, for going back to a conversation the contexts let go of
+        self.states = StateCache(state_cache.budget(self.options.state_cache_mib), self.model.n_swa)
         self.prepared_for_mtp = want_mtp
         self.prepared_for_drafts = want_mtp
         # None until a context asked for recurrent snapshots (llama.cpp clamps
@@ -194,6 +198,16 @@ class Session:
     def n_seq(self) -> int:
         """Sequences the contexts hold (``LoadOptions.parallel``): replies decoded together."""
         return self.options.parallel
+
+    @property
+    def mtp_context(self) -> Context | None:
+        """The MTP context (whose rows the single-sequence prefix cache follows), or None without a head."""
+        return self.mtp_drafter.ctx if self.mtp_drafter is not None else None
+
+    def save_conversation(self) -> None:
+        """Before a prompt that reuses none of what the contexts hold (one with images), copy what they hold
+        to host memory, so that its conversation is taken up again without its prefill (state_cache.py)."""
+        state_cache.save_held(self.states, self.prefix, self.target, self.mtp_context, [])
 
     def mtp_lane(self, seq: int) -> MTPDrafter | None:
         """The MTP drafter of sequence ``seq`` (sequence 0's is :attr:`mtp_drafter`); None without a head."""

@@ -52,6 +52,7 @@ class Model:
         self.n_layer = int(lib.llama_model_n_layer(handle))
         self.n_layer_nextn = int(lib.llama_model_n_layer_nextn(handle))
         self.n_ctx_train = int(lib.llama_model_n_ctx_train(handle))
+        self.n_swa = int(lib.llama_model_n_swa(handle))  # sliding-window attention's window (0: none)
         self.is_hybrid = bool(lib.llama_model_is_hybrid(handle))
         self.is_recurrent = bool(lib.llama_model_is_recurrent(handle))
         self.add_bos = bool(lib.llama_vocab_get_add_bos(self.vocab))

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from engine.hardware import default_threads
+from engine.load_options import LoadOptions
 from engine.server import config as C
 
 
@@ -42,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="requests decoded together (the model is loaded with this many sequences, each of "
                    "--ctx tokens; docs/parallel.md); default 4 where their KV cache fits in memory (a GPU's own "
                    "where layers are offloaded), else 2, else 1; 1: one at a time, the rest queue")
+    p.add_argument("--cache-ram", type=int, default=LoadOptions.state_cache_mib, metavar="MIB",
+                   help="host memory for earlier prompts' states (a client going back to a conversation the "
+                   "sequences let go of skips its prefill; docs/mtp.md); 0: none kept")
     p.set_defaults(func=cmd_serve)
 
 
@@ -89,7 +93,7 @@ def start_link(args: argparse.Namespace) -> tuple[object, str]:
         draft_vocab = (match.profile.draft_vocab or 0) if match.profile else 0
     load = load_request_for(args.model, sidecar=args.sidecar, n_ctx=args.ctx, n_threads=args.threads,
                             n_gpu_layers=args.gpu_layers, mmproj=getattr(args, "mmproj", None), parallel=parallel,
-                            draft_vocab=draft_vocab)
+                            draft_vocab=draft_vocab, state_cache_mib=getattr(args, "cache_ram", 0))
     link = WorkerLink(load, verbose=args.verbose)
     model = link.model()
     assert model is not None

@@ -144,3 +144,18 @@ def test_the_status_bar_names_a_cut_draft_vocabulary_and_the_replies_at_once():
         "Replies at once (Auto): 2 requests at once (4 sequences of 4096 tokens would not fit in 6.0 GiB of NVIDIA "
         "GeForce RTX 4060's memory and 20.0 GiB of RAM; 2 need ~5.2 GiB on NVIDIA GeForce RTX 4060 and ~0.3 GiB in "
         "RAM)")
+
+
+def test_memory_for_earlier_conversations_is_a_preference_that_persists_and_reaches_the_load(qtbot, isolated_dirs):
+    from app.load_choice import LoadChoice
+
+    settings = Settings()
+    dialog = SettingsDialog(settings, max_draft=3)
+    qtbot.addWidget(dialog)
+    assert dialog.state_cache.value() == 2048  # the engine's default (LoadOptions.state_cache_mib)
+    dialog.state_cache.setValue(512)
+    assert dialog.apply()  # the budget is the session's: a reload
+    settings.save()
+    again = Settings.load()
+    assert again.state_cache_mib == 512
+    assert LoadChoice.from_settings(again).options(again).state_cache_mib == 512

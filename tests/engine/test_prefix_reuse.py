@@ -18,6 +18,7 @@ from engine.generation import identity
 from engine.generation.generator import GenerateRequest
 from engine.generation.parallel import Job, ParallelGenerator
 from engine.generation.session import LoadOptions, Session
+from engine.generation.state_cache import StateCache
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp, ngram
 from tests.engine import conftest
 from tests.engine.conftest import synth
@@ -32,7 +33,11 @@ run = partial(conftest.run, max_tokens=TOKENS)  # a reply to a prompt, plain unl
 def fresh(session: Session, prompt: str, spec: SpeculativeSettings = SPECULATION_OFF) -> object:
     """The same generation from empty contexts: what reuse must equal."""
     session.prefix.forget()
-    result = run(session, spec, prompt=prompt, record_margins=True, record_drafts=True)
+    kept, session.states = session.states, StateCache(0)  # nor a saved state (engine/generation/state_cache.py)
+    try:
+        result = run(session, spec, prompt=prompt, record_margins=True, record_drafts=True)
+    finally:
+        session.states = kept
     assert result.stats.prompt_reused == 0
     return result
 
@@ -79,7 +84,13 @@ def test_an_attention_target_reuses_every_common_prefix(arch):
         assert reused["regenerate"] == reused["regenerate of"] - 1  # all but the token whose logits start the reply
         assert reused["edit"] > 0  # up to the edited word
         assert reused["switch"] == 0 or reused["switch"] < reused["edit"]
-        assert reused["back"] == 0 or reused["back"] < reused["regenerate"]
+        # the edit cut the regenerated conversation; it was kept in host memory and came back whole
+        # (engine/generation/state_cache.py; tests/engine/test_state_cache.py), except where llama.cpp
+        # saves only a sliding window's cells and the state would have to be cut back
+        if session.model.n_swa:
+            assert reused["back"] < reused["regenerate"]
+        else:
+            assert reused["back"] == reused["regenerate"]
     finally:
         session.close()
 

@@ -119,3 +119,50 @@ def test_serve_takes_the_profiles_draft_vocabulary_unless_told(link, monkeypatch
         finally:
             proc.send_signal(signal.SIGINT)
             assert proc.wait(30) == 0
+
+
+def _address(proc: subprocess.Popen[str]) -> str:
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.startswith("serving "):
+            break
+    found = re.search(r"serving (http://127\.0\.0\.1:\d+/v1)", "".join(lines))
+    assert found, "".join(lines)
+    return found.group(1)
+
+
+def test_a_client_going_back_to_a_conversation_gets_it_from_host_memory_unless_cache_ram_is_0(model_path):
+    """One sequence; a conversation, another that cuts it, then the first continued: with the default
+    ``--cache-ram`` the way back reads only its new tokens (``timings.cache_n``), with ``--cache-ram 0`` all
+    of them; the replies are the same (engine/generation/state_cache.py)."""
+    first = " ".join(["the river model light and the mill by the water"] * 9)
+    replies = {}
+    for cache in ("2048", "0"):
+        proc = serve("--model", model_path, "--port", "0", "--parallel", "1", "--speculative", "off",
+                     "--cache-ram", cache)
+        try:
+            url = f"{_address(proc)}/completions"
+
+            def complete(prompt: str, url: str = url) -> dict:
+                body = {"prompt": prompt, "max_tokens": 8, "temperature": 0}
+                reply = httpx.post(url, json=body, timeout=60)
+                assert reply.status_code == 200, reply.text
+                return reply.json()
+
+            a = complete(first)
+            complete(" far away from here a town stood on the hill above the sea")
+            back = complete(first + a["choices"][0]["text"] + " and then")
+            replies[cache] = [a["choices"][0]["text"], back["choices"][0]["text"]]
+            if cache == "0":
+                assert back["timings"]["cache_n"] < 8  # only what the other prompt began with
+            else:
+                assert back["timings"]["cache_n"] >= a["usage"]["prompt_tokens"] - 1 >= 64
+        finally:
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(30) == 0
+    assert replies["2048"] == replies["0"]
+    bad = serve("--model", model_path, "--port", "0", "--cache-ram", "-5")
+    _, err = bad.communicate(timeout=60)
+    assert bad.returncode != 0 and "--cache-ram" in err

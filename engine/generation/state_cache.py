@@ -1,0 +1,205 @@
+"""Prompt states kept in host memory, so that going back to an earlier conversation reuses it.
+
+The contexts keep one conversation per sequence (engine/generation/prefix_cache.py,
+engine/generation/sequences.py): a request that parts early from what its sequence
+holds cuts the rest, and coming back to that conversation prefilled all of it again
+(switching between two chats in the app with one sequence: every switch paid the whole
+conversation's prefill, seconds on a CPU, minutes for a long chat on a large model).
+Before such a cut the sequence's state is copied to host memory
+(``llama_state_seq_get_data_ext``: its KV cells and, on a hybrid, its recurrent state;
+with its MTP lane's rows and a hybrid's checkpoint); a later prompt that shares a longer
+start with a saved state than with what its sequence holds gets that state back
+(``llama_state_seq_set_data_ext``) and decodes only the rest, as llama-server's
+``--cache-ram`` does. States are dropped least recently used first, within a budget in
+MiB (``LoadOptions.state_cache_mib``, ``serve --cache-ram``; at most a quarter of the
+memory available once the model is loaded).
+
+A restored state holds the same cells, so the output is what keeping them would have
+given (the same numeric noise as any prefix reuse: docs/mtp.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+from engine.errors import ContextError
+from engine.generation.prefix_cache import PrefixCache, common_prefix
+from engine.hardware.memory import available_ram_bytes
+from engine.runtime import Context
+
+RAM_SHARE = 4  # at most a quarter of the memory available when the model loaded
+MIN_TOKENS = 64  # a state shorter than this is quicker to prefill again than worth the memory
+MIN_GAIN = 32  # a saved state is brought back only if it holds this many more of the prompt's tokens
+FULL = 0  # llama_state_seq flags: the whole state of the sequence (cells and recurrent state)
+
+
+@dataclass
+class SavedState:
+    """One sequence's state, copied to host memory.
+
+    Attributes:
+        tokens: what the target held, position by position.
+        target: its target state (KV cells; a hybrid's recurrent state after ``tokens``).
+        mtp_tokens: the tokens of the MTP lane's exact rows (empty: no MTP state kept).
+        mtp: the MTP lane's state, or None.
+        checkpoint: a hybrid's recurrent state after ``checkpoint_pos`` tokens, or None.
+    """
+
+    tokens: list[int]
+    target: Any
+    mtp_tokens: list[int]
+    mtp: Any = None
+    checkpoint: Any = None
+    checkpoint_pos: int = 0
+
+    @property
+    def size(self) -> int:
+        return sum(len(b) for b in (self.target, self.mtp, self.checkpoint) if b is not None)
+
+
+def save(target: Context, seq: int, tokens: list[int], mtp: tuple[Context, int] | None = None,
+         mtp_tokens: list[int] | None = None, checkpoint: Any = None, checkpoint_pos: int = 0) -> SavedState:
+    """Copy sequence ``seq`` of ``target`` (and of the MTP lane ``mtp`` = (context, sequence), whose exact
+    rows are ``mtp_tokens``) to host memory.
+
+    Raises:
+        ContextError: llama.cpp could not save the target's state.
+    """
+    state = target.state_save(seq, flags=FULL)
+    mtp_state, mtp_kept = None, list(mtp_tokens or [])
+    if mtp is not None and mtp_kept:
+        try:
+            mtp_state = mtp[0].state_save(mtp[1], flags=FULL)
+        except ContextError:
+            mtp_kept = []
+    else:
+        mtp_kept = []
+    kept_checkpoint = None
+    if checkpoint is not None and checkpoint_pos:  # a copy: the sequence's own buffer is written again
+        kept_checkpoint = (ctypes.c_uint8 * len(checkpoint)).from_buffer_copy(checkpoint)
+    return SavedState(list(tokens), state, mtp_kept, mtp_state, kept_checkpoint,
+                      checkpoint_pos if kept_checkpoint is not None else 0)
+
+
+def restore(saved: SavedState, target: Context, seq: int, mtp: tuple[Context, int] | None = None) -> list[int]:
+    """Put ``saved`` back into sequence ``seq`` of ``target`` (replacing what it holds) and, where it kept
+    them, the MTP lane's rows into ``mtp``; the tokens of the MTP lane's exact rows now (empty where its
+    rows were not kept or did not restore: the lane holds nothing known then).
+
+    Raises:
+        ContextError: the target's state did not restore (the sequence is emptied).
+    """
+    try:
+        target.state_restore(saved.target, seq, flags=FULL)
+    except ContextError:
+        target.seq_clear(seq)
+        raise
+    if mtp is None or saved.mtp is None:
+        return []
+    try:
+        mtp[0].state_restore(saved.mtp, mtp[1], flags=FULL)
+    except ContextError:
+        mtp[0].seq_clear(mtp[1])
+        return []
+    return list(saved.mtp_tokens)
+
+
+def budget(mib: int) -> int:
+    """The cache's budget in bytes: ``mib``, but no more than a :data:`RAM_SHARE` of the memory available
+    now (the model is loaded: what is left is the system's and the user's other programs')."""
+    available = available_ram_bytes()
+    cap = available // RAM_SHARE if available is not None else mib * 2**20
+    return min(mib * 2**20, cap)
+
+
+class StateCache:
+    """Saved states, least recently used first, within ``budget`` bytes (0: none are kept).
+
+    ``n_swa``: the model's sliding window (0: none). llama.cpp saves a sliding-window cache's cells
+    within the window only, so a state longer than the window comes back able to go on from its end but
+    not to be cut back (its attention would miss the cells before the window): then it is brought back
+    only for a prompt that extends all of it (as llama-server refuses a cache without the window's cells).
+    """
+
+    def __init__(self, budget: int, n_swa: int = 0) -> None:
+        self.budget, self.n_swa = budget, n_swa
+        self._states: list[SavedState] = []  # oldest first
+        self.saved = self.restored = 0  # counts, for the statistics and the tests
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    @property
+    def used(self) -> int:
+        return sum(s.size for s in self._states)
+
+    def worth_saving(self, held: list[int], prompt: list[int]) -> bool:
+        """Whether a sequence holding ``held`` should be saved before ``prompt`` cuts it: enough of it is
+        lost, and no saved state already holds all of it."""
+        if not self.budget or len(held) < MIN_TOKENS or len(held) - common_prefix(held, prompt) < MIN_GAIN:
+            return False
+        return not any(len(s.tokens) >= len(held) and common_prefix(s.tokens, held) == len(held)
+                       for s in self._states)
+
+    def add(self, state: SavedState) -> None:
+        """Keep ``state``; states it extends go (it holds them), then the oldest while over the budget."""
+        if state.size > self.budget:
+            return
+        self._states = [s for s in self._states
+                        if not (len(s.tokens) <= len(state.tokens)
+                                and common_prefix(s.tokens, state.tokens) == len(s.tokens))]
+        self._states.append(state)
+        self.saved += 1
+        while self.used > self.budget:
+            self._states.pop(0)
+
+    def take(self, prompt: list[int], have: int) -> SavedState | None:
+        """The saved state sharing the longest start with ``prompt``, taken out, if it holds at least
+        :data:`MIN_GAIN` more of it than ``have`` (what the sequence holds already); else None."""
+        best, best_n = None, have + MIN_GAIN - 1
+        for s in self._states:
+            n = min(common_prefix(s.tokens, prompt), len(prompt) - 1)
+            if self.n_swa and len(s.tokens) > self.n_swa and n < len(s.tokens):
+                continue  # it would be cut back, and its window's earlier cells were not saved
+            if n > best_n:
+                best, best_n = s, n
+        if best is not None:
+            self._states.remove(best)
+            self.restored += 1
+        return best
+
+    def clear(self) -> None:
+        self._states = []
+
+
+def save_held(states: StateCache, prefix: PrefixCache, target: Context, mtp: Context | None,
+              prompt: list[int]) -> None:
+    """A single-sequence session: copy what ``target`` (sequence 0) holds, and the MTP context's rows, to
+    ``states`` where ``prompt`` would cut enough of it (``[]``: a prompt that reuses none of it)."""
+    held = prefix.held(target)
+    if not states.worth_saving(held, prompt):
+        return
+    mtp_tokens = prefix.mtp_held(mtp)
+    try:
+        states.add(save(target, 0, held, (mtp, 0) if mtp is not None and mtp_tokens else None, mtp_tokens,
+                        prefix.checkpoint, prefix.checkpoint_pos))
+    except ContextError:
+        pass  # not kept: the prompt is decoded as it would have been
+
+
+def swap_held(states: StateCache, prefix: PrefixCache, target: Context, mtp: Context | None,
+              prompt: list[int]) -> None:
+    """A single-sequence session, before ``prompt`` is decoded: save what it cuts (:func:`save_held`); where
+    a saved state holds a longer start of ``prompt``, bring it back into both contexts."""
+    save_held(states, prefix, target, mtp, prompt)
+    saved = states.take(prompt, common_prefix(prefix.held(target), prompt))
+    if saved is None:
+        return
+    try:
+        mtp_tokens = restore(saved, target, 0, (mtp, 0) if mtp is not None else None)
+    except ContextError:
+        prefix.forget()
+        return
+    prefix.took_up(target, saved.tokens, mtp, mtp_tokens, saved.checkpoint, saved.checkpoint_pos)

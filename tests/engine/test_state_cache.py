@@ -1,0 +1,152 @@
+"""Going back to a conversation the contexts let go of: its state comes back from host memory
+(engine/generation/state_cache.py).
+
+A conversation, another one that cuts it, then the first continued: with the cache the
+continuation reuses what the first conversation held (its state was saved when the other cut it
+and restored when it came back); without it, the continuation prefills from the start. The output
+is the output without the cache (judged as prefix reuse is: tests/engine/test_prefix_reuse.py),
+drafts compared round by round on heads that read the hidden state (a wrong MTP row drafts
+otherwise). One sequence (the single-sequence prefix cache) and two (the multi-sequence engine's).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+
+from engine.errors import ContextError
+from engine.generation import identity
+from engine.generation.generator import GenerateRequest, GenerateResult
+from engine.generation.parallel import Job, ParallelGenerator
+from engine.generation.session import LoadOptions, Session
+from engine.generation.state_cache import MIN_TOKENS, SavedState, StateCache
+from engine.load_options import check_options
+from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp
+from tests.engine import conftest
+from tests.engine.conftest import synth
+
+TOKENS = 16
+FIRST = " ".join(["the river model light and the mill by the water"] * 9)  # past MIN_TOKENS on any vocabulary
+OTHER = " far away from here a town stood on the hill above the sea"
+run = partial(conftest.run, max_tokens=TOKENS)
+
+CASES = [
+    pytest.param("glm4moe", SPECULATION_OFF, id="attention-plain"),
+    pytest.param("glm4moe", mtp(3), id="attention-mtp"),
+    pytest.param("qwen35", mtp(3), id="hybrid-mtp"),
+    # a sliding window of 16: llama.cpp saves the window's cells only, and the way back cuts the saved state
+    # (the reply's text tokenizes otherwise here), so it must not come back (it did, and drafted otherwise)
+    pytest.param("step35", mtp(3), id="sliding-window-mtp"),
+]
+
+
+def comes_back(session: Session) -> bool:
+    return not session.model.n_swa
+
+
+def same(session: Session, got: GenerateResult, baseline: GenerateResult) -> None:
+    if got.tokens == baseline.tokens:
+        assert got.drafts_per_round == baseline.drafts_per_round  # drafts, not only counts
+        return
+    verdict = identity.classify(baseline.tokens, baseline.margins, got.tokens, identity.measure_noise(session))
+    assert verdict.acceptable, verdict.describe()
+
+
+def switch_and_back(session: Session, spec: SpeculativeSettings) -> tuple[GenerateResult, GenerateResult]:
+    """The first conversation, the other one, then the first continued; (the first reply, the continued one)."""
+    first = run(session, spec, prompt=FIRST)
+    run(session, spec, prompt=OTHER)
+    back = run(session, spec, prompt=FIRST + first.text + " and then", record_drafts=True, record_margins=True)
+    return first, back
+
+
+@pytest.mark.parametrize("arch, spec", CASES)
+def test_one_sequence_gets_back_a_conversation_another_cut(arch, spec):
+    path = str(synth(arch, "random", seed=5).path())  # every weight random: the head reads the hidden state
+    with Session(LoadOptions(path=path, n_ctx=512, state_cache_mib=0)) as session:
+        _, baseline = switch_and_back(session, spec)
+        assert baseline.stats.prompt_reused < 8  # without the cache: only what the other prompt shares
+    with Session(LoadOptions(path=path, n_ctx=512)) as session:
+        first, back = switch_and_back(session, spec)
+        assert session.states.saved >= 1  # (the other one is saved as it is cut too)
+        if comes_back(session):
+            assert session.states.restored == 1
+            # everything the first conversation's prompt held (a hybrid: to its checkpoint before the last token)
+            assert back.stats.prompt_reused >= first.stats.prompt_tokens - 1 >= MIN_TOKENS
+        else:
+            assert session.states.restored == 0 and back.stats.prompt_reused < 8
+        same(session, back, baseline)
+
+
+def together(session: Session, spec: SpeculativeSettings) -> tuple[GenerateResult, GenerateResult]:
+    """:func:`switch_and_back` on a two-sequence engine, one request at a time: the other conversation
+    takes the first one's sequence (both hold nothing of it; the lower is taken), cutting it."""
+    engine = ParallelGenerator(session)
+
+    def one(prompt: str, **fields: object) -> GenerateResult:
+        job = Job(GenerateRequest(prompt=prompt, max_tokens=TOKENS, speculative=spec, **fields))
+        engine.add(job)
+        while not engine.idle:
+            engine.step()
+        assert job.result is not None
+        return job.result
+
+    first = one(FIRST)
+    one(OTHER)
+    return first, one(FIRST + first.text + " and then", record_drafts=True, record_margins=True)
+
+
+@pytest.mark.parametrize("arch, spec", CASES)
+def test_a_sequence_of_several_gets_back_a_conversation_another_cut(arch, spec):
+    path = str(synth(arch, "random", seed=5).path())
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=2, state_cache_mib=0)) as session:
+        _, baseline = together(session, spec)
+        assert baseline.stats.prompt_reused < 8
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=2)) as session:
+        first, back = together(session, spec)
+        assert session.states.saved >= 1
+        if comes_back(session):
+            assert session.states.restored == 1
+            assert back.stats.prompt_reused >= first.stats.prompt_tokens - 1 >= MIN_TOKENS
+        else:
+            assert session.states.restored == 0 and back.stats.prompt_reused < 8
+        same(session, back, baseline)
+
+
+def _state(tokens: list[int], size: int) -> SavedState:
+    return SavedState(tokens, bytearray(size), [])
+
+
+def test_the_cache_drops_the_least_recently_used_within_its_budget_and_what_a_longer_state_holds():
+    cache = StateCache(budget=3000)
+    a, b = list(range(100)), list(range(1000, 1100))
+    cache.add(_state(a, 1000))
+    cache.add(_state(b, 1000))
+    cache.add(_state(a + [7] * 50, 1000))  # a's conversation went on: the longer state holds the shorter one
+    assert len(cache) == 2 and cache.used == 2000
+    cache.add(_state(list(range(2000, 2100)), 1500))  # over the budget: b, the oldest, goes
+    assert cache.take(b + [1], have=0) is None
+    assert cache.take(a + [7] * 50 + [1], have=0) is not None and len(cache) == 1  # taken out
+    cache.add(_state(list(range(3000, 3100)), 4000))  # larger than the whole budget: not kept
+    assert len(cache) == 1
+    assert not StateCache(budget=0).worth_saving(a, b)  # 0: nothing is kept
+    assert not cache.worth_saving(a[:10], b)  # too short to be worth the memory
+    assert not cache.worth_saving(a, a[:-5])  # too little of it is cut
+    assert cache.worth_saving(a, b)
+
+
+def test_a_state_longer_than_the_sliding_window_comes_back_only_to_be_extended():
+    cache = StateCache(budget=10_000, n_swa=16)
+    long = list(range(100))
+    cache.add(_state(long, 100))
+    assert cache.take(long[:80] + [1], have=0) is None  # it would be cut back: its window's cells are not all saved
+    assert cache.take(long + [1], have=0) is not None  # it goes on from its end
+    within = StateCache(budget=10_000, n_swa=128)
+    within.add(_state(long, 100))  # shorter than the window: every cell was saved
+    assert within.take(long[:80] + [1], have=0) is not None
+
+
+def test_the_budget_is_checked_before_anything_loads():
+    with pytest.raises(ContextError, match="--cache-ram"):
+        check_options(LoadOptions(state_cache_mib=-1))
