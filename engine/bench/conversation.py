@@ -78,13 +78,14 @@ TWICE_PROMPT = "\n\n".join(reversed(PARAGRAPHS)) * 2
 
 def switch_and_back(session: Session, conversation_prompt: str, tokens: int, spec: SpeculativeSettings,
                     keep: bool) -> Turn:
-    """The conversation, another one that cuts it, then the conversation's next turn; that turn's figures,
-    with the cut conversation kept in host memory (``keep``: engine/generation/state_cache.py) or not."""
-    _ttft(session, conversation_prompt, tokens, spec, reuse=True)
+    """The conversation, another one that cuts it, then the conversation's next turn (its reply, then a
+    paragraph); that turn's figures, with the cut conversation kept in host memory (``keep``:
+    engine/generation/state_cache.py) or not."""
+    reply = _ttft(session, conversation_prompt, tokens, spec, reuse=True)[1]
     _ttft(session, TWICE_PROMPT, tokens, spec, reuse=True)
     if not keep:
         session.states.clear()
-    return _ttft(session, conversation_prompt + "\n\n" + PARAGRAPHS[0], tokens, spec, reuse=True)[0]
+    return _ttft(session, conversation_prompt + reply + "\n\n" + PARAGRAPHS[0], tokens, spec, reuse=True)[0]
 
 
 @dataclass

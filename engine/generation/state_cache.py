@@ -121,10 +121,12 @@ class StateCache:
     within the window only, so a state longer than the window comes back able to go on from its end but
     not to be cut back (its attention would miss the cells before the window): then it is brought back
     only for a prompt that extends all of it (as llama-server refuses a cache without the window's cells).
+    ``recurrent``: a hybrid's state goes back only to its checkpoint, so a longer state does not stand
+    for a shorter one it begins with.
     """
 
-    def __init__(self, budget: int, n_swa: int = 0) -> None:
-        self.budget, self.n_swa = budget, n_swa
+    def __init__(self, budget: int, n_swa: int = 0, recurrent: bool = False) -> None:
+        self.budget, self.n_swa, self.recurrent = budget, n_swa, recurrent
         self._states: list[SavedState] = []  # oldest first
         self.saved = self.restored = 0  # counts, for the statistics and the tests
 
@@ -140,16 +142,20 @@ class StateCache:
         lost, and no saved state already holds all of it."""
         if not self.budget or len(held) < MIN_TOKENS or len(held) - common_prefix(held, prompt) < MIN_GAIN:
             return False
-        return not any(len(s.tokens) >= len(held) and common_prefix(s.tokens, held) == len(held)
-                       for s in self._states)
+        return not any(self._covers(s.tokens, held) for s in self._states)
+
+    def _covers(self, longer: list[int], tokens: list[int]) -> bool:
+        """Whether a state holding ``longer`` stands for one holding ``tokens``: it begins with them and can
+        be cut back to them (an attention target within its sliding window, if it has one)."""
+        if len(longer) < len(tokens) or common_prefix(longer, tokens) != len(tokens):
+            return False
+        return len(longer) == len(tokens) or not (self.recurrent or (self.n_swa and len(longer) > self.n_swa))
 
     def add(self, state: SavedState) -> None:
-        """Keep ``state``; states it extends go (it holds them), then the oldest while over the budget."""
+        """Keep ``state``; states it stands for go, then the oldest while over the budget."""
         if state.size > self.budget:
             return
-        self._states = [s for s in self._states
-                        if not (len(s.tokens) <= len(state.tokens)
-                                and common_prefix(s.tokens, state.tokens) == len(s.tokens))]
+        self._states = [s for s in self._states if not self._covers(state.tokens, s.tokens)]
         self._states.append(state)
         self.saved += 1
         while self.used > self.budget:

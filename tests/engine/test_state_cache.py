@@ -136,7 +136,7 @@ def test_the_cache_drops_the_least_recently_used_within_its_budget_and_what_a_lo
     assert cache.worth_saving(a, b)
 
 
-def test_a_state_longer_than_the_sliding_window_comes_back_only_to_be_extended():
+def test_a_state_longer_than_the_sliding_window_or_recurrent_comes_back_only_to_be_extended():
     cache = StateCache(budget=10_000, n_swa=16)
     long = list(range(100))
     cache.add(_state(long, 100))
@@ -145,6 +145,14 @@ def test_a_state_longer_than_the_sliding_window_comes_back_only_to_be_extended()
     within = StateCache(budget=10_000, n_swa=128)
     within.add(_state(long, 100))  # shorter than the window: every cell was saved
     assert within.take(long[:80] + [1], have=0) is not None
+    # nor does a longer state stand for a shorter one it begins with (it cannot be cut back to it): both kept
+    for kept in (StateCache(budget=10_000, n_swa=16), StateCache(budget=10_000, recurrent=True)):
+        kept.add(_state(long, 100))
+        assert kept.worth_saving(long[:80], [5] * 80)
+        kept.add(_state(long[:80], 100))
+        assert len(kept) == 2
+        kept.add(_state(long + [1, 2], 100))  # and a longer one replaces neither
+        assert len(kept) == 3
 
 
 def test_the_budget_is_checked_before_anything_loads():
