@@ -61,24 +61,6 @@ def switch_and_back(session: Session, spec: SpeculativeSettings) -> tuple[Genera
     return first, back
 
 
-@pytest.mark.parametrize("arch, spec", CASES)
-def test_one_sequence_gets_back_a_conversation_another_cut(arch, spec):
-    path = str(synth(arch, "random", seed=5).path())  # every weight random: the head reads the hidden state
-    with Session(LoadOptions(path=path, n_ctx=512, state_cache_mib=0)) as session:
-        _, baseline = switch_and_back(session, spec)
-        assert baseline.stats.prompt_reused < 8  # without the cache: only what the other prompt shares
-    with Session(LoadOptions(path=path, n_ctx=512)) as session:
-        first, back = switch_and_back(session, spec)
-        assert session.states.saved >= 1  # (the other one is saved as it is cut too)
-        if comes_back(session):
-            assert session.states.restored == 1
-            # everything the first conversation's prompt held (a hybrid: to its checkpoint before the last token)
-            assert back.stats.prompt_reused >= first.stats.prompt_tokens - 1 >= MIN_TOKENS
-        else:
-            assert session.states.restored == 0 and back.stats.prompt_reused < 8
-        same(session, back, baseline)
-
-
 def together(session: Session, spec: SpeculativeSettings) -> tuple[GenerateResult, GenerateResult]:
     """:func:`switch_and_back` on a two-sequence engine, one request at a time: the other conversation
     takes the first one's sequence (both hold nothing of it; the lower is taken), cutting it."""
@@ -97,17 +79,20 @@ def together(session: Session, spec: SpeculativeSettings) -> tuple[GenerateResul
     return first, one(FIRST + first.text + " and then", record_drafts=True, record_margins=True)
 
 
+@pytest.mark.parametrize("parallel", [1, 2], ids=["one-sequence", "two-sequences"])
 @pytest.mark.parametrize("arch, spec", CASES)
-def test_a_sequence_of_several_gets_back_a_conversation_another_cut(arch, spec):
-    path = str(synth(arch, "random", seed=5).path())
-    with Session(LoadOptions(path=path, n_ctx=512, parallel=2, state_cache_mib=0)) as session:
-        _, baseline = together(session, spec)
-        assert baseline.stats.prompt_reused < 8
-    with Session(LoadOptions(path=path, n_ctx=512, parallel=2)) as session:
-        first, back = together(session, spec)
-        assert session.states.saved >= 1
+def test_going_back_gets_the_conversation_another_cut_from_host_memory(arch, spec, parallel):
+    path = str(synth(arch, "random", seed=5).path())  # every weight random: the head reads the hidden state
+    way = switch_and_back if parallel == 1 else together
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=parallel, state_cache_mib=0)) as session:
+        _, baseline = way(session, spec)
+        assert baseline.stats.prompt_reused < 8  # without the cache: only what the other prompt shares
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=parallel)) as session:
+        first, back = way(session, spec)
+        assert session.states.saved >= 1  # (the other one is saved as it is cut too)
         if comes_back(session):
             assert session.states.restored == 1
+            # everything the first conversation's prompt held (a hybrid: to its checkpoint before the last token)
             assert back.stats.prompt_reused >= first.stats.prompt_tokens - 1 >= MIN_TOKENS
         else:
             assert session.states.restored == 0 and back.stats.prompt_reused < 8

@@ -24,7 +24,7 @@ from engine.generation.session import LoadOptions, Session
 from engine.runtime import Batch, native
 from engine.speculative.rollback import ON_DEVICE, PARTIAL_ONLY, TargetRollback
 from engine.speculative.settings import SPECULATION_OFF, mtp
-from tests.engine import conftest, test_draft_vocab, test_parallel
+from tests.engine import conftest, test_draft_vocab, test_parallel, test_state_cache
 from tests.engine.conftest import synth
 from tests.gpu.conftest import ALL_LAYERS
 
@@ -195,6 +195,21 @@ def test_several_sequences_in_one_batch_on_the_device(arch):
     for s, t in zip(solo, together, strict=True):
         test_parallel.same_as_alone(s, t, noise)
     assert sum(t.stats.rounds for t in together) > 0
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "qwen35"])
+def test_a_conversation_comes_back_from_host_memory_onto_the_device(arch):
+    """A conversation, another that cuts it, the first continued, every layer on the device: its state went
+    to host memory and back (engine/generation/state_cache.py), the MTP lane's rows with it, and the reply and
+    drafts are what prefilling it again gives (tests/engine/test_state_cache.py on the CPU)."""
+    path = str(synth(arch, "random", seed=5).path())
+    with Session(LoadOptions(path=path, n_ctx=512, state_cache_mib=0, n_gpu_layers=ALL_LAYERS)) as session:
+        _, baseline = test_state_cache.switch_and_back(session, mtp(3))
+    with Session(LoadOptions(path=path, n_ctx=512, n_gpu_layers=ALL_LAYERS)) as session:
+        first, back = test_state_cache.switch_and_back(session, mtp(3))
+        assert session.states.restored == 1
+        assert back.stats.prompt_reused >= first.stats.prompt_tokens - 1
+        test_state_cache.same(session, back, baseline)
 
 
 def test_auto_replies_at_once_counts_the_devices_own_memory(gpu_device):

@@ -19,24 +19,30 @@ def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str
                             stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
 
 
+def served_address(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """The address a started ``serve`` prints (``http://127.0.0.1:PORT/v1``), and what it printed up to it."""
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.startswith("serving "):
+            break
+    found = re.search(r"serving (http://127\.0\.0\.1:\d+/v1)", "".join(lines))
+    assert found, "".join(lines)
+    return found.group(1), "".join(lines)
+
+
 def test_serve_answers_on_the_printed_address_and_stops_on_ctrl_c(model_path):
     proc = serve("--model", model_path, "--port", "0", "--speculative", "mtp", "--alias", "tiny",
                  env={"MTP_STUDIO_API_KEY": KEY})
     try:
-        lines = []
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append(line)
-            if line.startswith("serving "):
-                break
-        found = re.search(r"serving (http://127\.0\.0\.1:\d+/v1)", "".join(lines))
-        assert found, "".join(lines)
-        assert "speculation by default: mtp n_max=3" in "".join(lines) and "API key required" in "".join(lines)
+        address, printed = served_address(proc)
+        assert "speculation by default: mtp n_max=3" in printed and "API key required" in printed
         # no --parallel: 4 at once, as llama-server's default, since 4 sequences of this model fit here
-        assert re.search(r"^4 requests at once \(4 sequences of 4096 tokens need ~[\d.]+ [MG]iB", "".join(lines), re.M)
-        assert KEY not in "".join(lines)
+        assert re.search(r"^4 requests at once \(4 sequences of 4096 tokens need ~[\d.]+ [MG]iB", printed, re.M)
+        assert KEY not in printed
         body = {"model": "tiny", "messages": [{"role": "user", "content": "hello world the"}], "max_tokens": 6}
-        url = f"{found.group(1)}/chat/completions"
+        url = f"{address}/chat/completions"
         assert httpx.post(url, json=body, timeout=60).status_code == 401
         reply = httpx.post(url, json=body, timeout=60, headers={"Authorization": f"Bearer {KEY}"})
         assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 6
@@ -121,18 +127,6 @@ def test_serve_takes_the_profiles_draft_vocabulary_unless_told(link, monkeypatch
             assert proc.wait(30) == 0
 
 
-def _address(proc: subprocess.Popen[str]) -> str:
-    assert proc.stderr is not None
-    lines = []
-    for line in proc.stderr:
-        lines.append(line)
-        if line.startswith("serving "):
-            break
-    found = re.search(r"serving (http://127\.0\.0\.1:\d+/v1)", "".join(lines))
-    assert found, "".join(lines)
-    return found.group(1)
-
-
 def test_a_client_going_back_to_a_conversation_gets_it_from_host_memory_unless_cache_ram_is_0(model_path):
     """One sequence; a conversation, another that cuts it, then the first continued: with the default
     ``--cache-ram`` the way back reads only its new tokens (``timings.cache_n``), with ``--cache-ram 0`` all
@@ -143,7 +137,7 @@ def test_a_client_going_back_to_a_conversation_gets_it_from_host_memory_unless_c
         proc = serve("--model", model_path, "--port", "0", "--parallel", "1", "--speculative", "off",
                      "--cache-ram", cache)
         try:
-            url = f"{_address(proc)}/completions"
+            url = f"{served_address(proc)[0]}/completions"
 
             def complete(prompt: str, url: str = url) -> dict:
                 body = {"prompt": prompt, "max_tokens": 8, "temperature": 0}

@@ -3,7 +3,6 @@ server and a real worker holding a synthetic qwen35 target with its synthetic pr
 
 from __future__ import annotations
 
-import re
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from engine.server.engine_link import WorkerLink
 from engine.speculative.settings import SPECULATION_OFF
 from engine.worker.protocol import IMAGE_MARKER
 from tests.server.conftest import MODEL_ID, start_server
+from tests.server.test_serve_command import served_address
 from tests.server.vision_server import QUADRANTS, STRIPES, data_url
 
 QUESTION = "What is this?"
@@ -109,15 +109,7 @@ def test_serve_with_a_projector_answers_a_local_image_it_is_allowed_to_read(visi
                              "--mmproj", vision_files[1], "--allow-local-images", "--port", "0", "--ctx", "1024",
                              "--speculative", "off"], stderr=subprocess.PIPE, text=True)
     try:
-        assert proc.stderr is not None
-        lines = []
-        for line in proc.stderr:
-            lines.append(line)
-            if line.startswith("serving "):
-                break
-        found = re.search(r"serving (http://127\.0\.0\.1:\d+/v1)", "".join(lines))
-        assert found, "".join(lines)
-        served = openai.OpenAI(base_url=found.group(1), api_key="unused", max_retries=0, timeout=120)
+        served = openai.OpenAI(base_url=served_address(proc)[0], api_key="unused", max_retries=0, timeout=120)
         assert ask(served, str(path)).choices[0].message.content == expected[QUADRANTS]
     finally:
         proc.send_signal(signal.SIGINT)
