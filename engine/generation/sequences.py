@@ -81,6 +81,7 @@ class _Memory:
     # a hybrid's recurrent state after ``checkpoint_pos`` prompt tokens (the prompt's all but last)
     checkpoint: Any = None
     checkpoint_pos: int = 0
+    used: int = 0  # when its last generation ended (Sequences' count of ended ones; 0: never used)
 
 
 class Sequences:
@@ -90,14 +91,17 @@ class Sequences:
         self.session = session
         self.free = list(range(session.n_seq))
         self.memory = [_Memory() for _ in range(session.n_seq)]
+        self._clock = 0  # generations ended, for :attr:`_Memory.used`
 
     @property
     def has_room(self) -> bool:
         return bool(self.free)
 
     def take(self, tokens: list[int]) -> int:
-        """The free sequence holding the longest common prefix with ``tokens`` (ties: the lowest)."""
-        seq = max(self.free, key=lambda s: (common_prefix(self.memory[s].held, tokens), -s))
+        """The free sequence holding the longest common prefix with ``tokens``; of those alike, the one used
+        least recently (one never used first), as llama-server picks a slot: a prompt that shares nothing
+        then takes an empty sequence, or the conversation longest left alone, not the last one used."""
+        seq = max(self.free, key=lambda s: (common_prefix(self.memory[s].held, tokens), -self.memory[s].used, -s))
         self.free.remove(seq)
         return seq
 
@@ -112,6 +116,8 @@ class Sequences:
     def give_back(self, seq: int, held: list[int] | None = None, drafter: Drafter | None = None) -> None:
         """Sequence ``seq`` is free again, holding ``held`` (None: unknown, nothing is reused)."""
         memory = self.memory[seq]
+        self._clock += 1
+        memory.used = self._clock
         memory.held = list(held or [])
         exact = drafter.exact_end if isinstance(drafter, MTPDrafter) and held else 0
         memory.mtp_held = memory.held[:exact]

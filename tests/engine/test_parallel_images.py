@@ -78,11 +78,14 @@ def test_a_sequence_that_held_an_image_is_not_reused_as_text(synth_models):
         while not engine.idle:
             engine.step()
         assert first.result is not None and first.seq == 0
+        # sequence 1 (never used, so the one a new prompt takes first) busy: the text takes sequence 0
+        busy = Job(GenerateRequest(prompt="Zero hour struck", max_tokens=4, speculative=mtp(2)))
+        engine.add(busy)
         text = Job(replace(follow, prompt=follow.prompt.replace(P.IMAGE_MARKER, "")))
         engine.add(text)
         while not engine.idle:
             engine.step()
-        assert text.seq == 0 and text.result.stats.prompt_reused == 0
+        assert (busy.seq, text.seq) == (1, 0) and text.result.stats.prompt_reused == 0
         assert text.result.tokens == alone.tokens
         again = Job(replace(follow, prompt=follow.prompt.replace(P.IMAGE_MARKER, "")))
         engine.add(again)  # sequence 0 now holds a text prefix it shares

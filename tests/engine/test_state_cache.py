@@ -61,14 +61,21 @@ def switch_and_back(session: Session, spec: SpeculativeSettings) -> tuple[Genera
     return first, back
 
 
+THIRD = "Zero hour: a third story began in the library where the old clock had stopped"  # shares nothing
+
+
 def together(session: Session, spec: SpeculativeSettings) -> tuple[GenerateResult, GenerateResult]:
-    """:func:`switch_and_back` on a two-sequence engine, one request at a time: the other conversation
-    takes the first one's sequence (both hold nothing of it; the lower is taken), cutting it."""
+    """:func:`switch_and_back` on a two-sequence engine, one request at a time, with a third conversation: a
+    prompt that shares nothing takes the sequence used least recently (one never used first), so the other
+    takes the free one, the third cuts the first, and the way back takes the other's sequence and gets the
+    first one's state there."""
     engine = ParallelGenerator(session)
+    seqs = []
 
     def one(prompt: str, **fields: object) -> GenerateResult:
         job = Job(GenerateRequest(prompt=prompt, max_tokens=TOKENS, speculative=spec, **fields))
         engine.add(job)
+        seqs.append(job.seq)
         while not engine.idle:
             engine.step()
         assert job.result is not None
@@ -76,7 +83,10 @@ def together(session: Session, spec: SpeculativeSettings) -> tuple[GenerateResul
 
     first = one(FIRST)
     one(OTHER)
-    return first, one(FIRST + first.text + " and then", record_drafts=True, record_margins=True)
+    one(THIRD)
+    back = one(FIRST + first.text + " and then", record_drafts=True, record_margins=True)
+    assert seqs == [0, 1, 0, 1]
+    return first, back
 
 
 @pytest.mark.parametrize("parallel", [1, 2], ids=["one-sequence", "two-sequences"])
