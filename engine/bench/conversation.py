@@ -82,6 +82,7 @@ def switch_and_back(session: Session, conversation_prompt: str, tokens: int, spe
     paragraph); that turn's figures, with the cut conversation kept in host memory (``keep``:
     engine/generation/state_cache.py) or not."""
     reply = _ttft(session, conversation_prompt, tokens, spec, reuse=True)[1]
+    session.states.clear()  # an earlier repeat's way back, kept, would make this one the same prompt twice
     _ttft(session, TWICE_PROMPT, tokens, spec, reuse=True)
     if not keep:
         session.states.clear()
