@@ -169,8 +169,11 @@ def _prefill(session: Session, drafter: Drafter, spec: SpeculativeSettings, pref
     """
     target = session.target
     mtp_drafter = drafter if isinstance(drafter, MTPDrafter) else None
-    if mtp_drafter is not None or not spec.uses_mtp:  # (MTP + n-gram starts both contexts empty)
-        state_cache.swap_held(session.states, session.prefix, target, session.mtp_context, prefill)
+    if mtp_drafter is not None or not spec.uses_mtp:
+        state_cache.swap_held(session.states, session.prefix, target, session.mtp_context, prefill,
+                              follows_mtp=mtp_drafter is not None and not catches_up_lazily(spec))
+    else:  # MTP + n-gram starts both contexts empty: what they hold goes to host memory first
+        session.save_conversation()
     reusing = True
     mtp_limit = 0  # target positions reusable with the MTP context one row ahead
     if mtp_drafter is not None:

@@ -143,6 +143,8 @@ class PrefixCache:
         n = min(common_prefix(held, prompt), len(prompt) - 1) if same else 0
         if limit is not None:
             n = min(n, limit)
+        if 0 < n < len(held) and not target.keeps_window(n):
+            n = 0  # a sliding window's earlier cells are gone (a state from host memory): prefill again
         if n > 0 and (n == len(held) or target.seq_rm(n, -1)):
             return n
         if hybrid and 0 < checkpoint <= n:

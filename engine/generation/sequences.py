@@ -138,7 +138,7 @@ class Sequences:
         """Keep the longest prefix of ``tokens`` sequence ``seq`` still holds, or share a longer one a running
         sequence holds (``busy``: what each holds now); start its drafter. The prompt tokens now held."""
         target, memory = self.session.target, self.memory[seq]
-        self._swap(seq, tokens)
+        self._swap(seq, tokens, spec, drafter)
         shared = self._share(seq, tokens, spec, drafter, busy or {})
         if shared:
             memory.held, memory.mtp_held, memory.checkpoint_pos = [], [], 0
@@ -152,6 +152,8 @@ class Sequences:
         elif spec.mode == MTP_NGRAM:
             n = 0  # the composition's MTP part starts empty, as in a single sequence
         checkpoint, memory.checkpoint_pos = memory.checkpoint_pos, 0
+        if 0 < n < len(held) and not target.keeps_window(n, seq):
+            n = 0  # a sliding window's earlier cells are gone (a state from host memory): prefill again
         if self.session.is_hybrid and n < len(held):
             n = checkpoint if 0 < checkpoint <= n and self._restore(seq, memory.checkpoint) else 0
         if n <= 0 or not target.seq_rm(n, -1, seq):
@@ -169,20 +171,20 @@ class Sequences:
         """Copy what sequence ``seq`` holds, and its MTP lane's rows, to host memory where ``prompt`` would
         cut enough of it (``[]``: a prompt that reuses none of it) (engine/generation/state_cache.py)."""
         memory = self.memory[seq]
-        if not self.session.states.worth_saving(memory.held, prompt):
-            return
-        try:
-            self.session.states.add(state_cache.save(self.session.target, seq, memory.held, self._lane(seq),
-                                                     memory.mtp_held, memory.checkpoint, memory.checkpoint_pos))
-        except ContextError:
-            pass  # not kept: the prompt is decoded as it would have been
+        if self.session.states.worth_saving(memory.held, prompt):
+            state_cache.keep(self.session.states, self.session.target, seq, memory.held, self._lane(seq),
+                             memory.mtp_held, memory.checkpoint, memory.checkpoint_pos)
 
-    def _swap(self, seq: int, tokens: list[int]) -> None:
-        """Before ``tokens`` cut what sequence ``seq`` holds, save it (:meth:`save_to_host`); where a saved
-        state holds a longer start of ``tokens``, bring it back into ``seq``."""
+    def _swap(self, seq: int, tokens: list[int], spec: SpeculativeSettings, drafter: Drafter) -> None:
+        """Where a saved state lets ``tokens`` reuse more than sequence ``seq`` holds, take it out; save what
+        ``tokens`` cut of ``seq`` (:meth:`save_to_host`; after taking, so that saving cannot push out the very
+        state coming back); bring the taken one back into ``seq``. (MTP + n-gram starts empty: nothing back.)"""
         memory = self.memory[seq]
+        saved = None
+        if spec.mode != MTP_NGRAM:
+            saved = self.session.states.take(tokens, common_prefix(memory.held, tokens),
+                                             follows_mtp=keeps_rows(spec, drafter))
         self.save_to_host(seq, tokens)
-        saved = self.session.states.take(tokens, common_prefix(memory.held, tokens))
         if saved is None:
             return
         try:

@@ -60,13 +60,17 @@ class SavedState:
 
 
 def save(target: Context, seq: int, tokens: list[int], mtp: tuple[Context, int] | None = None,
-         mtp_tokens: list[int] | None = None, checkpoint: Any = None, checkpoint_pos: int = 0) -> SavedState:
+         mtp_tokens: list[int] | None = None, checkpoint: Any = None, checkpoint_pos: int = 0,
+         limit: int | None = None) -> SavedState:
     """Copy sequence ``seq`` of ``target`` (and of the MTP lane ``mtp`` = (context, sequence), whose exact
-    rows are ``mtp_tokens``) to host memory.
+    rows are ``mtp_tokens``) to host memory; ``limit``: refuse a target state larger than this many bytes
+    before copying anything.
 
     Raises:
-        ContextError: llama.cpp could not save the target's state.
+        ContextError: llama.cpp could not save the target's state, or it is larger than ``limit``.
     """
+    if limit is not None and target.state_size(seq, flags=FULL) > limit:
+        raise ContextError("the sequence's state is larger than the state cache's budget")
     state = target.state_save(seq, flags=FULL)
     mtp_state, mtp_kept = None, list(mtp_tokens or [])
     if mtp is not None and mtp_kept:
@@ -151,9 +155,12 @@ class StateCache:
             return False
         return len(longer) == len(tokens) or not (self.recurrent or (self.n_swa and len(longer) > self.n_swa))
 
+    def fits(self, size: int) -> bool:
+        return 0 < size <= self.budget
+
     def add(self, state: SavedState) -> None:
         """Keep ``state``; states it stands for go, then the oldest while over the budget."""
-        if state.size > self.budget:
+        if not self.fits(state.size):
             return
         self._states = [s for s in self._states if not self._covers(state.tokens, s.tokens)]
         self._states.append(state)
@@ -161,14 +168,23 @@ class StateCache:
         while self.used > self.budget:
             self._states.pop(0)
 
-    def take(self, prompt: list[int], have: int) -> SavedState | None:
-        """The saved state sharing the longest start with ``prompt``, taken out, if it holds at least
-        :data:`MIN_GAIN` more of it than ``have`` (what the sequence holds already); else None."""
+    def take(self, prompt: list[int], have: int, follows_mtp: bool = False) -> SavedState | None:
+        """The saved state that lets ``prompt`` reuse the most, taken out, if that is at least
+        :data:`MIN_GAIN` more than ``have`` (what the sequence holds already); else None.
+
+        What it lets reuse is what the caller will keep of it: the common start, but with ``follows_mtp`` (an
+        MTP lane that keeps every row) no more than its MTP rows allow (one fewer than they hold), on a hybrid
+        all of it or back to its checkpoint, and on a sliding window longer than the window all of it."""
         best, best_n = None, have + MIN_GAIN - 1
         for s in self._states:
             n = min(common_prefix(s.tokens, prompt), len(prompt) - 1)
-            if self.n_swa and len(s.tokens) > self.n_swa and n < len(s.tokens):
-                continue  # it would be cut back, and its window's earlier cells were not saved
+            if follows_mtp:
+                n = min(n, common_prefix(s.mtp_tokens, prompt) - 1)
+            if n < len(s.tokens):
+                if self.recurrent:
+                    n = s.checkpoint_pos if 0 < s.checkpoint_pos <= n else 0
+                elif self.n_swa and len(s.tokens) > self.n_swa:
+                    continue  # it would be cut back, and its window's earlier cells were not saved
             if n > best_n:
                 best, best_n = s, n
         if best is not None:
@@ -180,27 +196,35 @@ class StateCache:
         self._states = []
 
 
+def keep(states: StateCache, target: Context, seq: int, tokens: list[int], mtp: tuple[Context, int] | None,
+         mtp_tokens: list[int], checkpoint: Any, checkpoint_pos: int) -> None:
+    """Save sequence ``seq`` into ``states`` if it fits the budget; a state that cannot be saved (too large,
+    llama.cpp refused, no memory) is not kept and the prompt is decoded as it would have been."""
+    try:
+        states.add(save(target, seq, tokens, mtp, mtp_tokens, checkpoint, checkpoint_pos, limit=states.budget))
+    except (ContextError, MemoryError):
+        pass
+
+
 def save_held(states: StateCache, prefix: PrefixCache, target: Context, mtp: Context | None,
               prompt: list[int]) -> None:
     """A single-sequence session: copy what ``target`` (sequence 0) holds, and the MTP context's rows, to
     ``states`` where ``prompt`` would cut enough of it (``[]``: a prompt that reuses none of it)."""
     held = prefix.held(target)
-    if not states.worth_saving(held, prompt):
-        return
-    mtp_tokens = prefix.mtp_held(mtp)
-    try:
-        states.add(save(target, 0, held, (mtp, 0) if mtp is not None and mtp_tokens else None, mtp_tokens,
-                        prefix.checkpoint, prefix.checkpoint_pos))
-    except ContextError:
-        pass  # not kept: the prompt is decoded as it would have been
+    if states.worth_saving(held, prompt):
+        mtp_tokens = prefix.mtp_held(mtp)
+        keep(states, target, 0, held, (mtp, 0) if mtp is not None and mtp_tokens else None, mtp_tokens,
+             prefix.checkpoint, prefix.checkpoint_pos)
 
 
 def swap_held(states: StateCache, prefix: PrefixCache, target: Context, mtp: Context | None,
-              prompt: list[int]) -> None:
-    """A single-sequence session, before ``prompt`` is decoded: save what it cuts (:func:`save_held`); where
-    a saved state holds a longer start of ``prompt``, bring it back into both contexts."""
+              prompt: list[int], follows_mtp: bool) -> None:
+    """A single-sequence session, before ``prompt`` is decoded: where a saved state lets it reuse more than
+    what the contexts hold, take it out; save what the prompt cuts (:func:`save_held`; after taking, so that
+    saving cannot push out the very state coming back); bring the taken one back into both contexts.
+    ``follows_mtp``: an MTP lane that keeps every row drafts (see :meth:`StateCache.take`)."""
+    saved = states.take(prompt, common_prefix(prefix.held(target), prompt), follows_mtp)
     save_held(states, prefix, target, mtp, prompt)
-    saved = states.take(prompt, common_prefix(prefix.held(target), prompt))
     if saved is None:
         return
     try:

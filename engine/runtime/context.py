@@ -255,6 +255,21 @@ class Context:
             raise ContextError(f"state checkpoint wrote {written} of {size} bytes")
         return buf
 
+    def state_size(self, seq: int = 0, flags: int = 1) -> int:
+        """Bytes :meth:`state_save` would copy for sequence ``seq`` with ``flags``."""
+        return int(self._lib.llama_state_seq_get_size_ext(self.handle, seq, flags))
+
+    def seq_pos_min(self, seq: int = 0) -> int:
+        """The lowest position sequence ``seq`` holds a cell for (-1: none)."""
+        return int(self._lib.llama_memory_seq_pos_min(self.memory, seq))
+
+    def keeps_window(self, n: int, seq: int = 0) -> bool:
+        """Whether sequence ``seq`` cut back to its first ``n`` positions still holds the cells a sliding
+        window needs to go on from ``n`` (llama-server's check before reusing a cache): a state brought
+        back from host memory holds only its last window's cells (engine/generation/state_cache.py)."""
+        n_swa = self.model.n_swa
+        return not n_swa or self.seq_pos_min(seq) <= max(0, n - n_swa)
+
     def state_restore(self, buf: Any, seq: int = 0, flags: int = 1) -> None:
         self.edits += 1
         read = self._lib.llama_state_seq_set_data_ext(self.handle, buf, len(buf), seq, flags)

@@ -153,3 +153,66 @@ def test_a_state_longer_than_the_sliding_window_or_recurrent_comes_back_only_to_
 def test_the_budget_is_checked_before_anything_loads():
     with pytest.raises(ContextError, match="--cache-ram"):
         check_options(LoadOptions(state_cache_mib=-1))
+
+
+def test_a_sliding_window_state_from_host_memory_is_never_cut_back_where_its_window_is_missing():
+    """llama.cpp saves a sliding-window cache's cells within the window only. Whatever brings such a state back
+    (a later MTP turn's lane limit cut it below its end where take() had allowed it whole), the prefix cache
+    cuts it back only where the window's cells are there (llama-server's check); else it prefills again, and
+    the next logits are a fresh prefill's."""
+    from engine.generation.prefix_cache import PrefixCache
+    from engine.generation.state_cache import restore, save
+    from engine.runtime import Batch
+
+    path = str(synth("step35", "random", seed=5).path())  # a window of 16
+    with Session(LoadOptions(path=path, n_ctx=512, state_cache_mib=0)) as session:
+        target = session.target
+        tokens = session.model.tokenize(FIRST, add_special=True, parse_special=True)[:130]
+
+        def decode(part: list[int], start: int) -> list[float]:
+            batch = Batch(target.n_batch)
+            for k, token in enumerate(part):
+                batch.add(token, start + k, k == len(part) - 1)
+            target.decode(batch)
+            return list(target.logits(len(part) - 1)[:64])
+
+        target.clear()
+        decode(tokens, 0)
+        kept = save(target, 0, tokens)
+        target.clear()
+        fresh = decode(tokens[:101], 0)
+        restore(kept, target, 0)
+        assert target.keeps_window(len(tokens)) and not target.keeps_window(100)
+        prefix = PrefixCache()
+        prefix.took_up(target, tokens, None, [], None, 0)
+        assert prefix.start(target, tokens[:101], hybrid=False) == 0  # not cut back: prefilled again
+        assert decode(tokens[:101], 0) == fresh
+
+
+def test_a_budget_for_one_state_still_brings_the_conversation_back():
+    """The state coming back is taken out before the one it replaces is saved: saving first pushed it out
+    (two conversations each over half the budget never came back)."""
+    path = str(synth("glm4moe", "random", seed=5).path())
+    with Session(LoadOptions(path=path, n_ctx=512)) as session:
+        first = run(session, SPECULATION_OFF, prompt=FIRST)
+        run(session, SPECULATION_OFF, prompt=OTHER + " " + FIRST[::-1])  # long enough to be saved in its turn
+        assert len(session.states) == 1
+        session.states.budget = session.states.used * 3 // 2  # room for one state only
+        back = run(session, SPECULATION_OFF, prompt=FIRST + first.text + " and then")
+        assert session.states.restored == 1 and back.stats.prompt_reused >= first.stats.prompt_tokens - 1
+        assert len(session.states) == 1  # the other conversation, kept in its place
+
+
+def test_a_state_comes_back_only_for_what_the_caller_keeps_of_it():
+    mtp_short = SavedState(list(range(200)), bytearray(10), list(range(40)))  # its MTP lane held 40 rows
+    cache = StateCache(budget=10_000)
+    cache.add(mtp_short)
+    prompt = list(range(200)) + [7]
+    assert cache.take(prompt, have=0, follows_mtp=True) is not None  # 39 rows: more than MIN_GAIN
+    cache.add(SavedState(list(range(200)), bytearray(10), list(range(20))))
+    assert cache.take(prompt, have=0, follows_mtp=True) is None  # 19: a fixed depth would keep too little
+    assert cache.take(prompt, have=0) is not None  # plain decoding keeps all of it
+    hybrid = StateCache(budget=10_000, recurrent=True)
+    hybrid.add(SavedState(list(range(200)), bytearray(10), [], checkpoint=bytearray(4), checkpoint_pos=150))
+    assert hybrid.take(list(range(120)) + [7], have=0) is None  # cut before its checkpoint: nothing kept
+    assert hybrid.take(list(range(160)) + [7], have=0) is not None  # back to its checkpoint: 150 kept
