@@ -103,23 +103,3 @@ def run(fn: Callable[..., Any], *args: Any, with_report: bool = False) -> Task:
     task = Task()
     QThreadPool.globalInstance().start(_Runnable(_relay.add(task), fn, args, with_report))
     return task
-
-
-class Running:
-    """Keeps tasks alive until they end: a task has no Qt parent, so a widget that starts one holds it here."""
-
-    def __init__(self) -> None:
-        self._tasks: list[Task] = []
-
-    def __len__(self) -> int:
-        return len(self._tasks)
-
-    def add(self, task: Task) -> Task:
-        self._tasks.append(task)
-        task.sig_done.connect(lambda _r: self._forget(task))
-        task.sig_failed.connect(lambda _r: self._forget(task))
-        return task
-
-    def _forget(self, task: Task) -> None:
-        if task in self._tasks:
-            self._tasks.remove(task)

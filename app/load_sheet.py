@@ -78,7 +78,6 @@ class LoadSheet(QDialog):
         self.sidecar_path = choice.sidecar
         self._vram_have = vram_from_report(report)
         self._estimates = 0  # a result a newer change overtook is dropped
-        self._tasks: list[background.Task] = []  # keeps running tasks alive
 
         self.title = QLabel(f"<b>{Path(choice.path).name if choice.path else 'The built-in model'}</b>")
         self.path_label = QLabel(choice.path or "Gemma 3 270M, shipped with MTP Studio")
@@ -265,16 +264,10 @@ class LoadSheet(QDialog):
 
     # -- background work ------------------------------------------------------------
     def _track(self, task: background.Task, done: Any, failed: Any) -> None:
-        """Keep ``task`` alive until it ends; ``done`` and ``failed`` must be bound methods of this sheet,
-        which Qt disconnects when the sheet is deleted."""
-        self._tasks.append(task)
+        """``done`` and ``failed`` must be bound methods of this sheet, which Qt disconnects when the sheet
+        is deleted (the task itself is held by the background relay until it ends)."""
         task.sig_done.connect(done)
         task.sig_failed.connect(failed)
-        task.sig_done.connect(self._forget_tasks)
-        task.sig_failed.connect(self._forget_tasks)
-
-    def _forget_tasks(self, *_args: object) -> None:
-        self._tasks = [t for t in self._tasks if t is not self.sender()]
 
     def _on_facts(self, facts: SheetFacts) -> None:
         self.facts = facts

@@ -33,7 +33,6 @@ class ModelsPage(QWidget):
 
     def __init__(self, parent: QWidget | None = None, n_ctx: int = 8192, records: ModelRecords | None = None) -> None:
         super().__init__(parent)
-        self._running = background.Running()
         self._catalog_shown = False
         self.queue = DownloadQueue(self)
         self.recommended = RecommendedModels()
@@ -85,7 +84,7 @@ class ModelsPage(QWidget):
         """Look the recommendation's files up on the hub (the quantization's shards and the sidecar), then
         download them all; when every one is verified, they become the pair (On this computer)."""
         self.recommended.set_row_status(rec, "Looking up files…")
-        task = self._running.add(background.run(lambda r: catalog.resolve(r, None, credentials.get_token()), rec))
+        task = background.run(lambda r: catalog.resolve(r, None, credentials.get_token()), rec)
         task.sig_done.connect(lambda resolved: self._download_resolved(rec, resolved))
         task.sig_failed.connect(lambda msg: self._recommended_failed(rec, msg))
 

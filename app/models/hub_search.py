@@ -47,7 +47,6 @@ class HubSearch(QGroupBox):
     def __init__(self, queue: DownloadQueue, parent: QWidget | None = None) -> None:
         super().__init__("Hugging Face", parent)
         self.queue = queue
-        self._running = background.Running()
         self._repo = ""
         self._groups: list[hub.FileGroup] = []
         self.query = QLineEdit()
@@ -103,7 +102,7 @@ class HubSearch(QGroupBox):
         self.status.hide()
         self.results.addItem("Searching…")
         # the token lookup may wait on the system keyring: never on the GUI thread
-        task = self._running.add(background.run(lambda q: hub.search(q, 30, None, credentials.get_token()), query))
+        task = background.run(lambda q: hub.search(q, 30, None, credentials.get_token()), query)
         task.sig_done.connect(self._show_results)
         task.sig_failed.connect(self._search_failed)
 
@@ -115,7 +114,7 @@ class HubSearch(QGroupBox):
             return
         self.status.setText(f"Offline: {msg.rstrip('.')}.")
         self.sig_offline.emit("a search just found the hub out of reach.")
-        task = self._running.add(background.run(catalog_matches, self.query.text()))  # reads the catalog's file
+        task = background.run(catalog_matches, self.query.text())  # reads the catalog's file
         task.sig_done.connect(lambda found: self._show_catalog(msg, found))
 
     def _show_catalog(self, msg: str, found: list[catalog.Recommendation]) -> None:
@@ -141,7 +140,7 @@ class HubSearch(QGroupBox):
         if not repo:
             return
         self.files.setRowCount(0)
-        task = self._running.add(background.run(lambda r: hub.repo_files(r, None, credentials.get_token()), repo))
+        task = background.run(lambda r: hub.repo_files(r, None, credentials.get_token()), repo)
         task.sig_done.connect(lambda groups: self._show_files(repo, groups))
         task.sig_failed.connect(lambda msg: self.sidecar_hint.setText(f"Could not list files: {msg}"))
 
@@ -176,7 +175,7 @@ class HubSearch(QGroupBox):
         if token:
             self.token.clear()
             # the keyring may wait on a desktop service: never on the GUI thread
-            task = self._running.add(background.run(credentials.set_token, token))
+            task = background.run(credentials.set_token, token)
             task.sig_done.connect(lambda saved: self.token.setPlaceholderText(
                 "Token saved in the keyring" if saved else
                 "No keyring on this system: set HF_TOKEN in the environment instead"))

@@ -79,7 +79,6 @@ class LibraryView(QWidget):
         self.records = records or ModelRecords()
         self.preferences: Settings | None = None  # the app's (main_window sets them): a new preset starts there
         self.fingerprint: Callable[[], str | None] = lambda: None  # this machine's (main_window sets it): autotune
-        self._running = background.Running()
         self._scan_generation = 0
         self._facts_generation = 0
         self._rows: list[LibraryRow] = []
@@ -168,7 +167,7 @@ class LibraryView(QWidget):
         """Rescan the library; ``select`` (a path) becomes the selected row, else the selection is kept."""
         self._scan_generation += 1
         generation = self._scan_generation
-        task = self._running.add(background.run(scan_rows, self.records.last_used(), self.fingerprint()))
+        task = background.run(scan_rows, self.records.last_used(), self.fingerprint())
         task.sig_done.connect(lambda rows: self._show_library(rows, generation, select))
 
     def _show_library(self, rows: list[LibraryRow], generation: int, select: str | None = None) -> None:
@@ -290,7 +289,7 @@ class LibraryView(QWidget):
             return
         self._facts_generation += 1
         generation = self._facts_generation
-        task = self._running.add(background.run(facts_lines, path, self.ctx.value()))
+        task = background.run(facts_lines, path, self.ctx.value())
         task.sig_done.connect(lambda lines: self._show_facts_lines(lines, generation))
 
     def _show_facts_lines(self, lines: list[str], generation: int) -> None:

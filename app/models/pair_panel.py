@@ -32,7 +32,6 @@ class PairPanel(QWidget):
         super().__init__(parent)
         self.library = library
         self.facts = library.facts
-        self._running = background.Running()
         self._proof: PairProof | None = None
         self.target_path: str | None = None
         self.sidecar_path: str | None = None
@@ -106,14 +105,14 @@ class PairPanel(QWidget):
             return
         # headers only, but a header on a slow or network disk still waits: not on the GUI thread
         self.library.claim_facts()
-        task = self._running.add(background.run(diagnose, self.target_path, self.sidecar_path))
+        task = background.run(diagnose, self.target_path, self.sidecar_path)
         task.sig_done.connect(self._diagnosed)
         task.sig_failed.connect(self.facts.setPlainText)
 
     def _diagnosed(self, d: Diagnosis) -> None:
         self.facts.setPlainText(d.report())
         if self.projector_path and self.target_path:
-            task = self._running.add(background.run(diagnose_projector, self.target_path, self.projector_path))
+            task = background.run(diagnose_projector, self.target_path, self.projector_path)
             task.sig_done.connect(lambda p: self.facts.appendPlainText("\n" + p.report()))
             task.sig_failed.connect(lambda msg: self.facts.appendPlainText(f"\nProjector: {msg}"))
         if self.probe_check.isChecked():
@@ -123,7 +122,7 @@ class PairPanel(QWidget):
         """The live probe loads the pair in a child process; waiting for it happens on a pool thread."""
         self.facts.setPlainText(d.report() + "\n\nLive probe: drafting a few short replies with the pair…")
         self.doctor_button.setEnabled(False)
-        task = self._running.add(background.run(run_probe, d))
+        task = background.run(run_probe, d)
         task.sig_done.connect(lambda probed: self._probe_finished(probed.report()))
         task.sig_failed.connect(lambda msg: self._probe_finished(f"{d.report()}\n\nLive probe failed: {msg}"))
 
@@ -140,7 +139,7 @@ class PairPanel(QWidget):
         self.library.claim_facts()
         self.facts.setPlainText("Repairing (streaming a corrected copy), then loading it in the engine…")
         target = self.target_path
-        task = self._running.add(background.run(repair, target, self.sidecar_path))
+        task = background.run(repair, target, self.sidecar_path)
         task.sig_done.connect(lambda out: self._prove(target, out))
         task.sig_failed.connect(lambda msg: self.facts.setPlainText(f"Repair failed: {msg}"))
 

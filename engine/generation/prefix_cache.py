@@ -43,10 +43,17 @@ from engine.errors import ContextError
 from engine.runtime import Context
 from engine.speculative.rollback import PARTIAL_ONLY  # the recurrent part of a hybrid's memory
 
+_CHUNK = 256  # tokens compared at a time as whole slices (C speed), before the one that differs is walked
+
 
 def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many tokens ``a`` and ``b`` begin with alike. Called per request for every sequence and every
+    saved state (state_cache.py): long shared starts are compared a slice at a time, not token by token."""
     n = min(len(a), len(b))
-    for i in range(n):
+    start = 0
+    while start < n and a[start:start + _CHUNK] == b[start:start + _CHUNK]:
+        start += _CHUNK
+    for i in range(start, min(start + _CHUNK, n)):
         if a[i] != b[i]:
             return i
     return n

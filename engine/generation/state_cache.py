@@ -155,12 +155,9 @@ class StateCache:
             return False
         return len(longer) == len(tokens) or not (self.recurrent or (self.n_swa and len(longer) > self.n_swa))
 
-    def fits(self, size: int) -> bool:
-        return 0 < size <= self.budget
-
     def add(self, state: SavedState) -> None:
         """Keep ``state``; states it stands for go, then the oldest while over the budget."""
-        if not self.fits(state.size):
+        if state.size > self.budget:
             return
         self._states = [s for s in self._states if not self._covers(state.tokens, s.tokens)]
         self._states.append(state)
