@@ -74,6 +74,24 @@ def setting(n_max: int = 0, p_min: float = 0.0) -> SpeculativeSettings:
 
 Setting = setting  # the name callers used when candidates had their own type
 
+SpeedFn = Callable[[GenerateResult], float]
+
+
+def measured_speed(result: GenerateResult) -> float:
+    """Decoded tokens per second of wall time: what the tune ranks settings by."""
+    return result.stats.decode_tps() or 0.0
+
+
+def speed_per_row(result: GenerateResult) -> float:
+    """Tokens per row the target decoded (a plain step is one row, a round its
+    sampled token plus its drafts): the speed on a machine where every row
+    costs the same, i.e. fully compute-bound. Not a clock, so the search's
+    rules can be checked exactly where wall time would make them a matter of
+    load."""
+    s = result.stats
+    rows = s.plain_steps + s.rounds + s.drafted
+    return s.generated_tokens / rows if rows else 0.0
+
 
 class RatioStats:
     """The mean speed ratio of a candidate over its prompts and its one-sided 95 % lower bound
@@ -123,12 +141,13 @@ class Measurement(RatioStats):
         return self.identity != identity.DEFECT
 
     def add(self, result: GenerateResult, off: GenerateResult | None,
-            verdict: IdentityVerdict | None = None) -> None:
+            verdict: IdentityVerdict | None = None, speed: SpeedFn | None = None) -> None:
+        speed = speed or measured_speed
         s = result.stats
-        tps = s.decode_tps() or 0.0
+        tps = speed(result)
         self.tps.append(tps)
         if off is not None:
-            off_tps = off.stats.decode_tps() or 0.0
+            off_tps = speed(off)
             self.ratios.append(tps / off_tps if off_tps else 1.0)
         if verdict is not None and _SEVERITY[verdict.kind] > _SEVERITY[self.identity]:
             self.identity = verdict.kind
@@ -211,9 +230,10 @@ IDENTITY_LABELS = {identity.IDENTICAL: "yes", identity.NEAR_TIE: "near tie", ide
 
 def tune(session: Session, prompts: list[list[dict[str, str]]], *, max_tokens: int = 96,
          first_round: int = 2, settings: list[SpeculativeSettings] | None = None, progress: ProgressFn | None = None,
-         sampling: SamplingParams = GREEDY) -> TuneResult:
+         sampling: SamplingParams = GREEDY, speed: SpeedFn = measured_speed) -> TuneResult:
     """Successive halving over ``settings`` (default: :func:`candidates`) on ``prompts`` (chat messages),
-    timed with ``sampling`` (seeded per prompt)."""
+    timed with ``sampling`` (seeded per prompt) and ranked by ``speed`` of each run (tokens/s measured;
+    :func:`speed_per_row` scores by rows decoded instead)."""
     if settings is None:
         settings = candidates_for(session)
     measurements = {s: Measurement(s) for s in settings}
@@ -232,7 +252,7 @@ def tune(session: Session, prompts: list[list[dict[str, str]]], *, max_tokens: i
                 break
             prompt_sampling = seeded(sampling, used + i)
             off = _run(session, prompt, max_tokens, SPECULATION_OFF, sampling=prompt_sampling)
-            measurements[SPECULATION_OFF].add(off, off)
+            measurements[SPECULATION_OFF].add(off, off, speed=speed)
             off_greedy = off if timed_is_greedy else None
             off_margins: list[float] | None = None
             for s in list(alive):
@@ -250,7 +270,7 @@ def tune(session: Session, prompts: list[list[dict[str, str]]], *, max_tokens: i
                 prompt_tokens = render_prompt(session, GenerateRequest(messages=tuple(prompt)))[0]
                 # a parting beyond the noise is measured again where it happened (MoE router ties)
                 m.add(result, off, identity.classify_along(session, prompt_tokens, off_greedy.tokens,
-                                                           off_margins or [], greedy.tokens, noise))
+                                                           off_margins or [], greedy.tokens, noise), speed=speed)
                 step += 1
                 if progress:
                     progress({"step": step, "total": total_steps, "setting": s.label, "tps": m.tps[-1],
