@@ -16,7 +16,7 @@ one and then the other, and their times to first token are printed side by
 side: both over HTTP, so neither is favoured by being in-process, and a turn
 apart, so neither by the machine's drift (engine/bench/servers.py).
 
-    mtp-studio bench-conversation [--model F] [--turns 20] [--mtp] [--llama-server [PATH]]
+    mtp-studio bench-conversation [--model F] [--turns 20] [--mtp] [--ngram] [--llama-server [PATH]]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from engine.bench import servers
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.session import LoadOptions, Session
-from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp
+from engine.speculative.settings import MTP, SPECULATION_OFF, SpeculativeSettings, mtp, ngram
 
 PARAGRAPHS = (
     "The river ran past the old mill and under the stone bridge, where the children stopped to watch the water.",
@@ -167,7 +167,11 @@ def run(args: argparse.Namespace) -> int:
     session = Session(LoadOptions(path=path, n_ctx=args.n_ctx, n_threads=args.threads,
                                   n_gpu_layers=args.gpu_layers))
     try:
-        spec = mtp(args.n_max) if args.mtp and session.mtp_drafter is not None else SPECULATION_OFF
+        spec = SPECULATION_OFF
+        if args.mtp and session.mtp_drafter is not None:
+            spec = ngram(args.n_max, mtp_too=True) if args.ngram else mtp(args.n_max)
+        elif args.ngram:
+            spec = ngram(args.n_max)
         print(f"# conversation, {args.turns} turns, {args.tokens} tokens a reply, {spec.label} — {path}", flush=True)
         prompts: list[str] = []
         with_reuse = conversation(session, args.turns, args.tokens, spec, reuse=True, prompts=prompts)
@@ -201,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     finally:
         session.close()
     if args.llama_server is not None:
-        _servers(args, path, prompts, spec.enabled)
+        _servers(args, path, prompts, spec.mode == MTP)  # (llama-server's MTP; n-gram drafting not compared)
     return 0
 
 
@@ -235,6 +239,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--gpu-layers", type=int, default=0)
     p.add_argument("--mtp", action="store_true", help="draft with the model's MTP head")
+    p.add_argument("--ngram", action="store_true", help="draft n-grams (with --mtp: MTP + n-gram)")
     p.add_argument("--n-max", type=int, default=3)
     p.add_argument("--llama-server", nargs="?", const="", default=None, metavar="PATH",
                    help="then replay the prompts over HTTP to mtp-studio serve and llama-server (default PATH: "

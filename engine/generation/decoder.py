@@ -25,6 +25,7 @@ from engine.generation.output import Output
 from engine.generation.request import GenerateRequest, GenerateResult, PrefillCallback, StatsCallback
 from engine.generation.session import Session
 from engine.runtime import Batch, Sampler
+from engine.speculative.compose import ComposeDrafter, mtp_half
 from engine.speculative.depth import DepthPolicy
 from engine.speculative.draft_penalties import DraftPenalties
 from engine.speculative.drafter import Drafter
@@ -168,31 +169,25 @@ def _prefill(session: Session, drafter: Drafter, spec: SpeculativeSettings, pref
     it catches up on, so its context keeps one row more than the target and resumes after it.
     """
     target = session.target
-    mtp_drafter = drafter if isinstance(drafter, MTPDrafter) else None
-    if mtp_drafter is not None or not spec.uses_mtp:
-        state_cache.swap_held(session.states, session.prefix, target, session.mtp_context, prefill,
-                              follows_mtp=mtp_drafter is not None and not catches_up_lazily(spec))
-    else:  # MTP + n-gram starts both contexts empty: what they hold goes to host memory first
-        session.save_conversation()
-    reusing = True
+    lane = mtp_half(drafter)  # MTP alone, or the composition's MTP half (which never catches up lazily)
+    lazy = lane is drafter and catches_up_lazily(spec)
+    state_cache.swap_held(session.states, session.prefix, target, session.mtp_context, prefill,
+                          follows_mtp=lane is not None and not lazy)
     mtp_limit = 0  # target positions reusable with the MTP context one row ahead
-    if mtp_drafter is not None:
-        mtp_limit = session.prefix.mtp_limit(mtp_drafter.ctx, prefill)
+    if lane is not None:
+        mtp_limit = session.prefix.mtp_limit(lane.ctx, prefill)
         # a lazy head starts over from the prompt's newest rows where it holds less (catches_up_lazily)
-        reused = session.prefix.start(target, prefill, session.is_hybrid,
-                                      limit=None if catches_up_lazily(spec) else mtp_limit)
-    elif not spec.uses_mtp:
+        reused = session.prefix.start(target, prefill, session.is_hybrid, limit=None if lazy else mtp_limit)
+    else:
         reused = session.prefix.start(target, prefill, session.is_hybrid)
-    else:  # MTP + n-gram: both contexts start empty
-        session.prefix.forget()
-        target.clear()
-        reused, reusing = 0, False
     # a hybrid keeps its recurrent state from just before the prompt's last token, so a
     # regenerated reply (or a resent one that tokenizes otherwise) restarts there
-    checkpoint_at = len(prefill) - 1 if reusing and session.is_hybrid and len(prefill) - 1 > reused else -1
+    checkpoint_at = len(prefill) - 1 if session.is_hybrid and len(prefill) - 1 > reused else -1
     kept = list(prefill[:reused])
-    if mtp_drafter is not None:
-        mtp_drafter.begin(spec, keep=reused + 1 if 0 < reused <= mtp_limit else 0)
+    if isinstance(drafter, MTPDrafter | ComposeDrafter):
+        drafter.begin(spec, keep=reused + 1 if 0 < reused <= mtp_limit else 0)
+        if isinstance(drafter, ComposeDrafter) and reused:
+            drafter.read_reused(kept)
     else:
         drafter.begin(spec)
         if reused:
@@ -208,8 +203,8 @@ def _prefill(session: Session, drafter: Drafter, spec: SpeculativeSettings, pref
         kept.extend(chunk)
         if end == checkpoint_at:
             session.prefix.save_checkpoint(target, end)
-        if mtp_drafter is not None and reused and start == reused:
-            mtp_drafter.resume(chunk, start)  # its row at ``reused`` is kept: catch up from the next
+        if isinstance(drafter, MTPDrafter | ComposeDrafter) and reused and start == reused:
+            drafter.resume(chunk, start)  # its row at ``reused`` is kept: catch up from the next
         else:
             drafter.process(chunk, start)
         if on_prefill is not None:
@@ -222,8 +217,9 @@ def _prefill(session: Session, drafter: Drafter, spec: SpeculativeSettings, pref
 def _keep(session: Session, drafter: Drafter, kept: list[int]) -> None:
     """Tell the prefix cache what both contexts hold now, for the next prompt to reuse."""
     session.prefix.keep(session.target, kept)
-    if isinstance(drafter, MTPDrafter):
-        session.prefix.keep_mtp(drafter.ctx, kept[:drafter.exact_end])
+    lane = mtp_half(drafter)
+    if lane is not None:
+        session.prefix.keep_mtp(lane.ctx, kept[:lane.exact_end])
 
 
 def request_sampler(session: Session, request: GenerateRequest, prompt: list[int], opens_thinking: bool) -> Sampler:
@@ -483,8 +479,8 @@ class Decoder:
     def finish(self, prompt_mode: str, on_stats: StatsCallback | None, keep_prefix: bool = True) -> GenerateResult:
         """Keep what the contexts hold for the next prompt; close the text and the statistics.
         ``keep_prefix`` False: the prefix cache does not describe this sequence (a multi-sequence run)."""
-        drafter = self.drafter
-        if not self.pictured and isinstance(drafter, MTPDrafter) and drafter.settles_at_end:
+        drafter = mtp_half(self.drafter)
+        if not self.pictured and drafter is not None and drafter.settles_at_end:
             # the catch-up the last rounds deferred (folded into a next draft that will not come, or
             # plain steps'): decoded now, so the head holds every row the target kept and the next
             # prompt reuses all of them. Left deferred, the MTP context ended short of the target,

@@ -9,6 +9,7 @@ once per load. No llama.cpp here.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -48,6 +49,19 @@ class LoadPlan:
     def path(self) -> str:
         assert self.options.path is not None
         return self.options.path
+
+    @property
+    def file_bytes(self) -> int:
+        """The bytes of the files that load (every shard of a split target, and the sidecar): llama.cpp
+        maps them, and the system counts the mapped pages among the memory it could free."""
+        paths = engine.gguf.facts.shard_paths(Path(self.path), self.facts.split_count)
+        if self.options.sidecar:
+            paths.append(Path(self.options.sidecar))
+        total = 0
+        for p in paths:
+            with contextlib.suppress(OSError):
+                total += p.stat().st_size
+        return total
 
     @classmethod
     def read(cls, options: LoadOptions) -> LoadPlan:

@@ -72,6 +72,7 @@ from engine.runtime import Batch
 from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams, Costs
 from engine.speculative.adaptive.batch import SharedSteps, choose_depths, entry_cost
 from engine.speculative.adaptive.batch_gate import FULL, POLICY, DraftingGate
+from engine.speculative.compose import ComposeDrafter
 from engine.speculative.drafter import Drafter
 from engine.speculative.mtp import MTPDrafter, settle_together
 from engine.speculative.settings import MAX_DRAFT, MTP, SPECULATION_OFF, SpeculativeSettings
@@ -450,7 +451,7 @@ class ParallelGenerator:
         d, chunk = r.decoder, r.prompt[start:end]
         t0, catch_up0 = time.perf_counter(), d.drafter.seconds["catch_up"]
         d.kept.extend(chunk)
-        if r.reused and start == r.reused and isinstance(d.drafter, MTPDrafter):
+        if r.reused and start == r.reused and isinstance(d.drafter, MTPDrafter | ComposeDrafter):
             d.drafter.resume(chunk, start, row0)  # its row at ``reused`` is kept: catch up from the next
         else:
             d.drafter.process(chunk, start, row0)

@@ -39,11 +39,12 @@ from engine.generation.prefix_cache import common_prefix
 from engine.generation.session import Session
 from engine.runtime import Context
 from engine.speculative.choice import DrafterChoice
+from engine.speculative.compose import ComposeDrafter, mtp_half
 from engine.speculative.depth import DepthPolicy
 from engine.speculative.drafter import Drafter
 from engine.speculative.mtp import MTPDrafter, catches_up_lazily
 from engine.speculative.rollback import PARTIAL_ONLY
-from engine.speculative.settings import MTP_NGRAM, SpeculativeSettings
+from engine.speculative.settings import SpeculativeSettings
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,8 @@ class Holding:
 
 def keeps_rows(spec: SpeculativeSettings, drafter: Drafter) -> bool:
     """An MTP lane that catches up on every row (not lazily) under ``spec``: sharing another sequence's
-    cells, it shares that lane's rows too."""
-    return isinstance(drafter, MTPDrafter) and not catches_up_lazily(spec)
+    cells, it shares that lane's rows too. (The composition's MTP half never catches up lazily.)"""
+    return isinstance(drafter, ComposeDrafter) or (isinstance(drafter, MTPDrafter) and not catches_up_lazily(spec))
 
 
 def shareable(tokens: list[int], holding: Holding, keeps_rows: bool) -> int:
@@ -119,7 +120,8 @@ class Sequences:
         self._clock += 1
         memory.used = self._clock
         memory.held = list(held or [])
-        exact = drafter.exact_end if isinstance(drafter, MTPDrafter) and held else 0
+        lane = mtp_half(drafter) if drafter is not None else None
+        exact = lane.exact_end if lane is not None and held else 0
         memory.mtp_held = memory.held[:exact]
         if not held:
             memory.checkpoint_pos = 0
@@ -146,11 +148,8 @@ class Sequences:
         held, mtp_held, memory.held, memory.mtp_held = memory.held, memory.mtp_held, [], []
         n = min(common_prefix(held, tokens), len(tokens) - 1)
         mtp_n = max(0, common_prefix(mtp_held, tokens) - 1)  # the MTP lane resumes one row after the reused ones
-        if isinstance(drafter, MTPDrafter):
-            if not catches_up_lazily(spec):  # (a lazy lane starts over from the prompt's newest rows instead)
-                n = min(n, mtp_n)
-        elif spec.mode == MTP_NGRAM:
-            n = 0  # the composition's MTP part starts empty, as in a single sequence
+        if keeps_rows(spec, drafter):  # (a lazy lane starts over from the prompt's newest rows instead)
+            n = min(n, mtp_n)
         checkpoint, memory.checkpoint_pos = memory.checkpoint_pos, 0
         if 0 < n < len(held) and not target.keeps_window(n, seq):
             n = 0  # a sliding window's earlier cells are gone (a state from host memory): prefill again
@@ -159,8 +158,10 @@ class Sequences:
         if n <= 0 or not target.seq_rm(n, -1, seq):
             n = 0
             target.seq_clear(seq)
-        if isinstance(drafter, MTPDrafter):
+        if isinstance(drafter, MTPDrafter | ComposeDrafter):
             drafter.begin(spec, keep=n + 1 if 0 < n <= mtp_n else 0)
+            if isinstance(drafter, ComposeDrafter) and n:
+                drafter.read_reused(tokens[:n])
         else:
             drafter.begin(spec)
             if n:
@@ -178,12 +179,10 @@ class Sequences:
     def _swap(self, seq: int, tokens: list[int], spec: SpeculativeSettings, drafter: Drafter) -> None:
         """Where a saved state lets ``tokens`` reuse more than sequence ``seq`` holds, take it out; save what
         ``tokens`` cut of ``seq`` (:meth:`save_to_host`; after taking, so that saving cannot push out the very
-        state coming back); bring the taken one back into ``seq``. (MTP + n-gram starts empty: nothing back.)"""
+        state coming back); bring the taken one back into ``seq``."""
         memory = self.memory[seq]
-        saved = None
-        if spec.mode != MTP_NGRAM:
-            saved = self.session.states.take(tokens, common_prefix(memory.held, tokens),
-                                             follows_mtp=keeps_rows(spec, drafter))
+        saved = self.session.states.take(tokens, common_prefix(memory.held, tokens),
+                                         follows_mtp=keeps_rows(spec, drafter))
         self.save_to_host(seq, tokens)
         if saved is None:
             return

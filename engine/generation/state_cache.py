@@ -110,11 +110,14 @@ def restore(saved: SavedState, target: Context, seq: int, mtp: tuple[Context, in
     return list(saved.mtp_tokens)
 
 
-def budget(mib: int) -> int:
+def budget(mib: int, mapped: int = 0) -> int:
     """The cache's budget in bytes: ``mib``, but no more than a :data:`RAM_SHARE` of the memory available
-    now (the model is loaded: what is left is the system's and the user's other programs')."""
+    now (the model is loaded: what is left is the system's and the user's other programs'), less
+    ``mapped``: the model's files, which llama.cpp maps. The system counts their pages as available
+    (page cache it may drop), but a model whose pages were pushed out is read from disk again as it
+    decodes, so they are not the cache's to take."""
     available = available_ram_bytes()
-    cap = available // RAM_SHARE if available is not None else mib * 2**20
+    cap = max(0, available - mapped) // RAM_SHARE if available is not None else mib * 2**20
     return min(mib * 2**20, cap)
 
 

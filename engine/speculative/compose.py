@@ -23,6 +23,13 @@ was not sent is scored against the tokens the target then produces
 back once the text turns repetitive. The n-gram drafter's own gate (for mode
 ``"ngram"``) is not used here: this policy replaces it.
 
+Prefix reuse (engine/generation/prefix_cache.py) treats the composition as
+its MTP half: that half never catches up lazily, and a reply's deferred
+backlog is decoded as it ends, so its context holds exact rows for what the
+target kept and a next prompt keeps them as with MTP alone (:meth:`begin`'s
+``keep``, :meth:`resume`); the n-gram half reads the reused tokens
+(:meth:`read_reused`). :func:`mtp_half` names that half for the engine.
+
 ``n_max`` is MTP's depth (limited to what the model's heads can draft,
 ``deepest``). A trusted n-gram draft may run to :data:`MAX_DRAFT` tokens:
 it is only sent when its source has been right recently, and a long copied
@@ -33,8 +40,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from engine.runtime import Context
 from engine.runtime.distribution import DraftSampler
 from engine.speculative.draft_penalties import DraftPenalties
+from engine.speculative.drafter import Drafter
 from engine.speculative.mtp import MTPDrafter
 from engine.speculative.ngram import NgramDrafter, Yield
 from engine.speculative.settings import MAX_DRAFT, MTP, SPECULATION_OFF, SpeculativeSettings
@@ -85,10 +94,22 @@ class ComposeDrafter:
     def seconds(self) -> dict[str, float]:
         return {k: self.mtp.seconds[k] + self.ngram.seconds[k] for k in ("draft", "catch_up")}
 
-    def begin(self, settings: SpeculativeSettings) -> None:
+    @property
+    def ctx(self) -> Context:
+        """The MTP half's context (what prefix reuse keeps rows of)."""
+        return self.mtp.ctx
+
+    @property
+    def exact_end(self) -> int:
+        """Positions [0, exact_end) of the MTP half's context hold exact rows (:attr:`MTPDrafter.exact_end`)."""
+        return self.mtp.exact_end
+
+    def begin(self, settings: SpeculativeSettings, keep: int = 0) -> None:
+        """Start a generation; ``keep``: the MTP half's leading rows still exact for this prompt (prefix
+        reuse, :meth:`MTPDrafter.begin`). The n-gram half reads the reused tokens with :meth:`read_reused`."""
         self.settings = settings
         self.ngram.begin(replace(settings, n_max=MAX_DRAFT))
-        self.mtp.begin(replace(settings, mode=MTP, n_max=max(1, min(settings.n_max, self.deepest))))
+        self.mtp.begin(replace(settings, mode=MTP, n_max=max(1, min(settings.n_max, self.deepest))), keep=keep)
         self.mtp.defer = DEFER_CATCH_UP
         self.mtp.lazy = False  # it settles its own backlog as the sources take turns
         start = float(min(settings.n_max, self.deepest)) / 2
@@ -97,6 +118,16 @@ class ComposeDrafter:
 
     def process(self, tokens: list[int], pos_start: int, row0: int = 0) -> None:
         self.mtp.process(tokens, pos_start, row0)
+        self.ngram.process(tokens, pos_start)
+
+    def read_reused(self, tokens: list[int]) -> None:
+        """The prompt's first ``tokens`` were reused from the last generation: the n-gram half reads them
+        (the MTP half kept its rows for them)."""
+        self.ngram.process(tokens, 0)
+
+    def resume(self, tokens: list[int], pos_start: int, row0: int = 0) -> None:
+        """The first prefill chunk after a reused prefix (:meth:`MTPDrafter.resume`)."""
+        self.mtp.resume(tokens, pos_start, row0)
         self.ngram.process(tokens, pos_start)
 
     def verified(self, tokens: list[int], pos_start: int, row0: int = 0) -> None:
@@ -129,3 +160,11 @@ class ComposeDrafter:
 
     def close(self) -> None:
         self.ngram.close()  # the MTP drafter belongs to the session
+
+
+def mtp_half(drafter: Drafter) -> MTPDrafter | None:
+    """The MTP drafter whose context rows a next prompt may reuse: ``drafter`` itself, a composition's MTP
+    half, or none (n-gram drafting, no speculation)."""
+    if isinstance(drafter, MTPDrafter):
+        return drafter
+    return drafter.mtp if isinstance(drafter, ComposeDrafter) else None

@@ -19,7 +19,7 @@ from engine.generation.generator import GenerateRequest
 from engine.generation.parallel import Job, ParallelGenerator
 from engine.generation.session import LoadOptions, Session
 from engine.generation.state_cache import StateCache
-from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp, ngram
+from engine.speculative.settings import MTP_NGRAM, SPECULATION_OFF, SpeculativeSettings, mtp, ngram
 from tests.engine import conftest
 from tests.engine.conftest import synth
 
@@ -30,12 +30,20 @@ OTHER = " far away from here a"
 run = partial(conftest.run, max_tokens=TOKENS)  # a reply to a prompt, plain unless asked
 
 
+def reply(session: Session, spec: SpeculativeSettings, **request: object) -> object:
+    """``run``; under MTP + n-gram with the n-gram map emptied first, so that its drafts depend on this
+    prompt alone and a reusing run's drafts can be compared with a fresh run's round by round."""
+    if spec.mode == MTP_NGRAM and session.ngram_drafter is not None:
+        session.ngram_drafter.forget()
+    return run(session, spec, **request)
+
+
 def fresh(session: Session, prompt: str, spec: SpeculativeSettings = SPECULATION_OFF) -> object:
     """The same generation from empty contexts: what reuse must equal."""
     session.prefix.forget()
     kept, session.states = session.states, StateCache(0)  # nor a saved state (engine/generation/state_cache.py)
     try:
-        result = run(session, spec, prompt=prompt, record_margins=True, record_drafts=True)
+        result = reply(session, spec, prompt=prompt, record_margins=True, record_drafts=True)
     finally:
         session.states = kept
     assert result.stats.prompt_reused == 0
@@ -54,23 +62,24 @@ def same(session: Session, reused: object, baseline: object, drafts: bool = True
     assert verdict.acceptable, verdict.describe()
 
 
-def conversation(session: Session, spec: SpeculativeSettings = SPECULATION_OFF) -> dict[str, int]:
+def conversation(session: Session, spec: SpeculativeSettings = SPECULATION_OFF, first_prompt: str = FIRST,
+                 edited: str = EDITED) -> dict[str, int]:
     """Continue, regenerate, edit, switch and back; each checked against a fresh run.
 
     Returns the prompt tokens each step reused, and under ``"<step> of"`` its prompt's length.
     """
     reused = {}
-    first = run(session, spec, prompt=FIRST)
-    follow = FIRST + first.text + " and then"
-    steps = [("continue", follow), ("regenerate", follow), ("edit", EDITED), ("switch", OTHER), ("back", follow)]
+    first = reply(session, spec, prompt=first_prompt)
+    follow = first_prompt + first.text + " and then"
+    steps = [("continue", follow), ("regenerate", follow), ("edit", edited), ("switch", OTHER), ("back", follow)]
     for name, prompt in steps:
-        got = run(session, spec, prompt=prompt, record_drafts=True)
+        got = reply(session, spec, prompt=prompt, record_drafts=True)
         reused[name], reused[f"{name} of"] = got.stats.prompt_reused, got.stats.prompt_tokens
         assert got.stats.prompt_tokens > reused[name], name  # the last prompt token is always decoded again
         held = list(session.prefix.tokens)
         same(session, got, fresh(session, prompt, spec), drafts=spec.uses_mtp)
         session.prefix.forget()
-        run(session, spec, prompt=prompt)  # leave the context as the reusing run left it
+        reply(session, spec, prompt=prompt)  # leave the context as the reusing run left it
         assert session.prefix.tokens == held, name  # and so are the tokens it holds
     return reused
 
@@ -141,6 +150,38 @@ def test_mtp_reuses_both_contexts_with_the_same_drafts(arch, layout, fold):
         run(session, prompt=FIRST + " more text")
         after = run(session, mtp(3), prompt=FIRST + " more text", record_drafts=True)
         same(session, after, fresh(session, FIRST + " more text", mtp(3)))
+    finally:
+        session.close()
+
+
+QUOTE = ("The committee approved the new budget for the city library on Tuesday. "
+         "The committee approved the new budget for the city library on Tuesday. The committee")
+
+
+@pytest.mark.parametrize("arch, weights, seed", [("glm4moe", "random", 2), ("step35", "random", 3),
+                                                 ("qwen35", "mixed", 4)])
+def test_mtp_and_ngram_together_reuse_both_contexts_with_the_same_drafts(arch, weights, seed):
+    """The composition's MTP half keeps its rows as MTP alone does (it deferred them through n-gram rounds
+    and settles them as the reply ends); its n-gram half reads the reused tokens. Both contexts started
+    empty before, and a conversation under MTP + n-gram prefilled every turn from the start. (Heads that
+    read the hidden state; seeds whose continued reply drafts from both sources.)"""
+    spec = ngram(3, mtp_too=True)
+    path = synth(arch, weights, agree=0.7, reads="hidden", seed=seed).path("combined")
+    session = Session(LoadOptions(path=str(path), n_ctx=512))
+    try:
+        first = reply(session, spec, prompt=QUOTE)
+        follow = QUOTE + first.text + " and then"
+        got = reply(session, spec, prompt=follow, record_drafts=True)
+        assert got.stats.prompt_reused > 0 and got.stats.drafted_by_source.get("ngram", 0) > 0
+        assert got.stats.drafted_by_source.get("mtp", 0) > 0
+        same(session, got, fresh(session, follow, spec))
+        reused = conversation(session, spec, QUOTE, QUOTE.replace("budget", "BUDGET", 1))
+        assert reused["continue"] > 0 and reused["regenerate"] > 0
+        if not session.is_hybrid:
+            assert reused["regenerate"] == reused["regenerate of"] - 1
+        if not (session.is_hybrid or session.model.n_swa):  # (a parting inside them starts over)
+            assert reused["edit"] > 0
+        assert session.prefix.mtp_tokens == session.prefix.tokens  # the head holds every row the target kept
     finally:
         session.close()
 

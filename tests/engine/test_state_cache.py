@@ -16,13 +16,14 @@ from functools import partial
 import pytest
 
 from engine.errors import ContextError
-from engine.generation import identity
+from engine.generation import identity, state_cache
 from engine.generation.generator import GenerateRequest, GenerateResult
+from engine.generation.load_plan import LoadPlan
 from engine.generation.parallel import Job, ParallelGenerator
 from engine.generation.session import LoadOptions, Session
 from engine.generation.state_cache import MIN_TOKENS, SavedState, StateCache
 from engine.load_options import check_options
-from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp
+from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp, ngram
 from tests.engine import conftest
 from tests.engine.conftest import synth
 
@@ -35,6 +36,8 @@ CASES = [
     pytest.param("glm4moe", SPECULATION_OFF, id="attention-plain"),
     pytest.param("glm4moe", mtp(3), id="attention-mtp"),
     pytest.param("qwen35", mtp(3), id="hybrid-mtp"),
+    # the composition's MTP half keeps its rows as MTP alone does (engine/speculative/compose.py)
+    pytest.param("glm4moe", ngram(3, mtp_too=True), id="attention-mtp-ngram"),
     # a sliding window of 16: llama.cpp saves the window's cells only, and the way back cuts the saved state
     # (the reply's text tokenizes otherwise here), so it must not come back (it did, and drafted otherwise)
     pytest.param("step35", mtp(3), id="sliding-window-mtp"),
@@ -153,6 +156,17 @@ def test_a_state_longer_than_the_sliding_window_or_recurrent_comes_back_only_to_
 def test_the_budget_is_checked_before_anything_loads():
     with pytest.raises(ContextError, match="--cache-ram"):
         check_options(LoadOptions(state_cache_mib=-1))
+
+
+def test_the_budget_leaves_the_pages_of_the_model_files_alone():
+    """The system counts a mapped model's pages as available memory; a cache that took them would have the
+    model read from disk again as it decodes."""
+    ask = 10**8  # MiB: more than a quarter of any machine's memory
+    assert 0 < state_cache.budget(ask) < ask * 2**20
+    assert state_cache.budget(ask, mapped=2**60) == 0  # files larger than the memory: no cache
+    model = synth("qwen3next", "random", seed=5)
+    plan = LoadPlan.read(LoadOptions(path=str(model.path("trunk")), sidecar=str(model.path("sidecar"))))
+    assert plan.file_bytes == model.path("trunk").stat().st_size + model.path("sidecar").stat().st_size
 
 
 def test_a_sliding_window_state_from_host_memory_is_never_cut_back_where_its_window_is_missing():
