@@ -23,7 +23,7 @@ from engine.generation.parallel import generate_together
 from engine.generation.session import LoadOptions, Session
 from engine.runtime import Batch, native
 from engine.speculative.rollback import ON_DEVICE, PARTIAL_ONLY, TargetRollback
-from engine.speculative.settings import SPECULATION_OFF, mtp
+from engine.speculative.settings import SPECULATION_OFF, mtp, ngram
 from tests.engine import conftest, test_draft_vocab, test_parallel, test_state_cache
 from tests.engine.conftest import synth
 from tests.gpu.conftest import ALL_LAYERS
@@ -197,16 +197,18 @@ def test_several_sequences_in_one_batch_on_the_device(arch):
     assert sum(t.stats.rounds for t in together) > 0
 
 
-@pytest.mark.parametrize("arch", ["glm4moe", "qwen35"])
-def test_a_conversation_comes_back_from_host_memory_onto_the_device(arch):
+@pytest.mark.parametrize("arch, spec", [("glm4moe", mtp(3)), ("qwen35", mtp(3)),
+                                        ("glm4moe", ngram(3, mtp_too=True))], ids=["glm4moe", "qwen35", "mtp-ngram"])
+def test_a_conversation_comes_back_from_host_memory_onto_the_device(arch, spec):
     """A conversation, another that cuts it, the first continued, every layer on the device: its state went
-    to host memory and back (engine/generation/state_cache.py), the MTP lane's rows with it, and the reply and
-    drafts are what prefilling it again gives (tests/engine/test_state_cache.py on the CPU)."""
+    to host memory and back (engine/generation/state_cache.py), the MTP lane's rows with it (MTP alone, or
+    the MTP half of MTP + n-gram), and the reply and drafts are what prefilling it again gives
+    (tests/engine/test_state_cache.py on the CPU)."""
     path = str(synth(arch, "random", seed=5).path())
     with Session(LoadOptions(path=path, n_ctx=512, state_cache_mib=0, n_gpu_layers=ALL_LAYERS)) as session:
-        _, baseline = test_state_cache.switch_and_back(session, mtp(3))
+        _, baseline = test_state_cache.switch_and_back(session, spec)
     with Session(LoadOptions(path=path, n_ctx=512, n_gpu_layers=ALL_LAYERS)) as session:
-        first, back = test_state_cache.switch_and_back(session, mtp(3))
+        first, back = test_state_cache.switch_and_back(session, spec)
         assert session.states.restored == 1
         assert back.stats.prompt_reused >= first.stats.prompt_tokens - 1
         test_state_cache.same(session, back, baseline)
