@@ -91,9 +91,10 @@ def start_link(args: argparse.Namespace) -> tuple[object, str]:
         match = find_profile(path) if path else match
     if draft_vocab is None:  # the profile's choice where autotune measured one (engine/autotune/draft_vocab.py)
         draft_vocab = (match.profile.draft_vocab or 0) if match.profile else 0
+    cache_mib = getattr(args, "cache_ram", LoadOptions.state_cache_mib)  # bench-serve has none: serve's default
     load = load_request_for(args.model, sidecar=args.sidecar, n_ctx=args.ctx, n_threads=args.threads,
                             n_gpu_layers=args.gpu_layers, mmproj=getattr(args, "mmproj", None), parallel=parallel,
-                            draft_vocab=draft_vocab, state_cache_mib=getattr(args, "cache_ram", 0))
+                            draft_vocab=draft_vocab, state_cache_mib=cache_mib)
     link = WorkerLink(load, verbose=args.verbose)
     model = link.model()
     assert model is not None
