@@ -81,7 +81,7 @@ class SettingsDialog(QDialog):
                                     suffix=" MiB")
         self.state_cache.setToolTip("Memory that keeps chats the engine let go of, so that going back to one "
                                     "does not read it all again. At most a quarter of the memory free once the "
-                                    "model is loaded; 0: keep none.")
+                                    "model is loaded, less the model's own files; 0: keep none.")
         form.addRow("Memory for earlier chats", self.state_cache)
         self.rpc_servers = QLineEdit(settings.rpc_servers)
         self.rpc_servers.setPlaceholderText("host:port, host:port (empty: this machine only)")

@@ -113,7 +113,7 @@ class RatioStats:
 @dataclass
 class Measurement(RatioStats):
     setting: SpeculativeSettings
-    tps: list[float] = field(default_factory=list)  # per prompt
+    tps: list[float] = field(default_factory=list)  # per prompt, as tune's ``speed`` scores it (tokens/s)
     ratios: list[float] = field(default_factory=list)  # per prompt, vs off on that prompt
     drafted: int = 0
     accepted: int = 0
@@ -141,8 +141,7 @@ class Measurement(RatioStats):
         return self.identity != identity.DEFECT
 
     def add(self, result: GenerateResult, off: GenerateResult | None,
-            verdict: IdentityVerdict | None = None, speed: SpeedFn | None = None) -> None:
-        speed = speed or measured_speed
+            verdict: IdentityVerdict | None = None, speed: SpeedFn = measured_speed) -> None:
         s = result.stats
         tps = speed(result)
         self.tps.append(tps)

@@ -205,7 +205,9 @@ def run(args: argparse.Namespace) -> int:
     finally:
         session.close()
     if args.llama_server is not None:
-        _servers(args, path, prompts, spec.mode == MTP)  # (llama-server's MTP; n-gram drafting not compared)
+        if spec.enabled and spec.mode != MTP:
+            print("\n(over HTTP both servers run without speculation: only MTP alone is compared there)")
+        _servers(args, path, prompts, spec.mode == MTP)
     return 0
 
 

@@ -25,13 +25,13 @@ from engine.generation.output import Output
 from engine.generation.request import GenerateRequest, GenerateResult, PrefillCallback, StatsCallback
 from engine.generation.session import Session
 from engine.runtime import Batch, Sampler
-from engine.speculative.compose import ComposeDrafter, mtp_half
 from engine.speculative.depth import DepthPolicy
 from engine.speculative.draft_penalties import DraftPenalties
 from engine.speculative.drafter import Drafter
-from engine.speculative.mtp import MTPDrafter, catches_up_lazily
+from engine.speculative.mtp import MTPDrafter
 from engine.speculative.mtp_images import ImageCatchUp
 from engine.speculative.rejection import draw, judge
+from engine.speculative.reuse import begin_reusing, keeps_rows, mtp_half, read_prompt_chunk
 from engine.speculative.rollback import TargetRollback
 from engine.speculative.settings import MAX_DRAFT, SpeculativeSettings
 from engine.speculative.stats import GenerationStats
@@ -169,29 +169,21 @@ def _prefill(session: Session, drafter: Drafter, spec: SpeculativeSettings, pref
     it catches up on, so its context keeps one row more than the target and resumes after it.
     """
     target = session.target
-    lane = mtp_half(drafter)  # MTP alone, or the composition's MTP half (which never catches up lazily)
-    lazy = lane is drafter and catches_up_lazily(spec)
-    state_cache.swap_held(session.states, session.prefix, target, session.mtp_context, prefill,
-                          follows_mtp=lane is not None and not lazy)
+    lane = mtp_half(drafter)  # MTP alone, or the composition's MTP half (engine/speculative/reuse.py)
+    keeps = keeps_rows(spec, drafter)
+    state_cache.swap_held(session.states, session.prefix, target, session.mtp_context, prefill, follows_mtp=keeps)
     mtp_limit = 0  # target positions reusable with the MTP context one row ahead
     if lane is not None:
         mtp_limit = session.prefix.mtp_limit(lane.ctx, prefill)
         # a lazy head starts over from the prompt's newest rows where it holds less (catches_up_lazily)
-        reused = session.prefix.start(target, prefill, session.is_hybrid, limit=None if lazy else mtp_limit)
+        reused = session.prefix.start(target, prefill, session.is_hybrid, limit=mtp_limit if keeps else None)
     else:
         reused = session.prefix.start(target, prefill, session.is_hybrid)
     # a hybrid keeps its recurrent state from just before the prompt's last token, so a
     # regenerated reply (or a resent one that tokenizes otherwise) restarts there
     checkpoint_at = len(prefill) - 1 if session.is_hybrid and len(prefill) - 1 > reused else -1
     kept = list(prefill[:reused])
-    if isinstance(drafter, MTPDrafter | ComposeDrafter):
-        drafter.begin(spec, keep=reused + 1 if 0 < reused <= mtp_limit else 0)
-        if isinstance(drafter, ComposeDrafter) and reused:
-            drafter.read_reused(kept)
-    else:
-        drafter.begin(spec)
-        if reused:
-            drafter.process(kept, 0)  # the n-gram drafter reads tokens only
+    begin_reusing(drafter, spec, kept, keep=reused + 1 if 0 < reused <= mtp_limit else 0)
     if on_prefill is not None:
         on_prefill(0, len(prefill) - reused)
     for start, end in _chunks(reused, len(prefill), target.n_batch, checkpoint_at):
@@ -203,10 +195,7 @@ def _prefill(session: Session, drafter: Drafter, spec: SpeculativeSettings, pref
         kept.extend(chunk)
         if end == checkpoint_at:
             session.prefix.save_checkpoint(target, end)
-        if isinstance(drafter, MTPDrafter | ComposeDrafter) and reused and start == reused:
-            drafter.resume(chunk, start)  # its row at ``reused`` is kept: catch up from the next
-        else:
-            drafter.process(chunk, start)
+        read_prompt_chunk(drafter, chunk, start, first_after_reused=0 < reused == start)
         if on_prefill is not None:
             on_prefill(end - reused, len(prefill) - reused)
         if should_stop():
@@ -479,13 +468,14 @@ class Decoder:
     def finish(self, prompt_mode: str, on_stats: StatsCallback | None, keep_prefix: bool = True) -> GenerateResult:
         """Keep what the contexts hold for the next prompt; close the text and the statistics.
         ``keep_prefix`` False: the prefix cache does not describe this sequence (a multi-sequence run)."""
-        drafter = mtp_half(self.drafter)
-        if not self.pictured and drafter is not None and drafter.settles_at_end:
-            # the catch-up the last rounds deferred (folded into a next draft that will not come, or
-            # plain steps'): decoded now, so the head holds every row the target kept and the next
-            # prompt reuses all of them. Left deferred, the MTP context ended short of the target,
-            # and the next turn read the reply's tail again on both contexts.
-            drafter.settle()
+        lane = mtp_half(self.drafter)
+        if not self.pictured and lane is not None and lane.settles_at_end:
+            # the catch-up the last rounds deferred (folded into a next draft that will not come, plain
+            # steps', or MTP + n-gram's through its n-gram rounds): decoded now, as part of the reply whose
+            # rows they are, so the head holds every row the target kept and the next prompt reuses all of
+            # them. Left deferred, the MTP context ended short of the target, and the next turn read the
+            # reply's tail again on both contexts.
+            lane.settle()
         if self.pictured or not keep_prefix:
             self.session.prefix.forget()
         else:

@@ -52,8 +52,7 @@ class LoadPlan:
 
     @property
     def file_bytes(self) -> int:
-        """The bytes of the files that load (every shard of a split target, and the sidecar): llama.cpp
-        maps them, and the system counts the mapped pages among the memory it could free."""
+        """The bytes of the files that load (every shard of a split target, and the sidecar)."""
         paths = engine.gguf.facts.shard_paths(Path(self.path), self.facts.split_count)
         if self.options.sidecar:
             paths.append(Path(self.options.sidecar))
@@ -62,6 +61,14 @@ class LoadPlan:
             with contextlib.suppress(OSError):
                 total += p.stat().st_size
         return total
+
+    def host_read_bytes(self) -> int:
+        """The bytes of the files the CPU keeps reading as it decodes, mapped: all of them, less the share
+        of layers offloaded to a GPU (read once, to upload them; their pages cost nothing to drop). The
+        system counts mapped pages among the memory it could free; dropping these, the model would be
+        read from disk again as it decodes. Called in the worker (it asks the backend for GPUs)."""
+        device = device_memory(self.options, self.facts)
+        return int(self.file_bytes * (1.0 - (device.share if device is not None else 0.0)))
 
     @classmethod
     def read(cls, options: LoadOptions) -> LoadPlan:

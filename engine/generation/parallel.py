@@ -66,15 +66,15 @@ from engine.generation.request import (
     TextCallback,
     TextLogprobsCallback,
 )
-from engine.generation.sequences import Holding, Sequences, keeps_rows, shareable
+from engine.generation.sequences import Holding, Sequences, shareable
 from engine.generation.session import Session
 from engine.runtime import Batch
 from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams, Costs
 from engine.speculative.adaptive.batch import SharedSteps, choose_depths, entry_cost
 from engine.speculative.adaptive.batch_gate import FULL, POLICY, DraftingGate
-from engine.speculative.compose import ComposeDrafter
 from engine.speculative.drafter import Drafter
 from engine.speculative.mtp import MTPDrafter, settle_together
+from engine.speculative.reuse import keeps_rows, mtp_half, read_prompt_chunk
 from engine.speculative.settings import MAX_DRAFT, MTP, SPECULATION_OFF, SpeculativeSettings
 from engine.speculative.stats import GenerationStats
 
@@ -451,10 +451,7 @@ class ParallelGenerator:
         d, chunk = r.decoder, r.prompt[start:end]
         t0, catch_up0 = time.perf_counter(), d.drafter.seconds["catch_up"]
         d.kept.extend(chunk)
-        if r.reused and start == r.reused and isinstance(d.drafter, MTPDrafter | ComposeDrafter):
-            d.drafter.resume(chunk, start, row0)  # its row at ``reused`` is kept: catch up from the next
-        else:
-            d.drafter.process(chunk, start, row0)
+        read_prompt_chunk(d.drafter, chunk, start, row0, first_after_reused=0 < r.reused == start)
         caught_up = d.drafter.seconds["catch_up"] - catch_up0
         d.stats.phase_seconds["prefill"] += decode_s + time.perf_counter() - t0 - caught_up
         r.cursor = end
@@ -658,8 +655,8 @@ class ParallelGenerator:
 
 def _holding(decoder: Decoder) -> Holding:
     """What ``decoder``'s sequence holds now, for another to share (engine/generation/sequences.py)."""
-    exact = keeps_rows(decoder.spec, decoder.drafter)
-    return Holding(decoder.kept, decoder.drafter.exact_end if exact else 0)  # type: ignore[attr-defined]
+    lane = mtp_half(decoder.drafter) if keeps_rows(decoder.spec, decoder.drafter) else None
+    return Holding(decoder.kept, lane.exact_end if lane is not None else 0)
 
 
 def _defer_if_unfolded(drafter: Drafter) -> None:

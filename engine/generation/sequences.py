@@ -17,9 +17,11 @@ cells instead: in a unified pool a sequence can hold another's cells without
 copying them (``llama_memory_seq_cp``), and the KV of a position depends only
 on the tokens up to it. An MTP lane that keeps every row shares the source lane's rows the
 same way in the draft context (one row past the shared cells, which it resumes
-from); a lazy lane starts from the prompt's newest rows anyway. Not for a
-hybrid (a recurrent state is one per sequence, not per position) nor for an
-n-gram drafter (its map would have to read the shared tokens).
+from; the source may draft with MTP alone or MTP + n-gram, whose MTP half keeps
+every row: engine/speculative/reuse.py); a lazy lane starts from the prompt's newest
+rows anyway. Not for a hybrid (a recurrent state is one per sequence, not per
+position) nor for a sequence drafting n-grams (its map would have to read the shared
+tokens).
 
 Requests that arrive together with one long start (sub-agents launched with one
 system prompt) cannot share cells nobody has decoded yet: the multi-sequence
@@ -39,10 +41,10 @@ from engine.generation.prefix_cache import common_prefix
 from engine.generation.session import Session
 from engine.runtime import Context
 from engine.speculative.choice import DrafterChoice
-from engine.speculative.compose import ComposeDrafter, mtp_half
 from engine.speculative.depth import DepthPolicy
 from engine.speculative.drafter import Drafter
-from engine.speculative.mtp import MTPDrafter, catches_up_lazily
+from engine.speculative.mtp import MTPDrafter
+from engine.speculative.reuse import begin_reusing, keeps_rows, mtp_half
 from engine.speculative.rollback import PARTIAL_ONLY
 from engine.speculative.settings import SpeculativeSettings
 
@@ -54,12 +56,6 @@ class Holding:
 
     tokens: list[int]
     mtp_rows: int = 0
-
-
-def keeps_rows(spec: SpeculativeSettings, drafter: Drafter) -> bool:
-    """An MTP lane that catches up on every row (not lazily) under ``spec``: sharing another sequence's
-    cells, it shares that lane's rows too. (The composition's MTP half never catches up lazily.)"""
-    return isinstance(drafter, ComposeDrafter) or (isinstance(drafter, MTPDrafter) and not catches_up_lazily(spec))
 
 
 def shareable(tokens: list[int], holding: Holding, keeps_rows: bool) -> int:
@@ -158,14 +154,7 @@ class Sequences:
         if n <= 0 or not target.seq_rm(n, -1, seq):
             n = 0
             target.seq_clear(seq)
-        if isinstance(drafter, MTPDrafter | ComposeDrafter):
-            drafter.begin(spec, keep=n + 1 if 0 < n <= mtp_n else 0)
-            if isinstance(drafter, ComposeDrafter) and n:
-                drafter.read_reused(tokens[:n])
-        else:
-            drafter.begin(spec)
-            if n:
-                drafter.process(tokens[:n], 0)  # the n-gram drafter reads tokens only
+        begin_reusing(drafter, spec, tokens[:n], keep=n + 1 if 0 < n <= mtp_n else 0)
         return n
 
     def save_to_host(self, seq: int, prompt: list[int]) -> None:

@@ -73,7 +73,7 @@ class Session:
         # what the target context holds between generations, for the next prompt to reuse
         self.prefix = PrefixCache()
         # earlier prompts' states in host memory, for going back to a conversation the contexts let go of
-        self.states = StateCache(state_cache.budget(self.options.state_cache_mib, mapped=plan.file_bytes),
+        self.states = StateCache(state_cache.budget(self.options.state_cache_mib, mapped=plan.host_read_bytes()),
                                  self.model.n_swa, self.model.is_hybrid or self.model.is_recurrent)
         self.prepared_for_mtp = want_mtp
         self.prepared_for_drafts = want_mtp

@@ -12,7 +12,7 @@ start with a saved state than with what its sequence holds gets that state back
 (``llama_state_seq_set_data_ext``) and decodes only the rest, as llama-server's
 ``--cache-ram`` does. States are dropped least recently used first, within a budget in
 MiB (``LoadOptions.state_cache_mib``, ``serve --cache-ram``; at most a quarter of the
-memory available once the model is loaded).
+memory available once the model is loaded, less what of the model's mapped files the CPU reads).
 
 A restored state holds the same cells, so the output is what keeping them would have
 given (the same numeric noise as any prefix reuse: docs/mtp.md).
@@ -113,9 +113,9 @@ def restore(saved: SavedState, target: Context, seq: int, mtp: tuple[Context, in
 def budget(mib: int, mapped: int = 0) -> int:
     """The cache's budget in bytes: ``mib``, but no more than a :data:`RAM_SHARE` of the memory available
     now (the model is loaded: what is left is the system's and the user's other programs'), less
-    ``mapped``: the model's files, which llama.cpp maps. The system counts their pages as available
-    (page cache it may drop), but a model whose pages were pushed out is read from disk again as it
-    decodes, so they are not the cache's to take."""
+    ``mapped``: what of the model's files the CPU reads as it decodes (LoadPlan.host_read_bytes). The
+    system counts those mapped pages as available (page cache it may drop), but a model whose pages were
+    pushed out is read from disk again as it decodes, so they are not the cache's to take."""
     available = available_ram_bytes()
     cap = max(0, available - mapped) // RAM_SHARE if available is not None else mib * 2**20
     return min(mib * 2**20, cap)

@@ -28,7 +28,7 @@ its MTP half: that half never catches up lazily, and a reply's deferred
 backlog is decoded as it ends, so its context holds exact rows for what the
 target kept and a next prompt keeps them as with MTP alone (:meth:`begin`'s
 ``keep``, :meth:`resume`); the n-gram half reads the reused tokens
-(:meth:`read_reused`). :func:`mtp_half` names that half for the engine.
+(:meth:`read_reused`); engine/speculative/reuse.py says so for the engine.
 
 ``n_max`` is MTP's depth (limited to what the model's heads can draft,
 ``deepest``). A trusted n-gram draft may run to :data:`MAX_DRAFT` tokens:
@@ -43,7 +43,6 @@ from dataclasses import replace
 from engine.runtime import Context
 from engine.runtime.distribution import DraftSampler
 from engine.speculative.draft_penalties import DraftPenalties
-from engine.speculative.drafter import Drafter
 from engine.speculative.mtp import MTPDrafter
 from engine.speculative.ngram import NgramDrafter, Yield
 from engine.speculative.settings import MAX_DRAFT, MTP, SPECULATION_OFF, SpeculativeSettings
@@ -161,10 +160,3 @@ class ComposeDrafter:
     def close(self) -> None:
         self.ngram.close()  # the MTP drafter belongs to the session
 
-
-def mtp_half(drafter: Drafter) -> MTPDrafter | None:
-    """The MTP drafter whose context rows a next prompt may reuse: ``drafter`` itself, a composition's MTP
-    half, or none (n-gram drafting, no speculation)."""
-    if isinstance(drafter, MTPDrafter):
-        return drafter
-    return drafter.mtp if isinstance(drafter, ComposeDrafter) else None

@@ -16,11 +16,11 @@ import ctypes
 
 import pytest
 
-from engine.generation import decoder, sequences
 from engine.generation.generator import GenerateRequest, generate
 from engine.generation.parallel import generate_together
 from engine.generation.session import LoadOptions, Session
 from engine.speculative import mtp as mtp_module
+from engine.speculative import reuse
 from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams, Costs
 from engine.speculative.settings import ADAPTIVE, SPECULATION_OFF, mtp
 from engine.synth.spec import ARCHITECTURES
@@ -76,7 +76,7 @@ def count_rows(ctx, monkeypatch, rows: set | None = None) -> list[int]:
 
 def exact(monkeypatch) -> None:
     """Catch up on every row, as a fixed depth does (the reference)."""
-    for module in (mtp_module, decoder, sequences):
+    for module in (mtp_module, reuse):
         monkeypatch.setattr(module, "catches_up_lazily", lambda settings: False)
 
 

@@ -19,7 +19,7 @@ from engine.generation.parallel import Job, ParallelGenerator, generate_together
 from engine.generation.session import CELL_ORDER_SENSITIVE, LoadOptions, Session
 from engine.gguf.facts import read_facts
 from engine.runtime import SamplingParams
-from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp
+from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp, ngram
 from tests.engine.conftest import ALL_MTP_ARCHS, heads_for, synth
 
 PROMPTS = [" the river model", " a quiet light", " numbers and words", " the old bridge"]
@@ -173,18 +173,21 @@ def test_a_continued_conversation_decodes_only_its_new_turn_on_the_sequence_that
 
 
 @pytest.mark.parametrize("arch", ["glm4moe", "deepseek2"])
-@pytest.mark.parametrize("spec", [SPECULATION_OFF, mtp(3, depth="adaptive"), mtp(3)], ids=["off", "adaptive", "fixed"])
-def test_a_request_shares_the_start_another_sequence_holds(arch, spec):
+@pytest.mark.parametrize("spec, first_spec", [(SPECULATION_OFF, None), (mtp(3, depth="adaptive"), None),
+                                              (mtp(3), None), (mtp(3), ngram(3, mtp_too=True))],
+                         ids=["off", "adaptive", "fixed", "fixed-after-mtp-ngram"])
+def test_a_request_shares_the_start_another_sequence_holds(arch, spec, first_spec):
     """Requests with one long system prompt arriving while the first runs: each, on a sequence of its own,
     shares the cells the running ones hold instead of decoding the prompt again, and each reply is what it
-    is alone. A lane that keeps every MTP row (a fixed depth) cannot share its head's rows: it reads its
-    prompt itself."""
+    is alone. A lane that keeps every MTP row (a fixed depth) shares the head's rows too and resumes one row
+    after the shared cells; the first may draft with MTP + n-gram, whose MTP half keeps every row as well."""
     from engine.generation.prefix_cache import common_prefix
 
     path = str(synth(arch, "mixed", agree=0.7, reads="hidden").path())
     system = " the river model" + " and the old bridge" * 12
     first, second, third = (GenerateRequest(prompt=system + tail, max_tokens=20, speculative=spec,
                                             record_drafts=True) for tail in (" first", " second", " third"))
+    first = replace(first, speculative=first_spec or spec)
     with Session(LoadOptions(path=path, n_ctx=512, parallel=3)) as session:
         tokens = [session.model.tokenize(r.prompt) for r in (first, second, third)]
         engine = ParallelGenerator(session)

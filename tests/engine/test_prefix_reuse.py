@@ -77,7 +77,8 @@ def conversation(session: Session, spec: SpeculativeSettings = SPECULATION_OFF, 
         reused[name], reused[f"{name} of"] = got.stats.prompt_reused, got.stats.prompt_tokens
         assert got.stats.prompt_tokens > reused[name], name  # the last prompt token is always decoded again
         held = list(session.prefix.tokens)
-        same(session, got, fresh(session, prompt, spec), drafts=spec.uses_mtp)
+        # (adaptive depth drafts as its timings say: rounds differ from run to run, the output may not)
+        same(session, got, fresh(session, prompt, spec), drafts=spec.uses_mtp and not spec.adaptive)
         session.prefix.forget()
         reply(session, spec, prompt=prompt)  # leave the context as the reusing run left it
         assert session.prefix.tokens == held, name  # and so are the tokens it holds
@@ -182,6 +183,28 @@ def test_mtp_and_ngram_together_reuse_both_contexts_with_the_same_drafts(arch, w
         if not (session.is_hybrid or session.model.n_swa):  # (a parting inside them starts over)
             assert reused["edit"] > 0
         assert session.prefix.mtp_tokens == session.prefix.tokens  # the head holds every row the target kept
+    finally:
+        session.close()
+
+
+def test_mtp_and_ngram_with_adaptive_depth_keep_every_row_too():
+    """Adaptive depth makes MTP alone catch up lazily (it starts over from a prompt's newest rows); the
+    composition's MTP half never does, at any depth, so its rows are reused and the head ends a reply
+    holding every row the target kept."""
+    spec = SpeculativeSettings(MTP_NGRAM, 3, depth="adaptive")
+    session = Session(LoadOptions(path=str(synth("glm4moe", "random", seed=2).path("combined")), n_ctx=512))
+    try:
+        reused = conversation(session, spec, QUOTE, QUOTE.replace("budget", "BUDGET", 1))
+        assert reused["continue"] > 0 and reused["edit"] > 0
+        assert reused["regenerate"] == reused["regenerate of"] - 1  # the MTP context one row ahead: all of it
+        assert session.prefix.mtp_tokens == session.prefix.tokens
+        # plain decoding in between leaves the MTP context behind: the target keeps only what the head follows
+        more = QUOTE + " more text"
+        run(session, prompt=more)
+        after = reply(session, spec, prompt=more)
+        assert 0 < after.stats.prompt_reused < after.stats.prompt_tokens - 1
+        assert session.prefix.mtp_tokens == session.prefix.tokens
+        same(session, after, fresh(session, more, spec), drafts=False)
     finally:
         session.close()
 
