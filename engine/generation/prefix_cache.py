@@ -32,7 +32,7 @@ tokens (``MTPDrafter.exact_end``), and the hidden states of a reused prefix
 are not kept. So the target keeps one row fewer than the MTP context: it
 decodes position n again, which gives h_target(n), and the MTP catch-up
 resumes at n + 1 (``MTPDrafter.resume``). The composition of MTP and n-gram
-drafting keeps its MTP half's rows the same way (engine/speculative/compose.py).
+drafting keeps its MTP half's rows the same way (engine/speculative/reuse.py).
 """
 
 from __future__ import annotations

@@ -159,4 +159,3 @@ class ComposeDrafter:
 
     def close(self) -> None:
         self.ngram.close()  # the MTP drafter belongs to the session
-
