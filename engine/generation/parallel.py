@@ -237,7 +237,7 @@ class ParallelGenerator:
         holds) are ``r``'s too: ``r`` waits for it to read them, then shares its cells rather than decode
         them again (engine/generation/sequences.py). Requests that arrive together with one system prompt
         then read it once. None: ``r`` reads its prompt itself."""
-        if not self.sequences.can_share(r.decoder.spec, r.decoder.drafter):
+        if not self.sequences.can_share():
             return None
         rows = keeps_rows(r.decoder.spec, r.decoder.drafter)
         best: tuple[_Running, int] | None = None
@@ -272,7 +272,7 @@ class ParallelGenerator:
             n = shareable(r.prompt, _holding(source.decoder), rows)  # (a deferred lane lags)
             if n <= r.reused:
                 continue  # it reads its prompt itself
-            self.sequences.share(d.seq, source.decoder.seq, n, d.spec, d.drafter)
+            self.sequences.share(d.seq, source.decoder.seq, r.prompt, n, d.spec, d.drafter)
             _defer_if_unfolded(d.drafter)
             r.cursor = r.reused = d.stats.prompt_reused = n
             d.kept = r.prompt[:n]

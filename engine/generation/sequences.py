@@ -19,9 +19,8 @@ on the tokens up to it. An MTP lane that keeps every row shares the source lane'
 same way in the draft context (one row past the shared cells, which it resumes
 from; the source may draft with MTP alone or MTP + n-gram, whose MTP half keeps
 every row: engine/speculative/reuse.py); a lazy lane starts from the prompt's newest
-rows anyway. Not for a hybrid (a recurrent state is one per sequence, not per
-position) nor for a sequence drafting n-grams (its map would have to read the shared
-tokens).
+rows anyway; an n-gram map reads the shared tokens. Not for a hybrid (a recurrent
+state is one per sequence, not per position).
 
 Requests that arrive together with one long start (sub-agents launched with one
 system prompt) cannot share cells nobody has decoded yet: the multi-sequence
@@ -43,7 +42,6 @@ from engine.runtime import Context
 from engine.speculative.choice import DrafterChoice
 from engine.speculative.depth import DepthPolicy
 from engine.speculative.drafter import Drafter
-from engine.speculative.mtp import MTPDrafter
 from engine.speculative.reuse import begin_reusing, keeps_rows, mtp_half
 from engine.speculative.rollback import PARTIAL_ONLY
 from engine.speculative.settings import SpeculativeSettings
@@ -186,37 +184,34 @@ class Sequences:
         lane = self.session.mtp_lane(seq)
         return (lane.ctx, lane.seq) if lane is not None else None
 
-    def can_share(self, spec: SpeculativeSettings, drafter: Drafter) -> bool:
-        """Whether a sequence drafting with ``drafter`` under ``spec`` may take another's cells (see the
-        module docstring): a unified pool, no recurrent state, and plain decoding or an MTP lane (an n-gram
-        drafter's map would have to read the shared tokens)."""
-        session = self.session
-        if not session.kv_unified or session.is_hybrid:
-            return False
-        return isinstance(drafter, MTPDrafter) or not spec.enabled
+    def can_share(self) -> bool:
+        """Whether a sequence may take another's cells (see the module docstring): a unified pool, and no
+        recurrent state. Any drafter may: an MTP lane takes the rows too (or, lazy, starts from the newest),
+        an n-gram map reads the shared tokens."""
+        return self.session.kv_unified and not self.session.is_hybrid
 
-    def share(self, seq: int, source: int, n: int, spec: SpeculativeSettings, drafter: Drafter) -> None:
-        """Sequence ``seq`` is emptied and holds ``source``'s first ``n`` cells (shared, not copied); its
-        drafter starts, a lane that keeps every row holding ``source``'s lane's first ``n + 1`` rows (it
-        resumes one row after the cells), a lazy one nothing (it catches up from the newest rows)."""
+    def share(self, seq: int, source: int, tokens: list[int], n: int, spec: SpeculativeSettings,
+              drafter: Drafter) -> None:
+        """Sequence ``seq`` is emptied and holds ``source``'s first ``n`` cells (shared, not copied), the
+        first ``n`` of its prompt ``tokens``; its drafter starts, a lane that keeps every row holding
+        ``source``'s lane's first ``n + 1`` rows (it resumes one row after the cells), a lazy one nothing
+        (it catches up from the newest rows), an n-gram map reading those tokens."""
         target = self.session.target
         target.seq_clear(seq)
         target.seq_cp(source, seq, 0, n)
-        if not isinstance(drafter, MTPDrafter):
-            drafter.begin(spec)
-            return
         rows = n + 1 if keeps_rows(spec, drafter) else 0
-        if rows:
-            drafter.ctx.seq_clear(seq)
-            drafter.ctx.seq_cp(source, seq, 0, rows)
-        drafter.begin(spec, keep=rows)
+        lane = mtp_half(drafter)
+        if rows and lane is not None:
+            lane.ctx.seq_clear(seq)
+            lane.ctx.seq_cp(source, seq, 0, rows)
+        begin_reusing(drafter, spec, tokens[:n], keep=rows)
 
     def _share(self, seq: int, tokens: list[int], spec: SpeculativeSettings, drafter: Drafter,
                busy: Mapping[int, Holding]) -> int:
         """Where a running sequence holds a longer start of ``tokens`` than ``seq`` does: ``seq`` shares
         those cells (see the module docstring) and its drafter starts; how many. 0: nothing shared. (No
         free sequence holds more than ``seq``: :meth:`take` chose the free one holding most.)"""
-        if not busy or not self.can_share(spec, drafter):
+        if not busy or not self.can_share():
             return 0
         rows = keeps_rows(spec, drafter)
         best = (seq, 0)
@@ -227,7 +222,7 @@ class Sequences:
         source, n = best
         if n <= common_prefix(self.memory[seq].held, tokens):
             return 0
-        self.share(seq, source, n, spec, drafter)
+        self.share(seq, source, tokens, n, spec, drafter)
         return n
 
     def save_checkpoint(self, seq: int, pos: int) -> None:

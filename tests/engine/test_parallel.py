@@ -37,8 +37,18 @@ def alone(path: str, reqs: list[GenerateRequest], n_seq: int) -> tuple[list[Gene
     deepseek4's compressed attention depends on the size of the pool, not only on what it holds)."""
     shared = read_facts(path).architecture not in CELL_ORDER_SENSITIVE
     with Session(LoadOptions(path=path, n_ctx=512 * n_seq if shared else 512)) as session:
-        results = [generate(session, replace(r, record_margins=True)) for r in reqs]
+        results = []
+        for r in reqs:
+            if session.ngram_drafter is not None:  # each sequence's map starts with its own first request
+                session.ngram_drafter.forget()
+            results.append(generate(session, replace(r, record_margins=True)))
         return results, identity.measure_noise(session)
+
+
+def keeps_mtp_rows(spec: SpeculativeSettings) -> bool:
+    """A lane that keeps every MTP row (a fixed depth, or MTP + n-gram's MTP half at any depth): sharing or
+    reusing cells, it resumes one row after them."""
+    return spec.mode == "mtp+ngram" or (spec.mode == "mtp" and not spec.adaptive)
 
 
 def same_as_alone(solo: GenerateResult, together: GenerateResult, noise: float) -> None:
@@ -174,13 +184,15 @@ def test_a_continued_conversation_decodes_only_its_new_turn_on_the_sequence_that
 
 @pytest.mark.parametrize("arch", ["glm4moe", "deepseek2"])
 @pytest.mark.parametrize("spec, first_spec", [(SPECULATION_OFF, None), (mtp(3, depth="adaptive"), None),
-                                              (mtp(3), None), (mtp(3), ngram(3, mtp_too=True))],
-                         ids=["off", "adaptive", "fixed", "fixed-after-mtp-ngram"])
+                                              (mtp(3), None), (mtp(3), ngram(3, mtp_too=True)), (ngram(4), None),
+                                              (ngram(3, mtp_too=True), None)],
+                         ids=["off", "adaptive", "fixed", "fixed-after-mtp-ngram", "ngram", "mtp-ngram"])
 def test_a_request_shares_the_start_another_sequence_holds(arch, spec, first_spec):
     """Requests with one long system prompt arriving while the first runs: each, on a sequence of its own,
     shares the cells the running ones hold instead of decoding the prompt again, and each reply is what it
     is alone. A lane that keeps every MTP row (a fixed depth) shares the head's rows too and resumes one row
-    after the shared cells; the first may draft with MTP + n-gram, whose MTP half keeps every row as well."""
+    after the shared cells; the first may draft with MTP + n-gram, whose MTP half keeps every row as well.
+    An n-gram map reads the shared tokens (its drafts are then those of the prompt read whole)."""
     from engine.generation.prefix_cache import common_prefix
 
     path = str(synth(arch, "mixed", agree=0.7, reads="hidden").path())
@@ -202,10 +214,12 @@ def test_a_request_shares_the_start_another_sequence_holds(arch, spec, first_spe
         while not engine.idle:
             engine.step()
     assert [j.seq for j in jobs] == [0, 1, 2]
-    keeps_rows = spec.enabled and not spec.adaptive  # it resumes one row after the shared cells
+    keeps_rows = keeps_mtp_rows(spec)  # it resumes one row after the shared cells
     for j, own in zip(jobs[1:], tokens[1:], strict=True):
         expected = min(common_prefix(tokens[0], own), len(own) - 1) - keeps_rows
         assert j.result.stats.prompt_reused == expected > 40
+        if spec.uses_ngram:  # its map read the shared tokens: what it drafts from begins with its whole prompt
+            assert list(engine.sequences.memory[j.seq].drafters.ngram.context[:len(own)]) == own
     solo, noise = alone(path, [first, second, third], 3)
     for s, j in zip(solo, jobs, strict=True):
         if spec.adaptive:  # which rounds draft depends on timings: the tokens must still be its own
@@ -225,7 +239,7 @@ def test_requests_arriving_together_with_one_system_prompt_read_it_once(spec, mo
     system = " the river model" + " and the old bridge" * 12
     reqs = [GenerateRequest(prompt=system + tail, max_tokens=16, speculative=spec, record_drafts=True)
             for tail in (" first", " second", " third")]
-    keeps_rows = spec.enabled and not spec.adaptive  # it resumes one row after the shared cells
+    keeps_rows = keeps_mtp_rows(spec)  # it resumes one row after the shared cells
     with Session(LoadOptions(path=path, n_ctx=512, parallel=3)) as session:
         tokens = [session.model.tokenize(r.prompt) for r in reqs]
         rows: list[int] = []
