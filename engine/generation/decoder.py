@@ -182,6 +182,8 @@ def _prefill(session: Session, drafter: Drafter, spec: SpeculativeSettings, pref
     # a hybrid keeps its recurrent state from just before the prompt's last token, so a
     # regenerated reply (or a resent one that tokenizes otherwise) restarts there
     checkpoint_at = len(prefill) - 1 if session.is_hybrid and len(prefill) - 1 > reused else -1
+    if session.window_checkpoints:  # a sliding window's cells are copied there only if the state goes to host memory
+        session.prefix.mark_prompt_end(len(prefill) - 1)
     kept = list(prefill[:reused])
     begin_reusing(drafter, spec, kept, keep=reused + 1 if 0 < reused <= mtp_limit else 0)
     if on_prefill is not None:

@@ -11,7 +11,9 @@ the longest common prefix and decodes only the rest, as llama-server's
 
 What can be kept depends on the memory:
 
-- attention KV (``kv``): any prefix, by ``seq_rm``;
+- attention KV (``kv``): any prefix, by ``seq_rm``; with a sliding window, a
+  state brought back from host memory holds only its window's cells, so it
+  goes back only to its window checkpoint (state_cache.window_checkpoint);
 - recurrent and hybrid targets: their state exists only at the end of the
   sequence. A prompt that extends everything the context holds reuses it
   all; with snapshots (``n_rs_seq``, while drafting) llama.cpp also rolls
@@ -66,7 +68,8 @@ class PrefixCache:
         self.tokens: list[int] = []
         self._context: Context | None = None
         self._edits = -1
-        # a hybrid's recurrent state after tokens[:checkpoint_pos], and its buffer (reused)
+        # a hybrid's recurrent state after tokens[:checkpoint_pos], and its buffer (reused); on a sliding-window
+        # target, where the last prompt ended and (after a state came back from host memory) its window's cells
         self.checkpoint_pos = 0
         self._checkpoint: Any = None
         # the MTP context: the tokens of its exact rows, trusted while it is not used otherwise
@@ -89,6 +92,17 @@ class PrefixCache:
             self.checkpoint_pos = pos
         except ContextError:
             self.checkpoint_pos = 0  # no checkpoint: the next prompt may prefill from the start
+
+    def mark_prompt_end(self, pos: int) -> None:
+        """A sliding-window target: the prompt now decoded ends after ``pos`` tokens (its all but last). No copy
+        is taken now: the context itself keeps every cell (``swa_full``); if the state goes to host memory, the
+        window's cells are copied there then (state_cache.window_checkpoint)."""
+        self._checkpoint, self.checkpoint_pos = None, pos
+
+    def cut_to(self, target: Context, n: int) -> None:
+        """``target`` was cut back to its first ``n`` tokens (state_cache.keep)."""
+        self.keep(target, self.tokens[:n])
+        self.checkpoint_pos = 0
 
     def keep(self, target: Context, tokens: list[int]) -> None:
         """After a generation: ``target`` holds exactly ``tokens``.
@@ -124,7 +138,8 @@ class PrefixCache:
 
     @property
     def checkpoint(self) -> Any:
-        """A hybrid's recurrent state after :attr:`checkpoint_pos` tokens (a buffer), or None."""
+        """A hybrid's recurrent state, or a sliding window's cells, after :attr:`checkpoint_pos` tokens (a
+        buffer), or None."""
         return self._checkpoint if self.checkpoint_pos else None
 
     def took_up(self, target: Context, tokens: list[int], mtp: Context | None, mtp_tokens: list[int],
@@ -150,17 +165,19 @@ class PrefixCache:
         n = min(common_prefix(held, prompt), len(prompt) - 1) if same else 0
         if limit is not None:
             n = min(n, limit)
-        if 0 < n < len(held) and not target.keeps_window(n):
-            n = 0  # a sliding window's earlier cells are gone (a state from host memory): prefill again
-        if n > 0 and (n == len(held) or target.seq_rm(n, -1)):
+        # a sliding window's earlier cells may be gone (a state from host memory): then back to its checkpoint
+        cut_ok = n == len(held) or target.keeps_window(n)
+        if n > 0 and cut_ok and (n == len(held) or target.seq_rm(n, -1)):
             return n
-        if hybrid and 0 < checkpoint <= n:
+        if (hybrid or not cut_ok) and 0 < checkpoint <= n and self._checkpoint is not None:
             try:
                 target.state_restore(self._checkpoint, flags=PARTIAL_ONLY)
             except ContextError:
                 pass
             else:
                 if target.seq_rm(checkpoint, -1):  # the attention cells after it
+                    # still the state there (a reply regenerated again goes back to it again)
+                    self.checkpoint_pos = checkpoint
                     return checkpoint
         target.clear()
         return 0

@@ -73,7 +73,8 @@ class _Memory:
     drafters: DrafterChoice = field(default_factory=DrafterChoice)  # its own, as a single session's
     held: list[int] = field(default_factory=list)  # what the target holds for it, position by position
     mtp_held: list[int] = field(default_factory=list)  # of those, what its MTP lane holds exactly
-    # a hybrid's recurrent state after ``checkpoint_pos`` prompt tokens (the prompt's all but last)
+    # a hybrid's recurrent state after ``checkpoint_pos`` prompt tokens (the prompt's all but last); on a
+    # sliding-window target, where the last prompt ended and (after a state from host memory) its window's cells
     checkpoint: Any = None
     checkpoint_pos: int = 0
     used: int = 0  # when its last generation ended (Sequences' count of ended ones; 0: never used)
@@ -138,6 +139,7 @@ class Sequences:
         shared = self._share(seq, tokens, spec, drafter, busy or {})
         if shared:
             memory.held, memory.mtp_held, memory.checkpoint_pos = [], [], 0
+            self._mark_prompt_end(seq, tokens)
             return shared
         held, mtp_held, memory.held, memory.mtp_held = memory.held, memory.mtp_held, [], []
         n = min(common_prefix(held, tokens), len(tokens) - 1)
@@ -145,14 +147,17 @@ class Sequences:
         if keeps_rows(spec, drafter):  # (a lazy lane starts over from the prompt's newest rows instead)
             n = min(n, mtp_n)
         checkpoint, memory.checkpoint_pos = memory.checkpoint_pos, 0
-        if 0 < n < len(held) and not target.keeps_window(n, seq):
-            n = 0  # a sliding window's earlier cells are gone (a state from host memory): prefill again
-        if self.session.is_hybrid and n < len(held):
-            n = checkpoint if 0 < checkpoint <= n and self._restore(seq, memory.checkpoint) else 0
+        # a hybrid cannot cut its recurrent state back, and a sliding window's earlier cells may be gone (a
+        # state from host memory): both go back to the checkpoint, or prefill again
+        if 0 < n < len(held) and (self.session.is_hybrid or not target.keeps_window(n, seq)):
+            n = checkpoint if 0 < checkpoint <= n and memory.checkpoint is not None \
+                and self._restore(seq, memory.checkpoint) else 0
+            memory.checkpoint_pos = n  # still the state there (a reply regenerated again goes back to it again)
         if n <= 0 or not target.seq_rm(n, -1, seq):
-            n = 0
+            n = memory.checkpoint_pos = 0
             target.seq_clear(seq)
         begin_reusing(drafter, spec, tokens[:n], keep=n + 1 if 0 < n <= mtp_n else 0)
+        self._mark_prompt_end(seq, tokens)
         return n
 
     def save_to_host(self, seq: int, prompt: list[int]) -> None:
@@ -160,8 +165,11 @@ class Sequences:
         cut enough of it (``[]``: a prompt that reuses none of it) (engine/generation/state_cache.py)."""
         memory = self.memory[seq]
         if self.session.states.worth_saving(memory.held, prompt):
-            state_cache.keep(self.session.states, self.session.target, seq, memory.held, self._lane(seq),
-                             memory.mtp_held, memory.checkpoint, memory.checkpoint_pos)
+            checkpoint = memory.checkpoint if memory.checkpoint_pos else None
+            kept = state_cache.keep(self.session.states, self.session.target, seq, memory.held, self._lane(seq),
+                                    memory.mtp_held, checkpoint, memory.checkpoint_pos, prompt)
+            if kept < len(memory.held):  # cut back to a sliding window's checkpoint
+                memory.held, memory.checkpoint_pos = memory.held[:kept], 0
 
     def _swap(self, seq: int, tokens: list[int], spec: SpeculativeSettings, drafter: Drafter) -> None:
         """Where a saved state lets ``tokens`` reuse more than sequence ``seq`` holds, take it out; save what
@@ -233,6 +241,14 @@ class Sequences:
             memory.checkpoint_pos = pos
         except ContextError:
             memory.checkpoint_pos = 0  # the next prompt on this sequence prefills from the start
+
+    def _mark_prompt_end(self, seq: int, tokens: list[int]) -> None:
+        """A sliding-window target: sequence ``seq``'s prompt ends after ``len(tokens) - 1`` tokens (its all but
+        last); its window's cells are copied there only if the state goes to host memory (as
+        PrefixCache.mark_prompt_end)."""
+        if self.session.window_checkpoints:
+            memory = self.memory[seq]
+            memory.checkpoint, memory.checkpoint_pos = None, len(tokens) - 1
 
     def _restore(self, seq: int, checkpoint: Any) -> bool:
         try:

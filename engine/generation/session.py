@@ -226,6 +226,12 @@ class Session:
         return self._hybrid
 
     @property
+    def window_checkpoints(self) -> bool:
+        """A sliding-window target (not a hybrid): a state saved to host memory gets its window's cells at the
+        last prompt's end too, so that it can go back there (state_cache.window_checkpoint)."""
+        return bool(self.model.n_swa) and not self._hybrid
+
+    @property
     def n_heads(self) -> int:
         return self.mtp_drafter.n_heads if self.mtp_drafter else 0
 

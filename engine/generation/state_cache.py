@@ -28,6 +28,7 @@ from engine.errors import ContextError
 from engine.generation.prefix_cache import PrefixCache, common_prefix
 from engine.hardware.memory import available_ram_bytes
 from engine.runtime import Context
+from engine.speculative.rollback import PARTIAL_ONLY  # a hybrid's recurrent state, a sliding window's cells
 
 RAM_SHARE = 4  # at most a quarter of the memory available when the model loaded
 MIN_TOKENS = 64  # a state shorter than this is quicker to prefill again than worth the memory
@@ -44,7 +45,8 @@ class SavedState:
         target: its target state (KV cells; a hybrid's recurrent state after ``tokens``).
         mtp_tokens: the tokens of the MTP lane's exact rows (empty: no MTP state kept).
         mtp: the MTP lane's state, or None.
-        checkpoint: a hybrid's recurrent state after ``checkpoint_pos`` tokens, or None.
+        checkpoint: a hybrid's recurrent state, or a sliding window's cells (:func:`window_checkpoint`), as
+            they were after ``checkpoint_pos`` tokens; or None.
     """
 
     tokens: list[int]
@@ -126,10 +128,11 @@ class StateCache:
 
     ``n_swa``: the model's sliding window (0: none). llama.cpp saves a sliding-window cache's cells
     within the window only, so a state longer than the window comes back able to go on from its end but
-    not to be cut back (its attention would miss the cells before the window): then it is brought back
-    only for a prompt that extends all of it (as llama-server refuses a cache without the window's cells).
-    ``recurrent``: a hybrid's state goes back only to its checkpoint, so a longer state does not stand
-    for a shorter one it begins with.
+    not to be cut back anywhere (its attention would miss the cells before the window): only to its
+    :func:`window_checkpoint` at the last prompt's end, where it has one, or for a prompt that extends
+    all of it (as llama-server refuses a cache without the window's cells).
+    ``recurrent``: a hybrid's state goes back only to its checkpoint. For both, a longer state does not
+    stand for a shorter one it begins with.
     """
 
     def __init__(self, budget: int, n_swa: int = 0, recurrent: bool = False) -> None:
@@ -174,17 +177,16 @@ class StateCache:
 
         What it lets reuse is what the caller will keep of it: the common start, but with ``follows_mtp`` (an
         MTP lane that keeps every row) no more than its MTP rows allow (one fewer than they hold), on a hybrid
-        all of it or back to its checkpoint, and on a sliding window longer than the window all of it."""
+        all of it or back to its checkpoint, and on a sliding window longer than the window the same."""
         best, best_n = None, have + MIN_GAIN - 1
         for s in self._states:
             n = min(common_prefix(s.tokens, prompt), len(prompt) - 1)
             if follows_mtp:
                 n = min(n, common_prefix(s.mtp_tokens, prompt) - 1)
-            if n < len(s.tokens):
-                if self.recurrent:
-                    n = s.checkpoint_pos if 0 < s.checkpoint_pos <= n else 0
-                elif self.n_swa and len(s.tokens) > self.n_swa:
-                    continue  # it would be cut back, and its window's earlier cells were not saved
+            # cut back, a hybrid's recurrent state, or a sliding window whose earlier cells were not saved, goes
+            # back to its checkpoint (the last prompt's end) or not at all
+            if n < len(s.tokens) and (self.recurrent or (self.n_swa and len(s.tokens) > self.n_swa)):
+                n = s.checkpoint_pos if 0 < s.checkpoint_pos <= n else 0
             if n > best_n:
                 best, best_n = s, n
         if best is not None:
@@ -196,14 +198,49 @@ class StateCache:
         self._states = []
 
 
-def keep(states: StateCache, target: Context, seq: int, tokens: list[int], mtp: tuple[Context, int] | None,
-         mtp_tokens: list[int], checkpoint: Any, checkpoint_pos: int) -> None:
-    """Save sequence ``seq`` into ``states`` if it fits the budget; a state that cannot be saved (too large,
-    llama.cpp refused, no memory) is not kept and the prompt is decoded as it would have been."""
+def window_checkpoint(target: Context, seq: int, pos: int) -> Any:
+    """Cut sequence ``seq`` of a sliding-window ``target`` back to its first ``pos`` tokens and copy its
+    sliding-window cells as they are then (``PARTIAL_ONLY``); None where llama.cpp refused the copy (the
+    sequence is cut back all the same). The caller checked that the cells the window needs at ``pos`` are
+    there (``Context.keeps_window``).
+
+    Why: llama.cpp saves a sliding-window cache's cells within the window only, so a state longer than
+    the window comes back from host memory able to go on from its end but not to be cut back. With this
+    copy taken at the last prompt's end it can go back there, as a hybrid goes back to its checkpoint: a
+    regenerated reply, or a conversation whose reply tokenizes otherwise when it is sent back (a chat
+    template that drops the reasoning, a different split of the same text), reuses the whole earlier
+    conversation instead of prefilling it. The cut loses nothing: it is taken only where the prompt that
+    cuts the sequence keeps no more than ``pos`` tokens (:func:`keep`), after the whole state was saved.
+    """
+    target.seq_rm(pos, -1, seq)
     try:
-        states.add(save(target, seq, tokens, mtp, mtp_tokens, checkpoint, checkpoint_pos, limit=states.budget))
+        return target.state_save(seq, flags=PARTIAL_ONLY)
     except (ContextError, MemoryError):
-        pass
+        return None
+
+
+def keep(states: StateCache, target: Context, seq: int, tokens: list[int], mtp: tuple[Context, int] | None,
+         mtp_tokens: list[int], checkpoint: Any, checkpoint_pos: int, prompt: list[int] | None = None) -> int:
+    """Save sequence ``seq`` into ``states`` if it fits the budget; a state that cannot be saved (too large,
+    llama.cpp refused, no memory) is not kept and the prompt is decoded as it would have been.
+
+    On a sliding-window target whose state is longer than the window, ``checkpoint_pos`` without a
+    ``checkpoint`` is where the last prompt ended: if ``prompt`` (what will cut the sequence) keeps no more
+    than that, the saved state gets a :func:`window_checkpoint` there, and the sequence is cut back to it.
+    Returns how many of ``tokens`` the sequence still holds."""
+    try:
+        saved = save(target, seq, tokens, mtp, mtp_tokens, checkpoint, checkpoint_pos, limit=states.budget)
+    except (ContextError, MemoryError):
+        return len(tokens)
+    held = len(tokens)
+    if (checkpoint is None and states.n_swa and not states.recurrent and prompt is not None
+            and states.n_swa < len(tokens) and 0 < checkpoint_pos < len(tokens)
+            and common_prefix(tokens, prompt) <= checkpoint_pos and target.keeps_window(checkpoint_pos, seq)):
+        window, held = window_checkpoint(target, seq, checkpoint_pos), checkpoint_pos
+        if window is not None:
+            saved.checkpoint, saved.checkpoint_pos = window, checkpoint_pos
+    states.add(saved)
+    return held
 
 
 def save_held(states: StateCache, prefix: PrefixCache, target: Context, mtp: Context | None,
@@ -213,8 +250,10 @@ def save_held(states: StateCache, prefix: PrefixCache, target: Context, mtp: Con
     held = prefix.held(target)
     if states.worth_saving(held, prompt):
         mtp_tokens = prefix.mtp_held(mtp)
-        keep(states, target, 0, held, (mtp, 0) if mtp is not None and mtp_tokens else None, mtp_tokens,
-             prefix.checkpoint, prefix.checkpoint_pos)
+        kept = keep(states, target, 0, held, (mtp, 0) if mtp is not None and mtp_tokens else None, mtp_tokens,
+                    prefix.checkpoint, prefix.checkpoint_pos, prompt)
+        if kept < len(held):  # cut back to a sliding window's checkpoint
+            prefix.cut_to(target, kept)
 
 
 def swap_held(states: StateCache, prefix: PrefixCache, target: Context, mtp: Context | None,

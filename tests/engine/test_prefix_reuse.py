@@ -95,12 +95,9 @@ def test_an_attention_target_reuses_every_common_prefix(arch):
         assert reused["edit"] > 0  # up to the edited word
         assert reused["switch"] == 0 or reused["switch"] < reused["edit"]
         # the edit cut the regenerated conversation; it was kept in host memory and came back whole
-        # (engine/generation/state_cache.py; tests/engine/test_state_cache.py), except where llama.cpp
-        # saves only a sliding window's cells and the state would have to be cut back
-        if session.model.n_swa:
-            assert reused["back"] < reused["regenerate"]
-        else:
-            assert reused["back"] == reused["regenerate"]
+        # (engine/generation/state_cache.py; tests/engine/test_state_cache.py); where llama.cpp saves only a
+        # sliding window's cells (step35), back to the window checkpoint at the prompt's end: as much
+        assert reused["back"] == reused["regenerate"]
     finally:
         session.close()
 
@@ -115,6 +112,31 @@ def test_a_hybrid_target_reuses_up_to_its_checkpoint_and_restarts_where_it_canno
         assert reused["edit"] == 0  # parted before the checkpoint, and no snapshots without drafting: start over
     finally:
         session.close()
+
+
+@pytest.mark.parametrize("parallel", [1, 2], ids=["one-sequence", "two-sequences"])
+@pytest.mark.parametrize("spec", [SPECULATION_OFF, mtp(3)], ids=["plain", "mtp"])
+def test_a_hybrid_goes_back_to_its_checkpoint_at_every_regeneration(spec, parallel):
+    """A regenerated reply goes back to the checkpoint before the prompt's last token, and so does the
+    next regeneration of it (the checkpoint was forgotten once used: a third reply prefilled the whole
+    conversation again). Output: the first reply's, every time."""
+    with Session(LoadOptions(path=str(synth("qwen35", "random", seed=5).path()), n_ctx=512,
+                             parallel=parallel)) as session:
+        engine = ParallelGenerator(session) if parallel > 1 else None
+
+        def one() -> object:
+            if engine is None:
+                return run(session, spec, prompt=FIRST * 8, record_drafts=True)
+            job = Job(GenerateRequest(prompt=FIRST * 8, max_tokens=TOKENS, speculative=spec, record_drafts=True))
+            engine.add(job)
+            while not engine.idle:
+                engine.step()
+            return job.result
+
+        first, *again = [one() for _ in range(4)]
+        assert [r.stats.prompt_reused for r in again] == [first.stats.prompt_tokens - 1] * 3
+        for r in again:
+            assert r.tokens == first.tokens and r.drafts_per_round == first.drafts_per_round
 
 
 def test_the_n_gram_drafter_reuses_the_prefix():

@@ -39,13 +39,11 @@ CASES = [
     # the composition's MTP half keeps its rows as MTP alone does (engine/speculative/compose.py)
     pytest.param("glm4moe", ngram(3, mtp_too=True), id="attention-mtp-ngram"),
     # a sliding window of 16: llama.cpp saves the window's cells only, and the way back cuts the saved state
-    # (the reply's text tokenizes otherwise here), so it must not come back (it did, and drafted otherwise)
+    # (the reply's text tokenizes otherwise here): it comes back to its window checkpoint at the first
+    # prompt's end (before those, it did not come back; before that, it came back whole and drafted otherwise)
     pytest.param("step35", mtp(3), id="sliding-window-mtp"),
+    pytest.param("step35", SPECULATION_OFF, id="sliding-window-plain"),
 ]
-
-
-def comes_back(session: Session) -> bool:
-    return not session.model.n_swa
 
 
 def same(session: Session, got: GenerateResult, baseline: GenerateResult) -> None:
@@ -103,12 +101,10 @@ def test_going_back_gets_the_conversation_another_cut_from_host_memory(arch, spe
     with Session(LoadOptions(path=path, n_ctx=512, parallel=parallel)) as session:
         first, back = way(session, spec)
         assert session.states.saved >= 1  # (the other one is saved as it is cut too)
-        if comes_back(session):
-            assert session.states.restored == 1
-            # everything the first conversation's prompt held (a hybrid: to its checkpoint before the last token)
-            assert back.stats.prompt_reused >= first.stats.prompt_tokens - 1 >= MIN_TOKENS
-        else:
-            assert session.states.restored == 0 and back.stats.prompt_reused < 8
+        assert session.states.restored == 1
+        # everything the first conversation's prompt held (a hybrid, a sliding window: to its checkpoint before
+        # the last token)
+        assert back.stats.prompt_reused >= first.stats.prompt_tokens - 1 >= MIN_TOKENS
         same(session, back, baseline)
 
 
@@ -134,12 +130,16 @@ def test_the_cache_drops_the_least_recently_used_within_its_budget_and_what_a_lo
     assert cache.worth_saving(a, b)
 
 
-def test_a_state_longer_than_the_sliding_window_or_recurrent_comes_back_only_to_be_extended():
+def test_a_state_longer_than_the_sliding_window_or_recurrent_comes_back_only_to_be_extended_or_to_its_checkpoint():
     cache = StateCache(budget=10_000, n_swa=16)
     long = list(range(100))
     cache.add(_state(long, 100))
     assert cache.take(long[:80] + [1], have=0) is None  # it would be cut back: its window's cells are not all saved
     assert cache.take(long + [1], have=0) is not None  # it goes on from its end
+    for checked in (StateCache(budget=10_000, n_swa=16), StateCache(budget=10_000, recurrent=True)):
+        checked.add(SavedState(long, bytearray(100), [], checkpoint=bytearray(10), checkpoint_pos=70))
+        assert checked.take(long[:60] + [1], have=0) is None  # before its checkpoint: not at all
+        assert checked.take(long[:80] + [1], have=0).checkpoint_pos == 70  # past it: back to it
     within = StateCache(budget=10_000, n_swa=128)
     within.add(_state(long, 100))  # shorter than the window: every cell was saved
     assert within.take(long[:80] + [1], have=0) is not None
@@ -201,6 +201,48 @@ def test_a_sliding_window_state_from_host_memory_is_never_cut_back_where_its_win
         prefix.took_up(target, tokens, None, [], None, 0)
         assert prefix.start(target, tokens[:101], hybrid=False) == 0  # not cut back: prefilled again
         assert decode(tokens[:101], 0) == fresh
+
+
+def test_a_sliding_window_state_gets_its_checkpoint_only_where_the_cut_loses_nothing():
+    """Saving a sliding-window state longer than the window also cuts the sequence back to the last prompt's
+    end and copies the window's cells there (state_cache.window_checkpoint). Only where the prompt that cuts
+    the sequence keeps no more than that: one keeping part of the reply keeps all it shares."""
+    from engine.generation.prefix_cache import PrefixCache
+    from engine.generation.state_cache import keep, restore
+    from engine.runtime import Batch
+
+    path = str(synth("step35", "random", seed=5).path())  # a window of 16
+    with Session(LoadOptions(path=path, n_ctx=512, state_cache_mib=0)) as session:
+        target, states = session.target, StateCache(budget=2**30, n_swa=session.model.n_swa)
+        tokens = session.model.tokenize(FIRST, add_special=True, parse_special=True)[:150]
+        end = 100  # the last prompt's all but last token; the rest, its last token and the reply
+
+        def decode(part: list[int], start: int) -> list[float]:
+            batch = Batch(target.n_batch)
+            for k, token in enumerate(part):
+                batch.add(token, start + k, k == len(part) - 1)
+            target.decode(batch)
+            return list(target.logits(len(part) - 1)[:64])
+
+        target.clear()
+        decode(tokens, 0)
+        part_of_reply = tokens[:120] + [7] * 40  # keeps 120: more than the checkpoint's 100
+        assert keep(states, target, 0, tokens, None, [], None, end, part_of_reply) == len(tokens)
+        assert target.seq_pos_max() == len(tokens) - 1 and states.take(tokens[:110] + [7], have=0) is None
+        other = [7] * 40  # keeps nothing
+        assert keep(states, target, 0, tokens, None, [], None, end, other) == end
+        assert target.seq_pos_max() == end - 1  # cut back to the checkpoint
+        target.clear()
+        decode(tokens[:end], 0)
+        fresh = decode(tokens[end:end + 5], end)  # the way a regenerated reply goes on from the checkpoint
+        target.clear()
+        saved = states.take(tokens[:end + 5], have=0)
+        assert saved is not None and saved.checkpoint_pos == end
+        restore(saved, target, 0)
+        prefix = PrefixCache()
+        prefix.took_up(target, saved.tokens, None, [], saved.checkpoint, saved.checkpoint_pos)
+        assert prefix.start(target, tokens[:end + 5], hybrid=False) == end  # back to the checkpoint
+        assert decode(tokens[end:end + 5], end) == fresh
 
 
 def test_a_budget_for_one_state_still_brings_the_conversation_back():
