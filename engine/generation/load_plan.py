@@ -44,6 +44,9 @@ class LoadPlan:
     # one may be tried with one (the estimate may be wrong); ``parallel_reason`` says why that many
     parallel_auto: bool = False
     parallel_reason: str = ""
+    # the GPU memory the load offloads into (device_memory), asked once: the sequences that fit and the
+    # state cache's budget both depend on it
+    device: DeviceMemory | None = None
 
     @property
     def path(self) -> str:
@@ -67,8 +70,7 @@ class LoadPlan:
         of layers offloaded to a GPU (read once, to upload them; their pages cost nothing to drop). The
         system counts mapped pages among the memory it could free; dropping these, the model would be
         read from disk again as it decodes. Called in the worker (it asks the backend for GPUs)."""
-        device = device_memory(self.options, self.facts)
-        return int(self.file_bytes * (1.0 - (device.share if device is not None else 0.0)))
+        return int(self.file_bytes * (1.0 - (self.device.share if self.device is not None else 0.0)))
 
     @classmethod
     def read(cls, options: LoadOptions) -> LoadPlan:
@@ -105,11 +107,12 @@ class LoadPlan:
         if options.mmproj:
             check_projector(options.path, options.mmproj)
         parallel_auto, why = options.parallel == AUTO, ""
+        device = device_memory(options, facts)
         if parallel_auto:
             n, why = default_parallel(options.path, n_ctx=options.n_ctx or facts.context_length,
-                                      sidecar=options.sidecar, device=device_memory(options, facts))
+                                      sidecar=options.sidecar, device=device)
             options = replace(options, parallel=n)
-        return cls(options, facts, sidecar_facts, mtp_in_target, want_mtp, reason, parallel_auto, why)
+        return cls(options, facts, sidecar_facts, mtp_in_target, want_mtp, reason, parallel_auto, why, device)
 
 
 def device_memory(options: LoadOptions, facts: GGUFFacts) -> DeviceMemory | None:

@@ -167,6 +167,7 @@ def test_the_budget_leaves_the_pages_of_the_model_files_alone():
     model = synth("qwen3next", "random", seed=5)
     plan = LoadPlan.read(LoadOptions(path=str(model.path("trunk")), sidecar=str(model.path("sidecar"))))
     assert plan.file_bytes == model.path("trunk").stat().st_size + model.path("sidecar").stat().st_size
+    assert plan.device is None and plan.host_read_bytes() == plan.file_bytes  # no GPU here: the CPU reads all
 
 
 def test_a_sliding_window_state_from_host_memory_is_never_cut_back_where_its_window_is_missing():

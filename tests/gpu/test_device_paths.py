@@ -217,13 +217,14 @@ def test_a_conversation_comes_back_from_host_memory_onto_the_device(arch, spec):
 def test_auto_replies_at_once_counts_the_devices_own_memory(gpu_device):
     """With every layer offloaded, "Replies at once: Auto" weighs the device's free memory (as ggml reports it)
     for the offloaded share, and RAM for the rest; the session loads what it chose."""
-    from engine.generation.load_plan import LoadPlan, device_memory
+    from engine.generation.load_plan import LoadPlan
 
     path = str(synth("glm4moe", "mixed", agree=0.7, reads="hidden").path())
     options = LoadOptions(path=path, n_ctx=512, parallel=0, n_gpu_layers=ALL_LAYERS)
     plan = LoadPlan.read(options)
-    device = device_memory(plan.options, plan.facts)
+    device = plan.device
     assert device is not None and device.share == 1.0 and device.free > 0
+    assert plan.host_read_bytes() == 0  # every layer on the device: the state cache may take what RAM holds
     assert f"on {device.name} and" in plan.parallel_reason, plan.parallel_reason
     with Session(plan.options, plan) as session:
         assert session.n_seq == plan.options.parallel == 4  # a tiny model: four fit on any device
