@@ -5,8 +5,9 @@ turn prefills the whole conversation again, so the first token comes later
 and later; with reuse (engine/generation/prefix_cache.py) a turn prefills
 only its new text. Both passes send the same prompts (greedy replies, so the
 same text); then the last prompt is sent twice, as a regenerate does; then
-another conversation cuts this one and it goes on, with its state kept in host
-memory (engine/generation/state_cache.py) and without.
+another conversation cuts this one and it goes on, or its last reply is
+regenerated, with its state kept in host memory (engine/generation/state_cache.py)
+and without.
 
 With ``--llama-server`` the same prompts then go, turn by turn, as streamed
 ``/v1/completions`` to ``mtp-studio serve`` and to llama.cpp's own
@@ -77,16 +78,18 @@ TWICE_PROMPT = "\n\n".join(reversed(PARAGRAPHS)) * 2
 
 
 def switch_and_back(session: Session, conversation_prompt: str, tokens: int, spec: SpeculativeSettings,
-                    keep: bool) -> Turn:
+                    keep: bool, regenerate: bool = False) -> Turn:
     """The conversation, another one that cuts it, then the conversation's next turn (its reply, then a
-    paragraph); that turn's figures, with the cut conversation kept in host memory (``keep``:
-    engine/generation/state_cache.py) or not."""
+    paragraph), or with ``regenerate`` its last reply again; that turn's figures, with the cut conversation
+    kept in host memory (``keep``: engine/generation/state_cache.py) or not. (On a sliding-window model a
+    regenerated reply goes back to the window checkpoint kept at the prompt's end.)"""
     reply = _ttft(session, conversation_prompt, tokens, spec, reuse=True)[1]
     session.states.clear()  # an earlier repeat's way back, kept, would make this one the same prompt twice
     _ttft(session, TWICE_PROMPT, tokens, spec, reuse=True)
     if not keep:
         session.states.clear()
-    return _ttft(session, conversation_prompt + reply + "\n\n" + PARAGRAPHS[0], tokens, spec, reuse=True)[0]
+    then = conversation_prompt if regenerate else conversation_prompt + reply + "\n\n" + PARAGRAPHS[0]
+    return _ttft(session, then, tokens, spec, reuse=True)[0]
 
 
 @dataclass
@@ -193,15 +196,18 @@ def run(args: argparse.Namespace) -> int:
             warm.append(_ttft(session, prompt, args.tokens, spec, reuse=True)[0].ttft_s)
         print(f"same prompt twice: first {1000 * statistics.median(cold):.0f} ms, second "
               f"{1000 * statistics.median(warm):.0f} ms ({statistics.median(warm) / statistics.median(cold):.0%})")
-        # back to the conversation after another one: its state from host memory, or its whole prefill
-        kept, lost = [], []
-        for _ in range(3):
-            kept.append(switch_and_back(session, prompts[-1], args.tokens, spec, keep=True))
-            lost.append(switch_and_back(session, prompts[-1], args.tokens, spec, keep=False))
-        a, b = (statistics.median(t.ttft_s for t in runs) for runs in (kept, lost))
-        print(f"back to the conversation after another ({kept[0].prompt_tokens} prompt tokens): "
-              f"{1000 * a:.0f} ms with its state kept in host memory (reused {kept[0].reused}), "
-              f"{1000 * b:.0f} ms without (reused {lost[0].reused}) ({a / b:.0%})")
+        # back to the conversation after another one (its next turn, or its last reply regenerated): its state
+        # from host memory, or its whole prefill
+        for what, regenerate in (("back to the conversation", False), ("its last reply regenerated", True)):
+            kept, lost = [], []
+            for _ in range(3):
+                kept.append(switch_and_back(session, prompts[-1], args.tokens, spec, keep=True, regenerate=regenerate))
+                lost.append(switch_and_back(session, prompts[-1], args.tokens, spec, keep=False,
+                                            regenerate=regenerate))
+            a, b = (statistics.median(t.ttft_s for t in runs) for runs in (kept, lost))
+            print(f"{what} after another ({kept[0].prompt_tokens} prompt tokens): "
+                  f"{1000 * a:.0f} ms with its state kept in host memory (reused {kept[0].reused}), "
+                  f"{1000 * b:.0f} ms without (reused {lost[0].reused}) ({a / b:.0%})", flush=True)
     finally:
         session.close()
     if args.llama_server is not None:

@@ -220,7 +220,7 @@ def window_checkpoint(target: Context, seq: int, pos: int) -> Any:
 
 
 def keep(states: StateCache, target: Context, seq: int, tokens: list[int], mtp: tuple[Context, int] | None,
-         mtp_tokens: list[int], checkpoint: Any, checkpoint_pos: int, prompt: list[int] | None = None) -> int:
+         mtp_tokens: list[int], checkpoint: Any, checkpoint_pos: int, prompt: list[int]) -> int:
     """Save sequence ``seq`` into ``states`` if it fits the budget; a state that cannot be saved (too large,
     llama.cpp refused, no memory) is not kept and the prompt is decoded as it would have been.
 
@@ -233,9 +233,9 @@ def keep(states: StateCache, target: Context, seq: int, tokens: list[int], mtp: 
     except (ContextError, MemoryError):
         return len(tokens)
     held = len(tokens)
-    if (checkpoint is None and states.n_swa and not states.recurrent and prompt is not None
-            and states.n_swa < len(tokens) and 0 < checkpoint_pos < len(tokens)
-            and common_prefix(tokens, prompt) <= checkpoint_pos and target.keeps_window(checkpoint_pos, seq)):
+    if (checkpoint is None and states.n_swa and not states.recurrent and states.n_swa < len(tokens)
+            and 0 < checkpoint_pos < len(tokens) and common_prefix(tokens, prompt) <= checkpoint_pos
+            and target.keeps_window(checkpoint_pos, seq)):
         window, held = window_checkpoint(target, seq, checkpoint_pos), checkpoint_pos
         if window is not None:
             saved.checkpoint, saved.checkpoint_pos = window, checkpoint_pos
