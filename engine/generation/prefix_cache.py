@@ -19,11 +19,12 @@ What can be kept depends on the memory:
   all; with snapshots (``n_rs_seq``, while drafting) llama.cpp also rolls
   back within the last batch (packaging/patches/0006 refuses anything
   deeper); otherwise the cache goes back to a checkpoint of the recurrent
-  state taken just before the last prompt's final token (a host copy,
-  ``llama_state_seq_*`` partial state), as llama-server's context checkpoints
-  do. That covers a regenerated reply and a conversation whose reply text
-  tokenizes differently when sent back. Any other parting clears the context
-  and prefills from the start.
+  state taken just before the last prompt's final token, or the one before's
+  (a host copy, ``llama_state_seq_*`` partial state: checkpoints.py), as
+  llama-server's context checkpoints do. That covers a regenerated reply, a
+  conversation whose reply text tokenizes differently when sent back, and an
+  edited last message. Any other parting clears the context and prefills
+  from the start.
 
 At least the prompt's last token is always decoded again: its logits give
 the first token of the reply.
@@ -42,6 +43,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.errors import ContextError
+from engine.generation.checkpoints import Checkpoints
 from engine.runtime import Context
 from engine.speculative.rollback import PARTIAL_ONLY  # the recurrent part of a hybrid's memory
 
@@ -68,10 +70,9 @@ class PrefixCache:
         self.tokens: list[int] = []
         self._context: Context | None = None
         self._edits = -1
-        # a hybrid's recurrent state after tokens[:checkpoint_pos], and its buffer (reused); on a sliding-window
-        # target, where the last prompt ended and (after a state came back from host memory) its window's cells
-        self.checkpoint_pos = 0
-        self._checkpoint: Any = None
+        # a hybrid's recurrent state at its recent prompts' ends; on a sliding-window target, where the last
+        # prompt ended and (after a state came back from host memory) its window's cells (checkpoints.py)
+        self.checkpoints = Checkpoints()
         # the MTP context: the tokens of its exact rows, trusted while it is not used otherwise
         self.mtp_tokens: list[int] = []
         self._mtp_context: Context | None = None
@@ -81,28 +82,24 @@ class PrefixCache:
         """The contexts' contents are unknown (an error, an interrupted generation)."""
         self.tokens = []
         self._context = None
-        self.checkpoint_pos = 0
+        self.checkpoints.clear()
         self.mtp_tokens = []
         self._mtp_context = None
 
     def save_checkpoint(self, target: Context, pos: int) -> None:
         """Keep the recurrent state of ``target`` as it is after ``pos`` prompt tokens (hybrids)."""
-        try:
-            self._checkpoint = target.state_save(flags=PARTIAL_ONLY, into=self._checkpoint)
-            self.checkpoint_pos = pos
-        except ContextError:
-            self.checkpoint_pos = 0  # no checkpoint: the next prompt may prefill from the start
+        self.checkpoints.save(pos, lambda into: target.state_save(flags=PARTIAL_ONLY, into=into))
 
     def mark_prompt_end(self, pos: int) -> None:
         """A sliding-window target: the prompt now decoded ends after ``pos`` tokens (its all but last). No copy
         is taken now: the context itself keeps every cell (``swa_full``); if the state goes to host memory, the
         window's cells are copied there then (state_cache.window_checkpoint)."""
-        self._checkpoint, self.checkpoint_pos = None, pos
+        self.checkpoints.mark(pos)
 
     def cut_to(self, target: Context, n: int) -> None:
         """``target`` was cut back to its first ``n`` tokens (state_cache.keep)."""
         self.keep(target, self.tokens[:n])
-        self.checkpoint_pos = 0
+        self.checkpoints.clear()
 
     def keep(self, target: Context, tokens: list[int]) -> None:
         """After a generation: ``target`` holds exactly ``tokens``.
@@ -136,19 +133,13 @@ class PrefixCache:
         return self.mtp_tokens if ctx is not None and self._mtp_context is ctx and ctx.edits == self._mtp_edits \
             else []
 
-    @property
-    def checkpoint(self) -> Any:
-        """A hybrid's recurrent state, or a sliding window's cells, after :attr:`checkpoint_pos` tokens (a
-        buffer), or None."""
-        return self._checkpoint if self.checkpoint_pos else None
-
     def took_up(self, target: Context, tokens: list[int], mtp: Context | None, mtp_tokens: list[int],
                 checkpoint: Any, checkpoint_pos: int) -> None:
         """``target`` (and ``mtp``) hold a state brought back from host memory (state_cache.py)."""
         self.keep(target, tokens)
         if mtp is not None:
             self.keep_mtp(mtp, mtp_tokens)
-        self._checkpoint, self.checkpoint_pos = checkpoint, checkpoint_pos
+        self.checkpoints.hold(checkpoint_pos, checkpoint)
 
     def start(self, target: Context, prompt: list[int], hybrid: bool, limit: int | None = None) -> int:
         """Make ``target`` hold the longest reusable prefix of ``prompt``; return its length.
@@ -161,23 +152,25 @@ class PrefixCache:
         # a recreated context (hybrids switch snapshots on and off) or one used since holds something else
         same = self._context is target and target.edits == self._edits
         self._context = None
-        checkpoint, self.checkpoint_pos = self.checkpoint_pos, 0
         n = min(common_prefix(held, prompt), len(prompt) - 1) if same else 0
         if limit is not None:
             n = min(n, limit)
         # a sliding window's earlier cells may be gone (a state from host memory): then back to its checkpoint
         cut_ok = n == len(held) or target.keeps_window(n)
         if n > 0 and cut_ok and (n == len(held) or target.seq_rm(n, -1)):
+            self.checkpoints.keep_to(n)
             return n
-        if (hybrid or not cut_ok) and 0 < checkpoint <= n and self._checkpoint is not None:
+        checkpoint = self.checkpoints.before(n) if hybrid or not cut_ok else None
+        if checkpoint is not None:
             try:
-                target.state_restore(self._checkpoint, flags=PARTIAL_ONLY)
+                target.state_restore(checkpoint.state, flags=PARTIAL_ONLY)
             except ContextError:
                 pass
             else:
-                if target.seq_rm(checkpoint, -1):  # the attention cells after it
-                    # still the state there (a reply regenerated again goes back to it again)
-                    self.checkpoint_pos = checkpoint
-                    return checkpoint
+                if target.seq_rm(checkpoint.pos, -1):  # the attention cells after it
+                    # it and earlier ones still hold (a reply regenerated again goes back to it again)
+                    self.checkpoints.keep_to(checkpoint.pos)
+                    return checkpoint.pos
+        self.checkpoints.clear()
         target.clear()
         return 0

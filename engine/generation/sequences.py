@@ -7,8 +7,8 @@ takes the free sequence holding the longest common prefix with its prompt and
 decodes only the rest, as the single-sequence prefix cache does
 (engine/generation/prefix_cache.py): the MTP lane resumes one row after the
 reused ones; a hybrid's recurrent state cannot be cut back, so it is reused
-where the prompt extends all of it, or from the checkpoint kept before the last
-prompt's final token.
+where the prompt extends all of it, or from a checkpoint kept before a recent
+prompt's final token (engine/generation/checkpoints.py).
 
 Where a running sequence holds a longer start of the prompt than any free one
 (an agent's requests sharing a system prompt, or clients whose next request
@@ -36,6 +36,7 @@ from typing import Any
 
 from engine.errors import ContextError
 from engine.generation import state_cache
+from engine.generation.checkpoints import Checkpoints
 from engine.generation.prefix_cache import common_prefix
 from engine.generation.session import Session
 from engine.runtime import Context
@@ -73,10 +74,9 @@ class _Memory:
     drafters: DrafterChoice = field(default_factory=DrafterChoice)  # its own, as a single session's
     held: list[int] = field(default_factory=list)  # what the target holds for it, position by position
     mtp_held: list[int] = field(default_factory=list)  # of those, what its MTP lane holds exactly
-    # a hybrid's recurrent state after ``checkpoint_pos`` prompt tokens (the prompt's all but last); on a
-    # sliding-window target, where the last prompt ended and (after a state from host memory) its window's cells
-    checkpoint: Any = None
-    checkpoint_pos: int = 0
+    # a hybrid's recurrent state at its recent prompts' ends (each prompt's all but last); on a sliding-window
+    # target, where the last prompt ended and (after a state from host memory) its window's cells
+    checkpoints: Checkpoints = field(default_factory=Checkpoints)
     used: int = 0  # when its last generation ended (Sequences' count of ended ones; 0: never used)
 
 
@@ -119,7 +119,7 @@ class Sequences:
         exact = lane.exact_end if lane is not None and held else 0
         memory.mtp_held = memory.held[:exact]
         if not held:
-            memory.checkpoint_pos = 0
+            memory.checkpoints.clear()
         self.free.append(seq)
         self.free.sort()
 
@@ -138,7 +138,8 @@ class Sequences:
         self._swap(seq, tokens, spec, drafter)
         shared = self._share(seq, tokens, spec, drafter, busy or {})
         if shared:
-            memory.held, memory.mtp_held, memory.checkpoint_pos = [], [], 0
+            memory.held, memory.mtp_held = [], []
+            memory.checkpoints.clear()
             self._mark_prompt_end(seq, tokens)
             return shared
         held, mtp_held, memory.held, memory.mtp_held = memory.held, memory.mtp_held, [], []
@@ -146,15 +147,16 @@ class Sequences:
         mtp_n = max(0, common_prefix(mtp_held, tokens) - 1)  # the MTP lane resumes one row after the reused ones
         if keeps_rows(spec, drafter):  # (a lazy lane starts over from the prompt's newest rows instead)
             n = min(n, mtp_n)
-        checkpoint, memory.checkpoint_pos = memory.checkpoint_pos, 0
         # a hybrid cannot cut its recurrent state back, and a sliding window's earlier cells may be gone (a
-        # state from host memory): both go back to the checkpoint, or prefill again
+        # state from host memory): both go back to a checkpoint, or prefill again
         if 0 < n < len(held) and (self.session.is_hybrid or not target.keeps_window(n, seq)):
-            n = checkpoint if 0 < checkpoint <= n and memory.checkpoint is not None \
-                and self._restore(seq, memory.checkpoint) else 0
-            memory.checkpoint_pos = n  # still the state there (a reply regenerated again goes back to it again)
+            checkpoint = memory.checkpoints.before(n)
+            n = checkpoint.pos if checkpoint is not None and self._restore(seq, checkpoint.state) else 0
+        # the checkpoints within what is kept still hold (a reply regenerated again goes back to it again)
+        memory.checkpoints.keep_to(n)
         if n <= 0 or not target.seq_rm(n, -1, seq):
-            n = memory.checkpoint_pos = 0
+            n = 0
+            memory.checkpoints.clear()
             target.seq_clear(seq)
         begin_reusing(drafter, spec, tokens[:n], keep=n + 1 if 0 < n <= mtp_n else 0)
         self._mark_prompt_end(seq, tokens)
@@ -165,11 +167,13 @@ class Sequences:
         cut enough of it (``[]``: a prompt that reuses none of it) (engine/generation/state_cache.py)."""
         memory = self.memory[seq]
         if self.session.states.worth_saving(memory.held, prompt):
-            checkpoint = memory.checkpoint if memory.checkpoint_pos else None
+            checkpoint = memory.checkpoints.latest
             kept = state_cache.keep(self.session.states, self.session.target, seq, memory.held, self._lane(seq),
-                                    memory.mtp_held, checkpoint, memory.checkpoint_pos, prompt)
+                                    memory.mtp_held, checkpoint.state if checkpoint else None,
+                                    checkpoint.pos if checkpoint else 0, prompt)
             if kept < len(memory.held):  # cut back to a sliding window's checkpoint
-                memory.held, memory.checkpoint_pos = memory.held[:kept], 0
+                memory.held = memory.held[:kept]
+                memory.checkpoints.clear()
 
     def _swap(self, seq: int, tokens: list[int], spec: SpeculativeSettings, drafter: Drafter) -> None:
         """Where a saved state lets ``tokens`` reuse more than sequence ``seq`` holds, take it out; save what
@@ -184,9 +188,11 @@ class Sequences:
         try:
             memory.mtp_held = state_cache.restore(saved, self.session.target, seq, self._lane(seq))
         except ContextError:
-            memory.held, memory.mtp_held, memory.checkpoint_pos = [], [], 0
+            memory.held, memory.mtp_held = [], []
+            memory.checkpoints.clear()
             return
-        memory.held, memory.checkpoint, memory.checkpoint_pos = saved.tokens, saved.checkpoint, saved.checkpoint_pos
+        memory.held = saved.tokens
+        memory.checkpoints.hold(saved.checkpoint_pos, saved.checkpoint)
 
     def _lane(self, seq: int) -> tuple[Context, int] | None:
         lane = self.session.mtp_lane(seq)
@@ -235,20 +241,15 @@ class Sequences:
 
     def save_checkpoint(self, seq: int, pos: int) -> None:
         """Keep sequence ``seq``'s recurrent state as it is after ``pos`` prompt tokens (hybrids)."""
-        memory = self.memory[seq]
-        try:
-            memory.checkpoint = self.session.target.state_save(seq, flags=PARTIAL_ONLY, into=memory.checkpoint)
-            memory.checkpoint_pos = pos
-        except ContextError:
-            memory.checkpoint_pos = 0  # the next prompt on this sequence prefills from the start
+        target = self.session.target
+        self.memory[seq].checkpoints.save(pos, lambda into: target.state_save(seq, flags=PARTIAL_ONLY, into=into))
 
     def _mark_prompt_end(self, seq: int, tokens: list[int]) -> None:
         """A sliding-window target: sequence ``seq``'s prompt ends after ``len(tokens) - 1`` tokens (its all but
         last); its window's cells are copied there only if the state goes to host memory (as
         PrefixCache.mark_prompt_end)."""
         if self.session.window_checkpoints:
-            memory = self.memory[seq]
-            memory.checkpoint, memory.checkpoint_pos = None, len(tokens) - 1
+            self.memory[seq].checkpoints.mark(len(tokens) - 1)
 
     def _restore(self, seq: int, checkpoint: Any) -> bool:
         try:

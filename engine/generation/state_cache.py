@@ -249,9 +249,9 @@ def save_held(states: StateCache, prefix: PrefixCache, target: Context, mtp: Con
     ``states`` where ``prompt`` would cut enough of it (``[]``: a prompt that reuses none of it)."""
     held = prefix.held(target)
     if states.worth_saving(held, prompt):
-        mtp_tokens = prefix.mtp_held(mtp)
+        mtp_tokens, checkpoint = prefix.mtp_held(mtp), prefix.checkpoints.latest
         kept = keep(states, target, 0, held, (mtp, 0) if mtp is not None and mtp_tokens else None, mtp_tokens,
-                    prefix.checkpoint, prefix.checkpoint_pos, prompt)
+                    checkpoint.state if checkpoint else None, checkpoint.pos if checkpoint else 0, prompt)
         if kept < len(held):  # cut back to a sliding window's checkpoint
             prefix.cut_to(target, kept)
 

@@ -139,6 +139,37 @@ def test_a_hybrid_goes_back_to_its_checkpoint_at_every_regeneration(spec, parall
             assert r.tokens == first.tokens and r.drafts_per_round == first.drafts_per_round
 
 
+@pytest.mark.parametrize("parallel", [1, 2], ids=["one-sequence", "two-sequences"])
+@pytest.mark.parametrize("spec", [SPECULATION_OFF, mtp(3)], ids=["plain", "mtp"])
+def test_a_hybrid_goes_back_to_the_previous_prompt_for_an_edited_last_message(spec, parallel):
+    """Editing the last message parts after the previous prompt's end and before the last one's: the
+    checkpoint kept at the previous prompt's end (engine/generation/checkpoints.py) is reused, and only the
+    last reply and the edited message are decoded (with the last prompt's checkpoint alone, the whole
+    conversation was prefilled again). Output and drafts: a fresh run's."""
+    path = str(synth("qwen35", "random", seed=5).path())
+
+    def one(session: Session, engine: ParallelGenerator | None, prompt: str) -> object:
+        if engine is None:
+            return run(session, spec, prompt=prompt, record_drafts=True)
+        job = Job(GenerateRequest(prompt=prompt, max_tokens=TOKENS, speculative=spec, record_drafts=True))
+        engine.add(job)
+        while not engine.idle:
+            engine.step()
+        return job.result
+
+    with Session(LoadOptions(path=path, n_ctx=1024, parallel=parallel)) as session:
+        engine = ParallelGenerator(session) if parallel > 1 else None
+        first_prompt = FIRST * 8
+        first = one(session, engine, first_prompt)
+        one(session, engine, first_prompt + first.text + " and then the water")
+        edited_prompt = first_prompt + first.text + " but far away"
+        edited = one(session, engine, edited_prompt)
+        assert edited.stats.prompt_reused == first.stats.prompt_tokens - 1
+    with Session(LoadOptions(path=path, n_ctx=1024, parallel=parallel)) as session:
+        alone = one(session, ParallelGenerator(session) if parallel > 1 else None, edited_prompt)
+    assert edited.tokens == alone.tokens and edited.drafts_per_round == alone.drafts_per_round
+
+
 def test_the_n_gram_drafter_reuses_the_prefix():
     session = Session(LoadOptions(path=str(synth("glm4moe", "mixed", seed=2).path()), n_ctx=512))
     try:

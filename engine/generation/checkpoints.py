@@ -1,0 +1,73 @@
+"""States a sequence keeps at its recent prompts' ends, to go back to where its memory cannot be cut back.
+
+A hybrid's recurrent state exists only at the end of the sequence, so a prompt that parts from what the
+sequence holds cannot keep any of it, unless a copy of the state was taken earlier at a position the
+prompt still shares: a checkpoint (``llama_state_seq_*`` partial state, as llama-server's context
+checkpoints). One is taken before each prompt's last token (engine/generation/decoder.py, parallel.py).
+Keeping the last prompt's alone covered a regenerated reply, but editing the last message parts before it,
+and the whole conversation was prefilled again; with the one before kept too, an edited last message goes
+back to the previous prompt's end and decodes only the last reply and the new message. Each costs one copy
+of the recurrent state (tens to a few hundred MB on a large hybrid), so only :data:`KEEP` are kept.
+
+A sliding-window target keeps every cell while the conversation stays in its context, so its "checkpoint"
+is only a mark of where the last prompt ended (no copy): the window's cells are copied there when the state
+goes to host memory (state_cache.window_checkpoint), and come back with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from engine.errors import ContextError
+
+KEEP = 2  # the last prompt's end (a regenerated reply) and the one before (an edited last message)
+
+
+@dataclass
+class Checkpoint:
+    pos: int  # the state after this many tokens
+    state: Any  # its buffer; None: a sliding window's mark (no copy taken)
+
+
+class Checkpoints:
+    """One sequence's checkpoints, oldest first, each at a position its tokens still hold."""
+
+    def __init__(self) -> None:
+        self.kept: list[Checkpoint] = []
+
+    def clear(self) -> None:
+        self.kept = []
+
+    @property
+    def latest(self) -> Checkpoint | None:
+        return self.kept[-1] if self.kept else None
+
+    def save(self, pos: int, take: Callable[[Any], Any]) -> None:
+        """Take a checkpoint after ``pos`` tokens: ``take(buffer)`` copies the state (into the buffer of the one
+        it replaces, or a new one when given None). Later ones are gone (the sequence was cut before them);
+        where the copy fails, the earlier ones stay (their tokens are unchanged)."""
+        self.kept = [c for c in self.kept if c.pos < pos and c.state is not None]
+        reuse = self.kept.pop(0).state if len(self.kept) >= KEEP else None
+        try:
+            self.kept.append(Checkpoint(pos, take(reuse)))
+        except ContextError:
+            pass
+
+    def mark(self, pos: int) -> None:
+        """A sliding-window target's last prompt ends after ``pos`` tokens (no copy now)."""
+        self.kept = [Checkpoint(pos, None)]
+
+    def hold(self, pos: int, state: Any) -> None:
+        """The sequence came back from host memory with this checkpoint (or none)."""
+        self.kept = [Checkpoint(pos, state)] if state is not None and pos > 0 else []
+
+    def before(self, n: int) -> Checkpoint | None:
+        """The latest copied checkpoint at or before position ``n``, or None."""
+        found = [c for c in self.kept if c.state is not None and 0 < c.pos <= n]
+        return found[-1] if found else None
+
+    def keep_to(self, n: int) -> None:
+        """The sequence now holds its first ``n`` tokens: checkpoints past them are gone."""
+        self.kept = [c for c in self.kept if c.pos <= n]
