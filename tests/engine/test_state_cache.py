@@ -170,6 +170,17 @@ def test_the_budget_leaves_the_pages_of_the_model_files_alone():
     assert plan.device is None and plan.host_read_bytes() == plan.file_bytes  # no GPU here: the CPU reads all
 
 
+def _decode(target: object, part: list[int], start: int) -> list[float]:
+    """Decode ``part`` at ``start`` in one batch; the first 64 logits of its last row."""
+    from engine.runtime import Batch
+
+    batch = Batch(target.n_batch)
+    for k, token in enumerate(part):
+        batch.add(token, start + k, k == len(part) - 1)
+    target.decode(batch)
+    return list(target.logits(len(part) - 1)[:64])
+
+
 def test_a_sliding_window_state_from_host_memory_is_never_cut_back_where_its_window_is_missing():
     """llama.cpp saves a sliding-window cache's cells within the window only. Whatever brings such a state back
     (a later MTP turn's lane limit cut it below its end where take() had allowed it whole), the prefix cache
@@ -177,21 +188,14 @@ def test_a_sliding_window_state_from_host_memory_is_never_cut_back_where_its_win
     the next logits are a fresh prefill's."""
     from engine.generation.prefix_cache import PrefixCache
     from engine.generation.state_cache import restore, save
-    from engine.runtime import Batch
 
     path = str(synth("step35", "random", seed=5).path())  # a window of 16
     with Session(LoadOptions(path=path, n_ctx=512, state_cache_mib=0)) as session:
         target = session.target
         tokens = session.model.tokenize(FIRST, add_special=True, parse_special=True)[:130]
 
-        def decode(part: list[int], start: int) -> list[float]:
-            batch = Batch(target.n_batch)
-            for k, token in enumerate(part):
-                batch.add(token, start + k, k == len(part) - 1)
-            target.decode(batch)
-            return list(target.logits(len(part) - 1)[:64])
-
         target.clear()
+        decode = partial(_decode, target)
         decode(tokens, 0)
         kept = save(target, 0, tokens)
         target.clear()
@@ -210,7 +214,6 @@ def test_a_sliding_window_state_gets_its_checkpoint_only_where_the_cut_loses_not
     the sequence keeps no more than that: one keeping part of the reply keeps all it shares."""
     from engine.generation.prefix_cache import PrefixCache
     from engine.generation.state_cache import keep, restore
-    from engine.runtime import Batch
 
     path = str(synth("step35", "random", seed=5).path())  # a window of 16
     with Session(LoadOptions(path=path, n_ctx=512, state_cache_mib=0)) as session:
@@ -218,13 +221,7 @@ def test_a_sliding_window_state_gets_its_checkpoint_only_where_the_cut_loses_not
         tokens = session.model.tokenize(FIRST, add_special=True, parse_special=True)[:150]
         end = 100  # the last prompt's all but last token; the rest, its last token and the reply
 
-        def decode(part: list[int], start: int) -> list[float]:
-            batch = Batch(target.n_batch)
-            for k, token in enumerate(part):
-                batch.add(token, start + k, k == len(part) - 1)
-            target.decode(batch)
-            return list(target.logits(len(part) - 1)[:64])
-
+        decode = partial(_decode, target)
         target.clear()
         decode(tokens, 0)
         part_of_reply = tokens[:120] + [7] * 40  # keeps 120: more than the checkpoint's 100
