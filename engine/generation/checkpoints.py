@@ -47,7 +47,8 @@ class Checkpoints:
     def save(self, pos: int, take: Callable[[Any], Any]) -> None:
         """Take a checkpoint after ``pos`` tokens: ``take(buffer)`` copies the state (into the buffer of the one
         it replaces, or a new one when given None). Later ones are gone (the sequence was cut before them);
-        where the copy fails, the earlier ones stay (their tokens are unchanged)."""
+        where the copy fails, the others kept stay (their tokens are unchanged; the one whose buffer was
+        being written is gone)."""
         self.kept = [c for c in self.kept if c.pos < pos and c.state is not None]
         reuse = self.kept.pop(0).state if len(self.kept) >= KEEP else None
         try:

@@ -198,11 +198,10 @@ class StateCache:
         self._states = []
 
 
-def window_checkpoint(target: Context, seq: int, pos: int) -> Any:
-    """Cut sequence ``seq`` of a sliding-window ``target`` back to its first ``pos`` tokens and copy its
-    sliding-window cells as they are then (``PARTIAL_ONLY``); None where llama.cpp refused the copy (the
-    sequence is cut back all the same). The caller checked that the cells the window needs at ``pos`` are
-    there (``Context.keeps_window``).
+def window_checkpoint(target: Context, seq: int) -> Any:
+    """The sliding-window cells of sequence ``seq`` of ``target`` (``PARTIAL_ONLY``), which the caller cut
+    back to its last prompt's end after checking that the cells the window needs there are present
+    (``Context.keeps_window``); None where llama.cpp refused the copy.
 
     Why: llama.cpp saves a sliding-window cache's cells within the window only, so a state longer than
     the window comes back from host memory able to go on from its end but not to be cut back. With this
@@ -212,7 +211,6 @@ def window_checkpoint(target: Context, seq: int, pos: int) -> Any:
     conversation instead of prefilling it. The cut loses nothing: it is taken only where the prompt that
     cuts the sequence keeps no more than ``pos`` tokens (:func:`keep`), after the whole state was saved.
     """
-    target.seq_rm(pos, -1, seq)
     try:
         return target.state_save(seq, flags=PARTIAL_ONLY)
     except (ContextError, MemoryError):
@@ -226,7 +224,7 @@ def keep(states: StateCache, target: Context, seq: int, tokens: list[int], mtp: 
 
     On a sliding-window target whose state is longer than the window, ``checkpoint_pos`` without a
     ``checkpoint`` is where the last prompt ended: if ``prompt`` (what will cut the sequence) keeps no more
-    than that, the saved state gets a :func:`window_checkpoint` there, and the sequence is cut back to it.
+    than that, the sequence is cut back to it and the saved state gets a :func:`window_checkpoint` there.
     Returns how many of ``tokens`` the sequence still holds."""
     try:
         saved = save(target, seq, tokens, mtp, mtp_tokens, checkpoint, checkpoint_pos, limit=states.budget)
@@ -234,9 +232,10 @@ def keep(states: StateCache, target: Context, seq: int, tokens: list[int], mtp: 
         return len(tokens)
     held = len(tokens)
     if (checkpoint is None and states.n_swa and not states.recurrent and states.n_swa < len(tokens)
-            and 0 < checkpoint_pos < len(tokens) and common_prefix(tokens, prompt) <= checkpoint_pos
-            and target.keeps_window(checkpoint_pos, seq)):
-        window, held = window_checkpoint(target, seq, checkpoint_pos), checkpoint_pos
+            and 0 < checkpoint_pos < len(tokens)
+            and min(common_prefix(tokens, prompt), len(prompt) - 1) <= checkpoint_pos  # (a regenerated reply too)
+            and target.keeps_window(checkpoint_pos, seq) and target.seq_rm(checkpoint_pos, -1, seq)):
+        window, held = window_checkpoint(target, seq), checkpoint_pos
         if window is not None:
             saved.checkpoint, saved.checkpoint_pos = window, checkpoint_pos
     states.add(saved)

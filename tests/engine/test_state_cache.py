@@ -170,6 +170,21 @@ def test_the_budget_leaves_the_pages_of_the_model_files_alone():
     assert plan.device is None and plan.host_read_bytes() == plan.file_bytes  # no GPU here: the CPU reads all
 
 
+def test_a_regenerated_sliding_window_reply_still_comes_back_to_its_checkpoint_after_a_switch():
+    """A regenerated reply cuts the last one, whose state is saved: with its window checkpoint (the prompt
+    keeps all but its last token, which is the checkpoint), else that copy, standing for the same tokens,
+    kept the one saved when another conversation cut it from being saved, and a regenerate after the switch
+    prefilled everything."""
+    path = str(synth("step35", "random", seed=5).path())  # a window of 16
+    with Session(LoadOptions(path=path, n_ctx=512)) as session:
+        first = run(session, SPECULATION_OFF, prompt=FIRST, max_tokens=48)
+        run(session, SPECULATION_OFF, prompt=FIRST, max_tokens=48)  # regenerated (the same greedy reply)
+        run(session, SPECULATION_OFF, prompt=OTHER, max_tokens=48)  # another conversation
+        back = run(session, SPECULATION_OFF, prompt=FIRST, max_tokens=48)  # regenerated after the switch
+        assert back.stats.prompt_reused == first.stats.prompt_tokens - 1
+        assert back.tokens == first.tokens
+
+
 def _decode(target: object, part: list[int], start: int) -> list[float]:
     """Decode ``part`` at ``start`` in one batch; the first 64 logits of its last row."""
     from engine.runtime import Batch
