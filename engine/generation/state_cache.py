@@ -208,8 +208,8 @@ def window_checkpoint(target: Context, seq: int) -> Any:
     copy taken at the last prompt's end it can go back there, as a hybrid goes back to its checkpoint: a
     regenerated reply, or a conversation whose reply tokenizes otherwise when it is sent back (a chat
     template that drops the reasoning, a different split of the same text), reuses the whole earlier
-    conversation instead of prefilling it. The cut loses nothing: it is taken only where the prompt that
-    cuts the sequence keeps no more than ``pos`` tokens (:func:`keep`), after the whole state was saved.
+    conversation instead of prefilling it. The cut loses nothing: it is made only where the prompt that
+    cuts the sequence keeps no more than the last prompt's end (:func:`keep`), after the whole state was saved.
     """
     try:
         return target.state_save(seq, flags=PARTIAL_ONLY)
