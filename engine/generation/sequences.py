@@ -167,10 +167,8 @@ class Sequences:
         cut enough of it (``[]``: a prompt that reuses none of it) (engine/generation/state_cache.py)."""
         memory = self.memory[seq]
         if self.session.states.worth_saving(memory.held, prompt):
-            checkpoint = memory.checkpoints.latest
             kept = state_cache.keep(self.session.states, self.session.target, seq, memory.held, self._lane(seq),
-                                    memory.mtp_held, checkpoint.state if checkpoint else None,
-                                    checkpoint.pos if checkpoint else 0, prompt)
+                                    memory.mtp_held, memory.checkpoints.latest, prompt)
             if kept < len(memory.held):  # cut back to a sliding window's checkpoint
                 memory.held = memory.held[:kept]
                 memory.checkpoints.clear()

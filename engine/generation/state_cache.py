@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import ContextError
+from engine.generation.checkpoints import Checkpoint
 from engine.generation.prefix_cache import PrefixCache, common_prefix
 from engine.hardware.memory import available_ram_bytes
 from engine.runtime import Context
@@ -218,14 +219,16 @@ def window_checkpoint(target: Context, seq: int) -> Any:
 
 
 def keep(states: StateCache, target: Context, seq: int, tokens: list[int], mtp: tuple[Context, int] | None,
-         mtp_tokens: list[int], checkpoint: Any, checkpoint_pos: int, prompt: list[int]) -> int:
+         mtp_tokens: list[int], latest: Checkpoint | None, prompt: list[int]) -> int:
     """Save sequence ``seq`` into ``states`` if it fits the budget; a state that cannot be saved (too large,
     llama.cpp refused, no memory) is not kept and the prompt is decoded as it would have been.
 
-    On a sliding-window target whose state is longer than the window, ``checkpoint_pos`` without a
-    ``checkpoint`` is where the last prompt ended: if ``prompt`` (what will cut the sequence) keeps no more
-    than that, the sequence is cut back to it and the saved state gets a :func:`window_checkpoint` there.
+    ``latest``: the sequence's latest checkpoint (checkpoints.py). On a sliding-window target whose state
+    is longer than the window it is a mark of where the last prompt ended (no copy): if ``prompt`` (what
+    will cut the sequence) keeps no more than that, the sequence is cut back to it and the saved state gets
+    a :func:`window_checkpoint` there.
     Returns how many of ``tokens`` the sequence still holds."""
+    checkpoint, checkpoint_pos = (latest.state, latest.pos) if latest is not None else (None, 0)
     try:
         saved = save(target, seq, tokens, mtp, mtp_tokens, checkpoint, checkpoint_pos, limit=states.budget)
     except (ContextError, MemoryError):
@@ -248,9 +251,9 @@ def save_held(states: StateCache, prefix: PrefixCache, target: Context, mtp: Con
     ``states`` where ``prompt`` would cut enough of it (``[]``: a prompt that reuses none of it)."""
     held = prefix.held(target)
     if states.worth_saving(held, prompt):
-        mtp_tokens, checkpoint = prefix.mtp_held(mtp), prefix.checkpoints.latest
+        mtp_tokens = prefix.mtp_held(mtp)
         kept = keep(states, target, 0, held, (mtp, 0) if mtp is not None and mtp_tokens else None, mtp_tokens,
-                    checkpoint.state if checkpoint else None, checkpoint.pos if checkpoint else 0, prompt)
+                    prefix.checkpoints.latest, prompt)
         if kept < len(held):  # cut back to a sliding window's checkpoint
             prefix.cut_to(target, kept)
 

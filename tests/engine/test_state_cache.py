@@ -227,6 +227,7 @@ def test_a_sliding_window_state_gets_its_checkpoint_only_where_the_cut_loses_not
     """Saving a sliding-window state longer than the window also cuts the sequence back to the last prompt's
     end and copies the window's cells there (state_cache.window_checkpoint). Only where the prompt that cuts
     the sequence keeps no more than that: one keeping part of the reply keeps all it shares."""
+    from engine.generation.checkpoints import Checkpoint
     from engine.generation.prefix_cache import PrefixCache
     from engine.generation.state_cache import keep, restore
 
@@ -240,10 +241,10 @@ def test_a_sliding_window_state_gets_its_checkpoint_only_where_the_cut_loses_not
         target.clear()
         decode(tokens, 0)
         part_of_reply = tokens[:120] + [7] * 40  # keeps 120: more than the checkpoint's 100
-        assert keep(states, target, 0, tokens, None, [], None, end, part_of_reply) == len(tokens)
+        assert keep(states, target, 0, tokens, None, [], Checkpoint(end, None), part_of_reply) == len(tokens)
         assert target.seq_pos_max() == len(tokens) - 1 and states.take(tokens[:110] + [7], have=0) is None
         other = [7] * 40  # keeps nothing
-        assert keep(states, target, 0, tokens, None, [], None, end, other) == end
+        assert keep(states, target, 0, tokens, None, [], Checkpoint(end, None), other) == end
         assert target.seq_pos_max() == end - 1  # cut back to the checkpoint
         target.clear()
         decode(tokens[:end], 0)
