@@ -51,6 +51,11 @@ class LoadOptions:
     # host memory (MiB) for earlier prompts' states, so that a conversation the contexts let go of is
     # taken up again without its prefill (engine/generation/state_cache.py); 0: none kept
     state_cache_mib: int = 2048
+    # a sliding-window model (Gemma 3, Step 3.5) keeps every cell of its windowed layers, as llama-server's
+    # --swa-full: any earlier point of a conversation can be gone back to without a copy, but those layers'
+    # cache grows with the context (5x the memory on a Gemma 3 27B). Off: each windowed layer keeps its window
+    # and a copy of it is taken at every prompt's end to go back to (engine/generation/checkpoints.py).
+    swa_full: bool = False
 
 
 def check_options(options: LoadOptions) -> None:

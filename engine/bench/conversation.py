@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
 
     path = args.model or str(default_model.default_model_path())
     session = Session(LoadOptions(path=path, n_ctx=args.n_ctx, n_threads=args.threads,
-                                  n_gpu_layers=args.gpu_layers))
+                                  n_gpu_layers=args.gpu_layers, swa_full=args.swa_full))
     try:
         spec = SPECULATION_OFF
         if args.mtp and session.mtp_drafter is not None:
@@ -223,9 +223,10 @@ def _servers(args: argparse.Namespace, path: str, prompts: list[str], mtp_on: bo
         print("\n(llama-server not built: `python packaging/build_reference_driver.py --server`)", flush=True)
         return
     n_max = args.n_max if mtp_on else 0
-    specs = [servers.ServerSpec("ours", path, n_ctx=args.n_ctx, threads=args.threads, n_max=n_max),
+    specs = [servers.ServerSpec("ours", path, n_ctx=args.n_ctx, threads=args.threads, n_max=n_max,
+                                swa_full=args.swa_full),
              servers.ServerSpec("llama-server", path, n_ctx=args.n_ctx, threads=args.threads, n_max=n_max,
-                                binary=str(binary), extra=tuple(args.llama_server_arg))]
+                                binary=str(binary), extra=tuple(args.llama_server_arg), swa_full=args.swa_full)]
     print(f"\n# the same {len(prompts)} prompts over HTTP (streamed /v1/completions, cache_prompt on), "
           f"{args.threads} thread(s) each", flush=True)
     rows = replay_side_by_side(specs, prompts, args.tokens)
@@ -249,6 +250,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mtp", action="store_true", help="draft with the model's MTP head")
     p.add_argument("--ngram", action="store_true", help="draft n-grams (with --mtp: MTP + n-gram)")
     p.add_argument("--n-max", type=int, default=3)
+    p.add_argument("--swa-full", action="store_true",
+                   help="a sliding-window model keeps every cell of its windowed layers: ours and llama-server")
     p.add_argument("--llama-server", nargs="?", const="", default=None, metavar="PATH",
                    help="then replay the prompts over HTTP to mtp-studio serve and llama-server (default PATH: "
                    "the one build_reference_driver.py --server built)")

@@ -38,13 +38,15 @@ class ServerSpec:
     adaptive: bool = False  # ours only: choose each round's depth (at most n_max)
     draft_vocab: int = 0  # ours only: the MTP head drafts among token ids below this (0: all)
     binary: str = ""  # llama-server's path
-    extra: tuple[str, ...] = ()  # more llama-server arguments (e.g. --swa-full), as given
+    extra: tuple[str, ...] = ()  # more llama-server arguments, as given
+    swa_full: bool = False  # both: a sliding-window model keeps every cell of its windowed layers
 
     @property
     def label(self) -> str:
         mtp = (f"MTP n_max {self.n_max}{' adaptive' if self.adaptive else ''}"
                f"{f' draft vocab {self.draft_vocab:,}' if self.draft_vocab else ''}" if self.n_max else "MTP off")
-        return f"{self.engine}{' ' + ' '.join(self.extra) if self.extra else ''}, {mtp}"
+        flags = (*(("--swa-full",) if self.swa_full else ()), *self.extra)
+        return f"{self.engine}{' ' + ' '.join(flags) if flags else ''}, {mtp}"
 
 
 def free_port() -> int:
@@ -60,7 +62,7 @@ def command(spec: ServerSpec, port: int) -> list[str]:
     if spec.engine == "ours":
         cmd = [sys.executable, "-m", "engine", "serve", "--model", spec.model, "--host", "127.0.0.1",
                "--port", str(port), "--parallel", str(spec.parallel), "--ctx", str(spec.n_ctx),
-               "--threads", str(spec.threads), "--queue", "64"]
+               "--threads", str(spec.threads), "--queue", "64", *(("--swa-full",) if spec.swa_full else ())]
         if spec.n_max:
             cmd += ["--speculative", "mtp", "--n-max", str(spec.n_max), "--p-min", "0"]
             if spec.adaptive:
@@ -73,7 +75,7 @@ def command(spec: ServerSpec, port: int) -> list[str]:
     if spec.engine == "llama-server":
         cmd = [spec.binary, "-m", spec.model, "--host", "127.0.0.1", "--port", str(port),
                "-np", str(spec.parallel), "-c", str(spec.n_ctx * spec.parallel), "--no-kv-unified",
-               "-t", str(spec.threads), "-tb", str(spec.threads)]
+               "-t", str(spec.threads), "-tb", str(spec.threads), *(("--swa-full",) if spec.swa_full else ())]
         if spec.n_max:  # llama.cpp's own MTP: the head of the same GGUF, p_min 0 as ours
             cmd += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(spec.n_max), "--spec-draft-p-min", "0"]
         return [*cmd, *spec.extra]
@@ -216,7 +218,7 @@ def complete(port: int, prompt: str, max_tokens: int, timeout: float = 900.0) ->
 def add_llama_server_args(p: argparse.ArgumentParser) -> None:
     """The options both comparison benchmarks take for llama-server."""
     p.add_argument("--llama-server-arg", action="append", default=[], metavar="ARG",
-                   help="pass ARG to llama-server too (repeatable; e.g. --llama-server-arg=--swa-full)")
+                   help="pass ARG to llama-server too (repeatable; e.g. --llama-server-arg=--ctx-checkpoints=4)")
 
 
 def llama_server_binary(explicit: str | None = None) -> Path | None:

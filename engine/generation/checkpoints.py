@@ -9,9 +9,16 @@ and the whole conversation was prefilled again; with the one before kept too, an
 back to the previous prompt's end and decodes only the last reply and the new message. Each costs one copy
 of the recurrent state (tens to a few hundred MB on a large hybrid), so only :data:`KEEP` are kept.
 
-A sliding-window target keeps every cell while the conversation stays in its context, so its "checkpoint"
-is only a mark of where the last prompt ended (no copy): the window's cells are copied there when the state
-goes to host memory (state_cache.window_checkpoint), and come back with it.
+A sliding-window target (Gemma 3, Step 3.5) keeps only the window's cells of its windowed layers (as
+llama-server does by default): cut back by more than the slack its cache has beyond the window (a long reply
+regenerated), the cells the window needs are gone. So the window's cells are copied at each prompt's end,
+after its last token: cut back by that token (its cell is in the copy but not needed), the copy is the state
+after the prompt's all but last, where a regenerated reply goes back to, like a hybrid's checkpoint there.
+Each costs one window of the windowed layers (~8 MB on the built-in Gemma 3 270M, ~0.4 GB on a Gemma 3 27B
+with its window of 1,024), against a full-size cache for those layers (at 32k tokens ~13 GB on the 27B).
+Loaded with ``swa_full`` the context keeps every cell, and the "checkpoint" is only a mark of where the last
+prompt ended (no copy): the window's cells are copied there when the state goes to host memory
+(state_cache.window_checkpoint), and come back with it.
 """
 
 from __future__ import annotations
@@ -48,7 +55,11 @@ class Checkpoints:
         """Take a checkpoint after ``pos`` tokens: ``take(buffer)`` copies the state (into the buffer of the one
         it replaces, or a new one when given None). Later ones are gone (the sequence was cut before them);
         where the copy fails, the others kept stay (their tokens are unchanged; the one whose buffer was
-        being written is gone)."""
+        being written is gone). One already kept at ``pos`` stays: the same tokens lead there (what was kept is
+        cut back to where the sequence still holds the same tokens: :meth:`keep_to`)."""
+        if any(c.pos == pos and c.state is not None for c in self.kept):
+            self.kept = [c for c in self.kept if c.pos <= pos and c.state is not None]
+            return
         self.kept = [c for c in self.kept if c.pos < pos and c.state is not None]
         reuse = self.kept.pop(0).state if len(self.kept) >= KEEP else None
         try:

@@ -197,6 +197,10 @@ def _prefill(session: Session, drafter: Drafter, spec: SpeculativeSettings, pref
         kept.extend(chunk)
         if end == checkpoint_at:
             session.prefix.save_checkpoint(target, end)
+        elif end == len(prefill) and session.window_cache:
+            # the window's cells, taken after the prompt's last token: cut back by that token they are the state
+            # after the prompt's all but last, where a regenerated reply (or an edit) goes back to
+            session.prefix.save_checkpoint(target, end - 1)
         read_prompt_chunk(drafter, chunk, start, first_after_reused=0 < reused == start)
         if on_prefill is not None:
             on_prefill(end - reused, len(prefill) - reused)

@@ -457,6 +457,8 @@ class ParallelGenerator:
         r.cursor = end
         if self.session.is_hybrid and end == len(r.prompt) - 1:
             self.sequences.save_checkpoint(d.seq, end)
+        elif self.session.window_cache and end == len(r.prompt):  # (as a single sequence's: decoder.py)
+            self.sequences.save_checkpoint(d.seq, end - 1)
         if r.job.on_prefill is not None:
             r.job.on_prefill(end - r.reused, len(r.prompt) - r.reused)
         if r.prefilled:

@@ -87,7 +87,8 @@ class PrefixCache:
         self._mtp_context = None
 
     def save_checkpoint(self, target: Context, pos: int) -> None:
-        """Keep the recurrent state of ``target`` as it is after ``pos`` prompt tokens (hybrids)."""
+        """Keep what ``target`` cannot cut back as it is after ``pos`` prompt tokens: a hybrid's recurrent state;
+        a sliding window's cells (taken one token later: see checkpoints.py)."""
         self.checkpoints.save(pos, lambda into: target.state_save(flags=PARTIAL_ONLY, into=into))
 
     def mark_prompt_end(self, pos: int) -> None:

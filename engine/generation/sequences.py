@@ -234,11 +234,14 @@ class Sequences:
         source, n = best
         if n <= common_prefix(self.memory[seq].held, tokens):
             return 0
+        if not self.session.target.keeps_window(n, source):  # a window-sized cache no longer holds what n needs
+            return 0
         self.share(seq, source, tokens, n, spec, drafter)
         return n
 
     def save_checkpoint(self, seq: int, pos: int) -> None:
-        """Keep sequence ``seq``'s recurrent state as it is after ``pos`` prompt tokens (hybrids)."""
+        """Keep what sequence ``seq`` cannot cut back as it is after ``pos`` prompt tokens (as
+        PrefixCache.save_checkpoint)."""
         target = self.session.target
         self.memory[seq].checkpoints.save(pos, lambda into: target.state_save(seq, flags=PARTIAL_ONLY, into=into))
 

@@ -108,6 +108,7 @@ class Session:
             # Only a verify batch needs logits on several rows (one per sequence's round); sizing the
             # output buffer for it (not n_batch rows) saves ~0.5 GB on a 262k vocabulary.
             n_outputs_max=n_seq * (MAX_DRAFT + 1),
+            swa_full=self.options.swa_full,
         )
 
     def prepare(self, mtp: bool, drafts: bool | None = None) -> None:
@@ -227,9 +228,17 @@ class Session:
 
     @property
     def window_checkpoints(self) -> bool:
-        """A sliding-window target (not a hybrid): a state saved to host memory gets its window's cells at the
-        last prompt's end too, so that it can go back there (state_cache.window_checkpoint)."""
-        return bool(self.model.n_swa) and not self._hybrid
+        """A sliding-window target (not a hybrid) that keeps every cell (``swa_full``): where each prompt ended
+        is marked, and a state saved to host memory gets its window's cells there too, so that it can go back
+        there (state_cache.window_checkpoint)."""
+        return bool(self.model.n_swa) and not self._hybrid and self.options.swa_full
+
+    @property
+    def window_cache(self) -> bool:
+        """A sliding-window target (not a hybrid) whose windowed layers keep only their window (not
+        ``swa_full``): a copy of the window's cells is taken at each prompt's end, to go back to where the
+        cells before the window are gone (a long reply regenerated, an edited message; checkpoints.py)."""
+        return bool(self.model.n_swa) and not self._hybrid and not self.options.swa_full
 
     @property
     def n_heads(self) -> int:

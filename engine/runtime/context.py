@@ -24,6 +24,9 @@ class ContextParams:
     n_rs_seq: int = 0  # recurrent snapshots kept for partial rollback (hybrid targets)
     n_outputs_max: int = 0  # 0: llama.cpp's default
     mtp: bool = False  # an MTP (draft head) context rather than a target context
+    # a sliding-window model keeps every cell of its windowed layers (llama.cpp's default, as llama-server's
+    # --swa-full): any prefix can then be cut back to, at the cost of a full-size cache for those layers too
+    swa_full: bool = True
 
 
 def seq_id_rows(capacity: int) -> tuple[Any, Any, Any]:
@@ -139,6 +142,7 @@ class Context:
         cp.n_threads = params.n_threads
         cp.n_threads_batch = params.n_threads
         cp.n_rs_seq = params.n_rs_seq
+        cp.swa_full = params.swa_full
         cp.no_perf = True
         if params.n_outputs_max:
             cp.n_outputs_max = params.n_outputs_max

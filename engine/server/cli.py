@@ -69,6 +69,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-sampling", choices=("match", "probabilistic"), default="match",
                    help="for sampled requests: probabilistic keeps sampled drafts by rejection sampling (more "
                         "accepted at high temperature, not the same seeded reply); with --speculative mtp")
+    p.add_argument("--swa-full", action="store_true",
+                   help="a sliding-window model (Gemma 3, Step 3.5) keeps every cell of its windowed layers, as "
+                        "llama-server's --swa-full: going back in a conversation needs no copy of the window, "
+                        "but those layers' cache grows with --ctx (docs/mtp.md)")
     p.add_argument("--verbose", action="store_true", help="show the engine's log")
 
 
@@ -94,7 +98,8 @@ def start_link(args: argparse.Namespace) -> tuple[object, str]:
     cache_mib = getattr(args, "cache_ram", LoadOptions.state_cache_mib)  # bench-serve has none: serve's default
     load = load_request_for(args.model, sidecar=args.sidecar, n_ctx=args.ctx, n_threads=args.threads,
                             n_gpu_layers=args.gpu_layers, mmproj=getattr(args, "mmproj", None), parallel=parallel,
-                            draft_vocab=draft_vocab, state_cache_mib=cache_mib)
+                            draft_vocab=draft_vocab, state_cache_mib=cache_mib,
+                            swa_full=getattr(args, "swa_full", False))
     link = WorkerLink(load, verbose=args.verbose)
     model = link.model()
     assert model is not None

@@ -80,6 +80,32 @@ def _recurrent_layers(arch: str, meta: dict[str, Any], n_trunk: int) -> list[boo
     return [(i + 1) % interval != 0 for i in range(n_trunk)]
 
 
+# llama.cpp's pattern of sliding-window layers where the GGUF does not list them (load_swa_pattern in its
+# models/*.cpp): every n-th layer attends fully, the last of each n (the first where dense_first)
+_SWA_PATTERNS = {"gemma2": (2, False), "gemma3": (6, False), "gemma3n": (5, False), "gemma-embedding": (6, False),
+                 "cohere2": (4, False), "cohere2moe": (4, True), "gpt-oss": (2, False), "llama4": (4, False),
+                 "exaone4": (4, False), "olmo2": (4, False), "afmoe": (4, False), "smallthinker": (4, True)}
+
+
+def _window_layers(arch: str, meta: dict[str, Any], n_trunk: int) -> list[bool]:
+    """Which trunk layers attend through a sliding window (none where the model has no window)."""
+    if not int(meta.get(f"{arch}.attention.sliding_window", 0) or 0):
+        return [False] * n_trunk
+    pattern = meta.get(f"{arch}.attention.sliding_window_pattern")
+    if isinstance(pattern, list):
+        return [bool(x) for x in pattern[:n_trunk]] + [False] * max(0, n_trunk - len(pattern))
+    n, dense_first = (int(pattern), False) if pattern is not None else _SWA_PATTERNS.get(arch, (0, False))
+    if n <= 0:
+        return [True] * n_trunk
+    return [(i % n != 0) if dense_first else (i % n < n - 1) for i in range(n_trunk)]
+
+
+def window_cells(n_swa: int, n_ctx: int, n_seq: int = 1) -> int:
+    """Cells a windowed layer's cache has without ``swa_full``: the window of each sequence and a ubatch,
+    padded to 256, at most the context (llama_kv_cache_iswa)."""
+    return min(n_ctx, -(-(n_swa * n_seq + N_UBATCH) // 256) * 256)
+
+
 def available_memory() -> int | None:
     """Memory a new model can take without swapping, in bytes (psutil: Linux, macOS and Windows alike)."""
     import psutil
@@ -91,24 +117,27 @@ def available_memory() -> int | None:
 
 
 def estimate(path: str | Path, *, n_ctx: int = 4096, sidecar: str | Path | None = None, mtp: bool = True,
-             available: int | None = None) -> MemoryEstimate:
+             available: int | None = None, swa_full: bool = False) -> MemoryEstimate:
     """Raises ModelFileError when a size the estimate reads has the wrong type."""
-    return estimates(path, [n_ctx], sidecar=sidecar, mtp=mtp, available=available)[0]
+    return estimates(path, [n_ctx], sidecar=sidecar, mtp=mtp, available=available, swa_full=swa_full)[0]
 
 
 def estimates(path: str | Path, n_ctxs: list[int], *, sidecar: str | Path | None = None, mtp: bool = True,
-              available: int | None = None) -> list[MemoryEstimate]:
-    """:func:`estimate` for each context size in ``n_ctxs``, the headers read once (a header with a
-    real vocabulary takes ~0.2 s to parse)."""
+              available: int | None = None, swa_full: bool = False,
+              n_seqs: list[int] | None = None) -> list[MemoryEstimate]:
+    """:func:`estimate` for each context size in ``n_ctxs`` (over ``n_seqs`` sequences each, default one),
+    the headers read once (a header with a real vocabulary takes ~0.2 s to parse). ``swa_full``: a
+    sliding-window model's windowed layers keep every cell (LoadOptions.swa_full)."""
     try:
-        return _estimate(path, n_ctxs=n_ctxs, sidecar=sidecar, mtp=mtp, available=available)
+        return _estimate(path, n_ctxs=n_ctxs, sidecar=sidecar, mtp=mtp, available=available, swa_full=swa_full,
+                         n_seqs=n_seqs or [1] * len(n_ctxs))
     except (TypeError, ValueError, OverflowError) as exc:  # per-layer sizes read as plain values below
         raise ModelFileError(f"{Path(path).name}: a size in its metadata is not a usable number ({exc}). "
                              "Download it again or use another export.") from exc
 
 
 def _estimate(path: str | Path, *, n_ctxs: list[int], sidecar: str | Path | None, mtp: bool,
-              available: int | None) -> list[MemoryEstimate]:
+              available: int | None, swa_full: bool, n_seqs: list[int]) -> list[MemoryEstimate]:
     facts = read_facts(path)
     arch, meta = facts.architecture, read_header(Path(path)).metadata
     n_trunk = facts.trunk_layers
@@ -117,6 +146,8 @@ def _estimate(path: str | Path, *, n_ctxs: list[int], sidecar: str | Path | None
     dk = int(meta.get(f"{arch}.attention.key_length", facts.n_embd // max(1, head_count[0])))
     dv = int(meta.get(f"{arch}.attention.value_length", dk))
     recurrent = _recurrent_layers(arch, meta, n_trunk)
+    windowed = [False] * n_trunk if swa_full or any(recurrent) else _window_layers(arch, meta, n_trunk)
+    n_swa = int(meta.get(f"{arch}.attention.sliding_window", 0) or 0)
     use_mtp = mtp and (facts.has_mtp or sidecar is not None)
 
     # weights: every tensor llama.cpp loads (MTP blocks only when drafting)
@@ -159,16 +190,20 @@ def _estimate(path: str | Path, *, n_ctxs: list[int], sidecar: str | Path | None
     heads = (side_facts.nextn_layers if side_facts else facts.nextn_layers) if use_mtp else 0
     free = available if available is not None else available_memory()
 
-    def at(n_ctx: int) -> MemoryEstimate:
+    def at(n_ctx: int, n_seq: int) -> MemoryEstimate:
         kv_per_layer = n_ctx * (dk + dv) * 2  # f16 K and V, per KV head
-        kv_cache = sum(kv_per_layer * kv_heads[i] for i in range(n_trunk) if not recurrent[i])
+        window = window_cells(n_swa, n_ctx, n_seq) * (dk + dv) * 2
+        kv_cache = sum((window if windowed[i] else kv_per_layer) * kv_heads[i]
+                       for i in range(n_trunk) if not recurrent[i])
         mask_bytes = n_ctx * N_UBATCH * 2
-        compute = masks * mask_bytes + N_UBATCH * 4 * (4 * wide + 3 * ff_active)
+        # a windowed cache's mask spans its cells only
+        swa_mask = window_cells(n_swa, n_ctx, n_seq) * N_UBATCH * 2 if any(windowed) else mask_bytes
+        compute = mask_bytes + (masks - 1) * swa_mask + N_UBATCH * 4 * (4 * wide + 3 * ff_active)
         # its input and exported hidden rows are n_embd_out wide (hc·n_embd with hyper-connections)
         mtp_ctx = heads * kv_per_layer * kv_heads[-1] + mask_bytes + N_UBATCH * 4 * (9 * wide // 2) if use_mtp else 0
         return MemoryEstimate(weights, kv_cache, rec, mtp_ctx, compute, free)
 
-    return [at(n) for n in n_ctxs]
+    return [at(n, k) for n, k in zip(n_ctxs, n_seqs, strict=True)]
 
 
 _MEASURE = """
@@ -177,17 +212,18 @@ from engine.runtime import native
 native.set_verbose(True)
 from engine.generation.session import LoadOptions, Session
 s = Session(LoadOptions(path=sys.argv[1], n_ctx=int(sys.argv[2]), mtp=sys.argv[3] == "1",
-                        sidecar=sys.argv[4] or None))
+                        sidecar=sys.argv[4] or None, swa_full=sys.argv[5] == "1"))
 s.close()
 """
 _BUFFER = re.compile(r"(\w+) buffer size =\s+([\d.]+) MiB")
 
 
 def measure(path: str | Path, *, n_ctx: int = 4096, sidecar: str | Path | None = None,
-            mtp: bool = True) -> dict[str, float]:
+            mtp: bool = True, swa_full: bool = False) -> dict[str, float]:
     """What llama.cpp reports allocating, by buffer kind (MiB), loading in a child process."""
     proc = subprocess.run([sys.executable, "-c", _MEASURE, str(path), str(n_ctx), "1" if mtp else "0",
-                           str(sidecar or "")], capture_output=True, text=True, timeout=600)
+                           str(sidecar or ""), "1" if swa_full else "0"], capture_output=True, text=True,
+                          timeout=600)
     totals: dict[str, float] = {}
     for kind, size in _BUFFER.findall(proc.stderr):
         totals[kind] = totals.get(kind, 0.0) + float(size)

@@ -51,7 +51,8 @@ def default_parallel(path: str | Path, *, n_ctx: int, sidecar: str | Path | None
     itself then says what does not fit.
     """
     try:  # one read of the headers for every count (each read of a real vocabulary's header takes ~0.2 s)
-        sized = estimates(path, [n_ctx * n for n in CHOICES], sidecar=sidecar, available=available)
+        sized = estimates(path, [n_ctx * n for n in CHOICES], sidecar=sidecar, available=available,
+                          n_seqs=list(CHOICES))
     except (ModelFileError, OSError, ValueError) as exc:
         return DEFAULT_PARALLEL, f"{DEFAULT_PARALLEL} requests at once (memory not estimated: {exc})"
     free = sized[0].available

@@ -133,6 +133,17 @@ def test_memory_estimate_is_within_15_percent_of_what_llama_cpp_allocates(arch, 
     assert abs(est.total - allocated) / allocated < 0.15, (est.lines(), allocated)
 
 
+@pytest.mark.parametrize("swa_full", [False, True], ids=["window", "full"])
+def test_memory_estimate_of_the_built_in_sliding_window_model_follows_its_window_cache(default_model, swa_full):
+    """Gemma 3 lists no pattern of windowed layers (llama.cpp knows it: 5 of every 6); without ``swa_full``
+    they keep their window's cells only, a fifth of the KV cache at 32k tokens."""
+    est = estimate(default_model, n_ctx=32768, swa_full=swa_full)
+    allocated = sum(measure(default_model, n_ctx=32768, swa_full=swa_full).values()) * 2**20
+    assert abs(est.total - allocated) / allocated < 0.15, (est.lines(), allocated)
+    if not swa_full:
+        assert est.kv_cache * 4 < estimate(default_model, n_ctx=32768, swa_full=True).kv_cache
+
+
 def test_fit_verdicts():
     path = synth("glm4moe").path()
     assert estimate(path, available=10**12).verdict == "fits"

@@ -170,6 +170,46 @@ def test_a_hybrid_goes_back_to_the_previous_prompt_for_an_edited_last_message(sp
     assert edited.tokens == alone.tokens and edited.drafts_per_round == alone.drafts_per_round
 
 
+@pytest.mark.parametrize("parallel", [1, 2], ids=["one-sequence", "two-sequences"])
+@pytest.mark.parametrize("spec", [SPECULATION_OFF, mtp(3)], ids=["plain", "mtp"])
+def test_a_sliding_window_keeping_its_window_only_goes_back_to_the_copy_at_the_prompts_end(spec, parallel):
+    """A sliding-window target keeps only its window's cells (not ``swa_full``, as llama-server by default):
+    a reply longer than the cache's slack beyond the window overwrites the cells the prompt's end needs, so a
+    regenerated reply goes back to the copy of the window taken at the prompt's end (checkpoints.py) instead
+    of prefilling again. Output and drafts: those of the same replies with every cell kept, where the
+    rejected drafts are cut from a full-size cache (here they are cut from a window-sized one)."""
+    path = str(synth("step35", "random", seed=5).path())  # a window of 16
+    prompt, long = FIRST * 6, 300  # with n_batch 64 the windowed cache has 256 cells: the reply wraps it
+
+    def replies(swa_full: bool) -> tuple[list[object], list[bool]]:
+        with Session(LoadOptions(path=path, n_ctx=1024, n_batch=64, parallel=parallel,
+                                 swa_full=swa_full)) as session:
+            engine = ParallelGenerator(session) if parallel > 1 else None
+            out, could_cut = [], []
+            for _ in range(3):
+                if engine is None:
+                    out.append(run(session, spec, prompt=prompt, max_tokens=long, record_drafts=True))
+                else:
+                    job = Job(GenerateRequest(prompt=prompt, max_tokens=long, speculative=spec, record_drafts=True))
+                    engine.add(job)
+                    while not engine.idle:
+                        engine.step()
+                    out.append(job.result)
+                seq = 0 if engine is None else job.seq
+                could_cut.append(session.target.keeps_window(out[0].stats.prompt_tokens - 1, seq))
+            return out, could_cut
+
+    (first, *again), could_cut = replies(swa_full=False)
+    assert not any(could_cut)  # the cells before the window at the prompt's end are gone after each reply
+    assert [r.stats.prompt_reused for r in again] == [first.stats.prompt_tokens - 1] * 2
+    assert len(first.tokens) == long
+    (full, *_), could_cut = replies(swa_full=True)
+    assert all(could_cut)
+    for r in again:
+        assert r.tokens == first.tokens and r.drafts_per_round == first.drafts_per_round
+    assert first.tokens == full.tokens and first.drafts_per_round == full.drafts_per_round
+
+
 def test_the_n_gram_drafter_reuses_the_prefix():
     session = Session(LoadOptions(path=str(synth("glm4moe", "mixed", seed=2).path()), n_ctx=512))
     try:

@@ -170,6 +170,14 @@ def test_the_conversation_verdict_counts_turns_and_the_time_outside_each_decode(
 
 
 def test_extra_llama_server_arguments_go_last_and_name_the_row():
-    spec = S.ServerSpec("llama-server", "m.gguf", binary="b", extra=("--swa-full",))
-    assert S.command(spec, 9000)[-1] == "--swa-full"
-    assert spec.label == "llama-server --swa-full, MTP off"
+    spec = S.ServerSpec("llama-server", "m.gguf", binary="b", extra=("--ctx-checkpoints", "4"))
+    assert S.command(spec, 9000)[-2:] == ["--ctx-checkpoints", "4"]
+    assert spec.label == "llama-server --ctx-checkpoints 4, MTP off"
+
+
+def test_a_full_size_window_cache_is_asked_of_both_servers_alike():
+    for engine in ("ours", "llama-server"):
+        spec = S.ServerSpec(engine, "m.gguf", binary="b", swa_full=True)
+        assert "--swa-full" in S.command(spec, 9000)
+        assert "--swa-full" not in S.command(S.ServerSpec(engine, "m.gguf", binary="b"), 9000)
+        assert spec.label == f"{engine} --swa-full, MTP off"
