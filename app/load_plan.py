@@ -97,11 +97,12 @@ class MemoryPlan:
 
 
 def plan_memory(path: str, n_ctx: int, sidecar: str | None, mtp: bool, gpu_share: float,
-                vram_have: int | None, projector: int = 0) -> MemoryPlan:
+                vram_have: int | None, projector: int = 0, swa_full: bool = False) -> MemoryPlan:
     """The estimate split between RAM and VRAM: offloaded layers take their share of the
     weights and caches to the GPU, which then also holds the compute buffers. A vision projector
-    (``projector`` bytes) goes where mtmd puts it: on the GPU when any layer is, else in RAM."""
-    est = fit.estimate(path, n_ctx=n_ctx, sidecar=sidecar, mtp=mtp)
+    (``projector`` bytes) goes where mtmd puts it: on the GPU when any layer is, else in RAM.
+    ``swa_full``: the preference that a sliding-window model keeps every cell (Settings.swa_full)."""
+    est = fit.estimate(path, n_ctx=n_ctx, sidecar=sidecar, mtp=mtp, swa_full=swa_full)
     layered = est.weights + est.kv_cache + est.recurrent + est.mtp_context
     vram = int(layered * gpu_share) + (est.compute if gpu_share > 0 else 0)
     on_gpu = projector if gpu_share > 0 else 0

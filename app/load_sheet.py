@@ -66,11 +66,14 @@ class LoadSheet(QDialog):
     sig_eject = Signal()
 
     def __init__(self, choice: LoadChoice, backend: str | None, report: HardwareReport | None,
-                 loaded: str | None, parent: QWidget | None = None, propose_projector: bool = False) -> None:
+                 loaded: str | None, parent: QWidget | None = None, propose_projector: bool = False,
+                 swa_full: bool = False) -> None:
         """``propose_projector``: choose the first projector beside the model that fits it (another model
-        than the one loaded), else keep ``choice.mmproj``."""
+        than the one loaded), else keep ``choice.mmproj``. ``swa_full``: the preference that a
+        sliding-window model keep its whole cache, which the memory estimate counts."""
         super().__init__(parent)
         self.propose_projector = propose_projector
+        self.swa_full = swa_full
         self.setWindowTitle("Load a model")
         self.choice = choice
         self.facts: SheetFacts | None = None
@@ -300,7 +303,7 @@ class LoadSheet(QDialog):
         share = min(1.0, choice.n_gpu_layers / max(1, self.facts.layers + 1))
         option = self.projector.options.get(choice.mmproj or "")
         task = background.run(numbered_plan, serial, self.facts.path, choice.n_ctx, choice.sidecar, choice.mtp,
-                              share, self._vram_have, option.size if option else 0)
+                              share, self._vram_have, option.size if option else 0, self.swa_full)
         self._track(task, self._on_plan, self._on_facts_failed)
 
     def _on_plan(self, result: tuple[int, MemoryPlan | None, str]) -> None:

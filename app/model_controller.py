@@ -172,7 +172,7 @@ class ModelController(QObject):
         if self.sheet is not None:
             self.sheet.close()
         sheet = self.sheet = LoadSheet(choice, backend, self.probe.report, loaded, self.window,
-                                       propose_projector=not same)
+                                       propose_projector=not same, swa_full=self.settings.swa_full)
         sheet.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         sheet.destroyed.connect(lambda _obj=None: self._sheet_gone(sheet))
         sheet.sig_load.connect(self.request)

@@ -56,6 +56,9 @@ class Settings:
     # host memory for earlier conversations' states (engine LoadOptions.state_cache_mib): going back to a chat the
     # engine let go of reads it from there instead of prefilling it again; 0: none kept
     state_cache_mib: int = 2048
+    # a sliding-window model (Gemma 3, Step 3.5) keeps every cell of its windowed layers (engine
+    # LoadOptions.swa_full): more memory, no copy of the window at each prompt's end
+    swa_full: bool = False
     rpc_servers: str = ""  # ggml RPC servers, "host:port,…": the trunk is split across them (docs/multi-machine.md)
     theme: str = "system"  # system | light | dark
     max_tokens: int = 512

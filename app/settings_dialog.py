@@ -6,6 +6,7 @@ surrogate) keeps the dialog open, with what was typed and the field named."""
 from __future__ import annotations
 
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QFormLayout,
@@ -83,6 +84,13 @@ class SettingsDialog(QDialog):
                                     "does not read it all again. At most a quarter of the memory free once the "
                                     "model is loaded, less the model's own files; 0: keep none.")
         form.addRow("Memory for earlier chats", self.state_cache)
+        self.swa_full = QCheckBox("Keep a sliding-window model's whole cache")
+        self.swa_full.setChecked(settings.swa_full)
+        self.swa_full.setToolTip("Gemma 3 and Step 3.5 attend to the last few hundred tokens in most layers. "
+                                 "Off, those layers keep only that window (a fifth of the memory on a long "
+                                 "context) and a copy of it where each prompt ended, to regenerate from. On, "
+                                 "they keep every token, as llama.cpp's --swa-full.")
+        form.addRow("", self.swa_full)
         self.rpc_servers = QLineEdit(settings.rpc_servers)
         self.rpc_servers.setPlaceholderText("host:port, host:port (empty: this machine only)")
         form.addRow("Remote devices (RPC)", self.rpc_servers)
@@ -106,10 +114,11 @@ class SettingsDialog(QDialog):
         """Copy the values into the settings; True when the model must be reloaded."""
         s = self.settings
         reload_needed = (s.n_threads, s.n_ctx, s.n_gpu_layers, s.rpc_servers, s.draft_vocab_for(s.model_path),
-                         s.state_cache_mib) != (
+                         s.state_cache_mib, s.swa_full) != (
             self.threads.value(), self.ctx.value(), self.gpu_layers.value(), self.rpc_servers.text().strip(),
-            self.draft_vocab.currentData(), self.state_cache.value())
+            self.draft_vocab.currentData(), self.state_cache.value(), self.swa_full.isChecked())
         s.state_cache_mib = self.state_cache.value()
+        s.swa_full = self.swa_full.isChecked()
         s.set_draft_vocab(s.model_path, self.draft_vocab.currentData())
         s.rpc_servers = self.rpc_servers.text().strip()
         reply = self.reply.values()

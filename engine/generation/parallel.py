@@ -270,8 +270,8 @@ class ParallelGenerator:
                 continue
             r.waits_for = None
             n = shareable(r.prompt, _holding(source.decoder), rows)  # (a deferred lane lags)
-            if n <= r.reused:
-                continue  # it reads its prompt itself
+            if n <= r.reused or not self.target.keeps_window(n, source.decoder.seq):
+                continue  # it reads its prompt itself (a window-sized cache may have let go of what n needs)
             self.sequences.share(d.seq, source.decoder.seq, r.prompt, n, d.spec, d.drafter)
             _defer_if_unfolded(d.drafter)
             r.cursor = r.reused = d.stats.prompt_reused = n

@@ -108,7 +108,7 @@ class Session:
             # Only a verify batch needs logits on several rows (one per sequence's round); sizing the
             # output buffer for it (not n_batch rows) saves ~0.5 GB on a 262k vocabulary.
             n_outputs_max=n_seq * (MAX_DRAFT + 1),
-            swa_full=self.options.swa_full,
+            swa_full=self.options.swa_full or self._hybrid,  # a hybrid's checkpoints are for its recurrent state
         )
 
     def prepare(self, mtp: bool, drafts: bool | None = None) -> None:

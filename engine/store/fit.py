@@ -94,7 +94,8 @@ def _window_layers(arch: str, meta: dict[str, Any], n_trunk: int) -> list[bool]:
     pattern = meta.get(f"{arch}.attention.sliding_window_pattern")
     if isinstance(pattern, list):
         return [bool(x) for x in pattern[:n_trunk]] + [False] * max(0, n_trunk - len(pattern))
-    n, dense_first = (int(pattern), False) if pattern is not None else _SWA_PATTERNS.get(arch, (0, False))
+    n, dense_first = _SWA_PATTERNS.get(arch, (0, False))
+    n = int(pattern) if pattern is not None else n
     if n <= 0:
         return [True] * n_trunk
     return [(i % n != 0) if dense_first else (i % n < n - 1) for i in range(n_trunk)]

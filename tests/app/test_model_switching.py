@@ -241,3 +241,24 @@ def test_a_setting_the_load_refused_is_put_back_to_what_loaded(qtbot, services):
         services.window.models.load()
     assert services.settings.n_ctx == 512 and Settings.load().n_ctx == 512
     assert services.window.models.model is not None and services.window.send_button.isEnabled()
+
+
+def test_the_load_sheet_estimates_a_sliding_window_cache_as_the_preference_keeps_it(qtbot, services):
+    """The built-in Gemma 3 keeps its windowed layers' window only unless Preferences keep the whole cache:
+    the sheet's estimate counts the cache the load will make."""
+    from engine.default_model import default_model_path
+    from engine.store import fit
+
+    start_and_load(qtbot, services)
+    path = str(default_model_path())
+    window_only = fit.estimate(path, n_ctx=8192, mtp=False).kv_cache
+    whole = fit.estimate(path, n_ctx=8192, mtp=False, swa_full=True).kv_cache
+    assert whole > 2 * window_only
+    for swa_full, kv_cache in ((False, window_only), (True, whole)):
+        services.settings.swa_full = swa_full
+        services.window.model_picker.sig_pick.emit(None)
+        sheet = services.window.models.sheet
+        sheet.ctx.setValue(8192)
+        qtbot.waitUntil(lambda s=sheet, kv=kv_cache: s.plan is not None and s.plan.estimate.kv_cache == kv,
+                        timeout=20000)
+        sheet.close()

@@ -159,3 +159,20 @@ def test_memory_for_earlier_conversations_is_a_preference_that_persists_and_reac
     again = Settings.load()
     assert again.state_cache_mib == 512
     assert LoadChoice.from_settings(again).options(again).state_cache_mib == 512
+
+
+def test_a_sliding_window_model_s_whole_cache_is_a_preference_that_persists_and_reaches_the_load(qtbot,
+                                                                                             isolated_dirs):
+    from app.load_choice import LoadChoice
+
+    settings = Settings()
+    dialog = SettingsDialog(settings, max_draft=3)
+    qtbot.addWidget(dialog)
+    assert not dialog.swa_full.isChecked()  # the engine's default: the window's cells only
+    assert not dialog.apply()
+    dialog.swa_full.setChecked(True)
+    assert dialog.apply()  # the context's cache is made at load: a reload
+    settings.save()
+    again = Settings.load()
+    assert again.swa_full
+    assert LoadChoice.from_settings(again).options(again).swa_full

@@ -228,6 +228,30 @@ def test_a_request_shares_the_start_another_sequence_holds(arch, spec, first_spe
             same_as_alone(s, j.result, noise)
 
 
+def test_a_request_shares_no_start_whose_window_a_running_sequence_let_go_of():
+    """A sliding-window target keeping its window's cells only: once a running reply has gone past the cache's
+    slack beyond the window, the cells its prompt's end needs are gone, and a request sharing that prompt
+    reads it itself (sharing them, its attention missed cells: another reply)."""
+    path = str(synth("step35", "random", seed=5).path())  # a window of 16
+    prompt = " the river model and the old bridge" * 8
+    long = GenerateRequest(prompt=prompt + " first", max_tokens=300)
+    late = GenerateRequest(prompt=prompt + " second", max_tokens=16)
+    options = LoadOptions(path=path, n_ctx=1024, n_batch=64, parallel=2)  # 256 windowed cells for both
+    with Session(options) as session:
+        engine = ParallelGenerator(session)
+        jobs = [Job(long), Job(late)]
+        engine.add(jobs[0])
+        for _ in range(280):
+            engine.step()
+        engine.add(jobs[1])
+        while not engine.idle:
+            engine.step()
+    with Session(options) as session:
+        solo = generate(session, late)
+    assert jobs[1].result.tokens == solo.tokens
+    assert jobs[1].result.stats.prompt_reused == 0
+
+
 @pytest.mark.parametrize("spec", [SPECULATION_OFF, mtp(3, depth="adaptive"), mtp(3)], ids=["off", "adaptive", "fixed"])
 def test_requests_arriving_together_with_one_system_prompt_read_it_once(spec, monkeypatch):
     """Three requests sent at once with one long system prompt: the first reads it, the others wait for
