@@ -50,7 +50,7 @@ def main() -> int:
 
     sessions = {full: Session(LoadOptions(path=path, n_ctx=8192, n_threads=1, swa_full=full)) for full in (False, True)}
     try:
-        print(f"\nconversation, {args.turns} turns, TTFT with reuse (ms)\nturn  prompt  window  full  full/window")
+        print(f"\nconversation, {args.turns} turns, TTFT with reuse (ms)\nturn  reused  window  full  full/window")
         texts = {False: "", True: ""}
         ratios = []
         for turn in range(args.turns):
