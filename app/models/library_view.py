@@ -37,13 +37,14 @@ ROW_ROLE = Qt.ItemDataRole.UserRole + 1  # the row's LibraryRow; UserRole holds 
 WHERE_LABELS = {"all": "On this computer and in the catalog", "disk": "On this computer", "catalog": "In the catalog"}
 
 
-def facts_lines(path: str, n_ctx: int) -> list[str]:
-    """A model's header facts and its memory estimate at ``n_ctx``, as lines (or why not)."""
+def facts_lines(path: str, n_ctx: int, swa_full: bool = False) -> list[str]:
+    """A model's header facts and its memory estimate at ``n_ctx``, as lines (or why not); ``swa_full``: the
+    preference that a sliding-window model keeps its whole cache (Settings.swa_full), as the load will."""
     from engine.gguf.facts import read_facts
 
     try:
         lines = read_facts(path).summary_lines()
-        est = fit.estimate(path, n_ctx=n_ctx)
+        est = fit.estimate(path, n_ctx=n_ctx, swa_full=swa_full)
         return [*lines, "", f"memory at n_ctx {n_ctx}:", *("  " + ln for ln in est.lines())]
     except Exception as exc:
         return [str(exc)]
@@ -289,7 +290,7 @@ class LibraryView(QWidget):
             return
         self._facts_generation += 1
         generation = self._facts_generation
-        task = background.run(facts_lines, path, self.ctx.value())
+        task = background.run(facts_lines, path, self.ctx.value(), (self.preferences or Settings()).swa_full)
         task.sig_done.connect(lambda lines: self._show_facts_lines(lines, generation))
 
     def _show_facts_lines(self, lines: list[str], generation: int) -> None:

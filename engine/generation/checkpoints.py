@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import ContextError
+from engine.store.fit import CHECKPOINTS_KEPT
 
-KEEP = 2  # the last prompt's end (a regenerated reply) and the one before (an edited last message)
+KEEP = CHECKPOINTS_KEPT  # the last prompt's end (a regenerated reply) and the one before (an edited last message)
 
 
 @dataclass
@@ -64,7 +65,7 @@ class Checkpoints:
         reuse = self.kept.pop(0).state if len(self.kept) >= KEEP else None
         try:
             self.kept.append(Checkpoint(pos, take(reuse)))
-        except ContextError:
+        except (ContextError, MemoryError):  # a copy llama.cpp refused, or no host memory for its buffer
             pass
 
     def mark(self, pos: int) -> None:

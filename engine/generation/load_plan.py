@@ -110,7 +110,7 @@ class LoadPlan:
         device = device_memory(options, facts)
         if parallel_auto:
             n, why = default_parallel(options.path, n_ctx=options.n_ctx or facts.context_length,
-                                      sidecar=options.sidecar, device=device)
+                                      sidecar=options.sidecar, device=device, swa_full=options.swa_full)
             options = replace(options, parallel=n)
         return cls(options, facts, sidecar_facts, mtp_in_target, want_mtp, reason, parallel_auto, why, device)
 

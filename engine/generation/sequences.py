@@ -20,7 +20,8 @@ same way in the draft context (one row past the shared cells, which it resumes
 from; the source may draft with MTP alone or MTP + n-gram, whose MTP half keeps
 every row: engine/speculative/reuse.py); a lazy lane starts from the prompt's newest
 rows anyway; an n-gram map reads the shared tokens. Not for a hybrid (a recurrent
-state is one per sequence, not per position).
+state is one per sequence, not per position), nor where a sliding-window cache keeps
+only the window (shared cells are never let go of there: :meth:`Sequences.can_share`).
 
 Requests that arrive together with one long start (sub-agents launched with one
 system prompt) cannot share cells nobody has decoded yet: the multi-sequence
@@ -197,10 +198,17 @@ class Sequences:
         return (lane.ctx, lane.seq) if lane is not None else None
 
     def can_share(self) -> bool:
-        """Whether a sequence may take another's cells (see the module docstring): a unified pool, and no
-        recurrent state. Any drafter may: an MTP lane takes the rows too (or, lazy, starts from the newest),
-        an n-gram map reads the shared tokens."""
-        return self.session.kv_unified and not self.session.is_hybrid
+        """Whether a sequence may take another's cells (see the module docstring): a unified pool, no
+        recurrent state, and not a cache that keeps a sliding window's cells only. Any drafter may: an MTP
+        lane takes the rows too (or, lazy, starts from the newest), an n-gram map reads the shared tokens.
+
+        A window-only cache (``Session.window_cache``) has ``n_swa`` cells per sequence and a ubatch, and
+        llama.cpp takes a cell that left the window back only while one sequence holds it: shared cells
+        stay until every sharer is cut, and two sequences sharing a long prompt leave no cell to decode into
+        (``llama_decode`` fails both). ``llama_memory_seq_rm`` cannot let go of them early either: it cuts
+        the full-attention layers' cells with them. So there each sequence reads its own prompt, as in
+        llama-server; with ``swa_full`` (Preferences, ``--swa-full``) the pool holds every cell and they share."""
+        return self.session.kv_unified and not self.session.is_hybrid and not self.session.window_cache
 
     def share(self, seq: int, source: int, tokens: list[int], n: int, spec: SpeculativeSettings,
               drafter: Drafter) -> None:

@@ -24,6 +24,8 @@ from engine.gguf.header import read_header
 
 MIB = 2**20
 N_UBATCH = 512
+# checkpoints each sequence keeps (engine/generation/checkpoints.py): the last prompt's end and the one before
+CHECKPOINTS_KEPT = 2
 MTP_RS_SNAPSHOTS = 8  # engine.speculative.drafter.MAX_DRAFT: n_rs_seq for hybrid targets with MTP
 # Architectures whose recurrent state keeps per-token snapshots (llm_arch_supports_rs_rollback).
 RS_ROLLBACK_ARCHS = frozenset({"qwen35", "qwen35moe", "qwen4exp", "bailingmoe3", "nemotron_h_moe", "deepseek4"})
@@ -37,10 +39,13 @@ class MemoryEstimate:
     mtp_context: int
     compute: int
     available: int | None
+    # host copies each sequence keeps at its recent prompts' ends (engine/generation/checkpoints.py): a hybrid's
+    # recurrent state, or a window-only cache's window cells; never offloaded
+    checkpoints: int = 0
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv_cache + self.recurrent + self.mtp_context + self.compute
+        return self.weights + self.kv_cache + self.recurrent + self.mtp_context + self.compute + self.checkpoints
 
     @property
     def verdict(self) -> str:
@@ -59,6 +64,8 @@ class MemoryEstimate:
             out.append(f"recurrent     {mib(self.recurrent)}")
         if self.mtp_context:
             out.append(f"MTP context   {mib(self.mtp_context)}")
+        if self.checkpoints:
+            out.append(f"checkpoints   {mib(self.checkpoints)}")
         out += [f"compute       {mib(self.compute)}", f"total         {mib(self.total)}"]
         if self.available is not None:
             out.append(f"available     {mib(self.available)}  → {self.verdict}")
@@ -81,10 +88,14 @@ def _recurrent_layers(arch: str, meta: dict[str, Any], n_trunk: int) -> list[boo
 
 
 # llama.cpp's pattern of sliding-window layers where the GGUF does not list them (load_swa_pattern in its
-# models/*.cpp): every n-th layer attends fully, the last of each n (the first where dense_first)
+# models/*.cpp): every n-th layer attends fully, the last of each n (the first where dense_first); 0: every
+# layer is windowed (set_swa_pattern(0)). An architecture not here windows no layer unless its GGUF lists them:
+# llama.cpp marks none by default, and Phi-3 writes a window it ignores.
 _SWA_PATTERNS = {"gemma2": (2, False), "gemma3": (6, False), "gemma3n": (5, False), "gemma-embedding": (6, False),
                  "cohere2": (4, False), "cohere2moe": (4, True), "gpt-oss": (2, False), "llama4": (4, False),
-                 "exaone4": (4, False), "olmo2": (4, False), "afmoe": (4, False), "smallthinker": (4, True)}
+                 "exaone4": (4, False), "exaone-moe": (4, False), "olmo2": (4, False), "afmoe": (4, False),
+                 "smallthinker": (4, True), "laguna": (4, True), "mellum": (4, False), "modern-bert": (3, True),
+                 "muse-glimmer": (4, False), "plamo3": (8, False), "deepseek4": (0, False), "dflash": (0, False)}
 
 
 def _window_layers(arch: str, meta: dict[str, Any], n_trunk: int) -> list[bool]:
@@ -94,7 +105,9 @@ def _window_layers(arch: str, meta: dict[str, Any], n_trunk: int) -> list[bool]:
     pattern = meta.get(f"{arch}.attention.sliding_window_pattern")
     if isinstance(pattern, list):
         return [bool(x) for x in pattern[:n_trunk]] + [False] * max(0, n_trunk - len(pattern))
-    n, dense_first = _SWA_PATTERNS.get(arch, (0, False))
+    if arch not in _SWA_PATTERNS:
+        return [False] * n_trunk
+    n, dense_first = _SWA_PATTERNS[arch]
     n = int(pattern) if pattern is not None else n
     if n <= 0:
         return [True] * n_trunk
@@ -165,6 +178,7 @@ def _estimate(path: str | Path, *, n_ctxs: list[int], sidecar: str | Path | None
         weights += sum(t.n_bytes for t in read_header(side_facts.path).tensors if t.name.startswith("blk."))
 
     rec = 0
+    snapshots = 1 + (MTP_RS_SNAPSHOTS if use_mtp and arch in RS_ROLLBACK_ARCHS else 0)
     if any(recurrent):
         d_state = int(meta.get(f"{arch}.ssm.state_size", 0))
         groups = int(meta.get(f"{arch}.ssm.group_count", 1))
@@ -172,8 +186,7 @@ def _estimate(path: str | Path, *, n_ctxs: list[int], sidecar: str | Path | None
         d_conv = int(meta.get(f"{arch}.ssm.conv_kernel", 4))
         conv_dim = 2 * d_state * groups + d_state * dt_rank
         per_layer = 4 * ((d_conv - 1) * conv_dim + d_state * d_state * dt_rank)
-        snapshots = 1 + (MTP_RS_SNAPSHOTS if use_mtp and arch in RS_ROLLBACK_ARCHS else 0)
-        rec = per_layer * sum(1 for r in recurrent if r) * snapshots
+        rec = per_layer * sum(1 for r in recurrent if r)  # one sequence's state
 
     swa = meta.get(f"{arch}.attention.sliding_window_pattern")
     has_swa = bool(meta.get(f"{arch}.attention.sliding_window")) and (not isinstance(swa, list) or any(swa))
@@ -196,13 +209,20 @@ def _estimate(path: str | Path, *, n_ctxs: list[int], sidecar: str | Path | None
         window = window_cells(n_swa, n_ctx, n_seq) * (dk + dv) * 2
         kv_cache = sum((window if windowed[i] else kv_per_layer) * kv_heads[i]
                        for i in range(n_trunk) if not recurrent[i])
+        # a window copy holds one sequence's window of the windowed layers' cells (llama.cpp writes no cell
+        # the window has left)
+        window_copy = sum(min(n_ctx, n_swa) * (dk + dv) * 2 * kv_heads[i]
+                          for i in range(n_trunk) if windowed[i])
+        checkpoints = CHECKPOINTS_KEPT * n_seq * (rec if any(recurrent) else window_copy)
         mask_bytes = n_ctx * N_UBATCH * 2
         # a windowed cache's mask spans its cells only
         swa_mask = window_cells(n_swa, n_ctx, n_seq) * N_UBATCH * 2 if any(windowed) else mask_bytes
         compute = mask_bytes + (masks - 1) * swa_mask + N_UBATCH * 4 * (4 * wide + 3 * ff_active)
         # its input and exported hidden rows are n_embd_out wide (hc·n_embd with hyper-connections)
         mtp_ctx = heads * kv_per_layer * kv_heads[-1] + mask_bytes + N_UBATCH * 4 * (9 * wide // 2) if use_mtp else 0
-        return MemoryEstimate(weights, kv_cache, rec, mtp_ctx, compute, free)
+        # each sequence's recurrent state, and with MTP its snapshots to roll back to (n_rs_seq)
+        recurrent_state = rec * n_seq * snapshots
+        return MemoryEstimate(weights, kv_cache, recurrent_state, mtp_ctx, compute, free, checkpoints)
 
     return [at(n, k) for n, k in zip(n_ctxs, n_seqs, strict=True)]
 
@@ -213,18 +233,19 @@ from engine.runtime import native
 native.set_verbose(True)
 from engine.generation.session import LoadOptions, Session
 s = Session(LoadOptions(path=sys.argv[1], n_ctx=int(sys.argv[2]), mtp=sys.argv[3] == "1",
-                        sidecar=sys.argv[4] or None, swa_full=sys.argv[5] == "1"))
+                        sidecar=sys.argv[4] or None, swa_full=sys.argv[5] == "1", parallel=int(sys.argv[6])))
 s.close()
 """
 _BUFFER = re.compile(r"(\w+) buffer size =\s+([\d.]+) MiB")
 
 
 def measure(path: str | Path, *, n_ctx: int = 4096, sidecar: str | Path | None = None,
-            mtp: bool = True, swa_full: bool = False) -> dict[str, float]:
-    """What llama.cpp reports allocating, by buffer kind (MiB), loading in a child process."""
+            mtp: bool = True, swa_full: bool = False, n_seq: int = 1) -> dict[str, float]:
+    """What llama.cpp reports allocating, by buffer kind (MiB), loading in a child process (``n_seq``
+    sequences of ``n_ctx`` tokens each)."""
     proc = subprocess.run([sys.executable, "-c", _MEASURE, str(path), str(n_ctx), "1" if mtp else "0",
-                           str(sidecar or ""), "1" if swa_full else "0"], capture_output=True, text=True,
-                          timeout=600)
+                           str(sidecar or ""), "1" if swa_full else "0", str(n_seq)], capture_output=True,
+                          text=True, timeout=600)
     totals: dict[str, float] = {}
     for kind, size in _BUFFER.findall(proc.stderr):
         totals[kind] = totals.get(kind, 0.0) + float(size)

@@ -69,3 +69,27 @@ def test_hardware_page_shows_the_machine_and_the_matching_build(qtbot):
     assert page.devices.rowCount() >= 1 and page.devices.item(0, 2).text() == "cpu", shown
     assert "engine" in page.recommendation.text()
     assert page.build_button.isEnabled() and page.build_button.text() == "Rebuild the cpu engine"
+
+
+def test_the_models_page_estimates_a_sliding_window_model_as_the_preference_keeps_its_cache(
+        qtbot, default_model):
+    """The built-in Gemma 3 keeps its windowed layers' window only unless Preferences keep the whole cache:
+    the Models page's KV cache line follows that, as the load sheet's estimate does."""
+    from PySide6.QtWidgets import QListWidgetItem
+
+    from app.settings import Settings
+
+    seen = []
+    for swa_full in (False, True):
+        page = ModelsPage()
+        qtbot.addWidget(page)
+        page.library.preferences = Settings(swa_full=swa_full)
+        page.library.ctx.setValue(32768)
+        item = QListWidgetItem("gemma")
+        item.setData(Qt.ItemDataRole.UserRole, str(default_model))
+        page.library.entries.addItem(item)
+        page.library.entries.setCurrentRow(page.library.entries.count() - 1)
+        qtbot.waitUntil(lambda p=page: "memory at n_ctx 32768" in p.library.facts.toPlainText(), timeout=10000)
+        kv = next(ln for ln in page.library.facts.toPlainText().splitlines() if "KV cache" in ln)
+        seen.append(float(kv.split()[-2]))
+    assert seen[0] * 4 < seen[1], seen

@@ -10,7 +10,7 @@ import pytest
 from engine.store import download as dl
 from engine.store import hub
 from engine.store.doctor import diagnose
-from engine.store.fit import estimate, measure
+from engine.store.fit import estimate, estimates, measure
 from engine.store.repair import RepairError, prove, repair
 from tests.engine.conftest import synth
 from tests.fake_hub import FakeHub
@@ -142,6 +142,50 @@ def test_memory_estimate_of_the_built_in_sliding_window_model_follows_its_window
     assert abs(est.total - allocated) / allocated < 0.15, (est.lines(), allocated)
     if not swa_full:
         assert est.kv_cache * 4 < estimate(default_model, n_ctx=32768, swa_full=True).kv_cache
+
+
+@pytest.mark.parametrize("n_seq", [1, 4])
+def test_a_hybrids_recurrent_state_is_estimated_for_every_sequence(n_seq):
+    """llama.cpp keeps one recurrent state (and with MTP its rollback snapshots) per sequence: four sequences
+    hold four times one's."""
+    path = synth("qwen35").path()
+    est = estimates(path, [2048 * n_seq], n_seqs=[n_seq], available=1)[0]
+    allocated = measure(path, n_ctx=2048, n_seq=n_seq)["RS"] * 2**20
+    assert abs(est.recurrent - allocated) / allocated < 0.15, (est.lines(), allocated)
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "default"])
+def test_the_estimate_counts_the_checkpoints_each_sequence_keeps(arch, default_model):
+    """A hybrid's checkpoints copy its recurrent state, a window-only cache's its window's cells, two per
+    sequence in host memory: the estimate holds what a real one takes."""
+    from engine.generation.checkpoints import KEEP
+    from engine.generation.generator import GenerateRequest, generate
+    from engine.generation.session import LoadOptions, Session
+
+    path = str(default_model if arch == "default" else synth(arch).path())
+    est = estimates(path, [4096 * 2], n_seqs=[2], available=1)[0]
+    per_copy = est.checkpoints / (KEEP * 2)
+    with Session(LoadOptions(path=path, n_ctx=4096)) as session:
+        prompt = " the river model and the old bridge" * (150 if arch == "default" else 100)  # 1,200 / 3,300 tokens
+        generate(session, GenerateRequest(prompt=prompt, max_tokens=2))
+        copy = session.prefix.checkpoints.latest
+        assert copy is not None and copy.state is not None
+        taken = len(copy.state)
+    assert abs(taken - per_copy) / per_copy < 0.15, (taken, est.lines())
+
+
+def test_a_window_key_windows_no_layer_where_llama_cpp_loads_no_pattern():
+    """llama.cpp windows a layer only where the architecture loads a pattern (or the GGUF lists one); Phi-3
+    writes a sliding_window that llama.cpp ignores, and an architecture it does not know gets none: sizing
+    their layers by the window would promise memory the load then takes."""
+    from engine.store.fit import _window_layers
+
+    assert _window_layers("phi3", {"phi3.attention.sliding_window": 2047}, 32) == [False] * 32
+    assert _window_layers("gemma3", {"gemma3.attention.sliding_window": 512}, 12) == [True] * 5 + [False] + (
+        [True] * 5 + [False])
+    listed = {"step35.attention.sliding_window": 16, "step35.attention.sliding_window_pattern": [True, False]}
+    assert _window_layers("step35", listed, 3) == [True, False, False]
+    assert _window_layers("deepseek4", {"deepseek4.attention.sliding_window": 128}, 4) == [True] * 4
 
 
 def test_fit_verdicts():

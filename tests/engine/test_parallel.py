@@ -228,28 +228,34 @@ def test_a_request_shares_the_start_another_sequence_holds(arch, spec, first_spe
             same_as_alone(s, j.result, noise)
 
 
-def test_a_request_shares_no_start_whose_window_a_running_sequence_let_go_of():
-    """A sliding-window target keeping its window's cells only: once a running reply has gone past the cache's
-    slack beyond the window, the cells its prompt's end needs are gone, and a request sharing that prompt
-    reads it itself (sharing them, its attention missed cells: another reply)."""
+@pytest.mark.parametrize("swa_full", [False, True], ids=["window", "full"])
+def test_two_requests_with_one_long_prompt_on_a_window_only_cache_each_read_it(swa_full):
+    """A sliding-window target keeping its window's cells only has the window of each sequence and a ubatch
+    (256 cells here), and llama.cpp takes a cell back only while one sequence holds it: had the second request
+    shared the first's prompt cells, neither could go on (llama_decode found no cell for either). So there
+    each reads its own prompt, and each reply is what it is alone; keeping every cell, the second shares."""
     path = str(synth("step35", "random", seed=5).path())  # a window of 16
-    prompt = " the river model and the old bridge" * 8
-    long = GenerateRequest(prompt=prompt + " first", max_tokens=300)
-    late = GenerateRequest(prompt=prompt + " second", max_tokens=16)
-    options = LoadOptions(path=path, n_ctx=1024, n_batch=64, parallel=2)  # 256 windowed cells for both
+    prompt = " the river model and the old bridge" * 14
+    reqs = [GenerateRequest(prompt=prompt + tail, max_tokens=40, speculative=mtp(3), record_drafts=True)
+            for tail in (" first", " second")]
+    options = LoadOptions(path=path, n_ctx=1024, n_batch=64, parallel=2, swa_full=swa_full)
     with Session(options) as session:
+        assert session.window_cache is not swa_full
         engine = ParallelGenerator(session)
-        jobs = [Job(long), Job(late)]
+        jobs = [Job(r) for r in reqs]
         engine.add(jobs[0])
-        for _ in range(280):
+        for _ in range(6):  # the first has read most of its prompt
             engine.step()
         engine.add(jobs[1])
         while not engine.idle:
             engine.step()
-    with Session(options) as session:
-        solo = generate(session, late)
-    assert jobs[1].result.tokens == solo.tokens
-    assert jobs[1].result.stats.prompt_reused == 0
+    assert [j.error for j in jobs] == [None, None]
+    with Session(replace(options, parallel=1)) as session:
+        solo = [generate(session, r) for r in reqs]
+    for s, j in zip(solo, jobs, strict=True):
+        assert (j.result.tokens, j.result.drafts_per_round) == (s.tokens, s.drafts_per_round)
+    reused = jobs[1].result.stats.prompt_reused
+    assert reused > 300 if swa_full else reused == 0
 
 
 @pytest.mark.parametrize("spec", [SPECULATION_OFF, mtp(3, depth="adaptive"), mtp(3)], ids=["off", "adaptive", "fixed"])

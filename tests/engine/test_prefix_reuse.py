@@ -210,6 +210,27 @@ def test_a_sliding_window_keeping_its_window_only_goes_back_to_the_copy_at_the_p
     assert first.tokens == full.tokens and first.drafts_per_round == full.drafts_per_round
 
 
+def test_a_window_copy_with_no_host_memory_for_it_costs_only_the_prefill_it_would_have_saved(monkeypatch):
+    """The copy of the window at a prompt's end is a host buffer; where there is no memory for it (a
+    MemoryError, which this machine cannot be made to raise for real), the reply goes on, and a regenerated
+    reply prefills its prompt again, with the same tokens."""
+    path = str(synth("step35", "random", seed=5).path())  # a window of 16
+    prompt = FIRST * 6
+    with Session(LoadOptions(path=path, n_ctx=1024, n_batch=64)) as session:
+        real = session.target.state_save
+
+        def no_memory(*args: object, **kwargs: object) -> object:
+            raise MemoryError
+
+        monkeypatch.setattr(session.target, "state_save", no_memory)
+        first = run(session, SPECULATION_OFF, prompt=prompt, max_tokens=300)
+        assert session.prefix.checkpoints.latest is None or session.prefix.checkpoints.latest.state is None
+        monkeypatch.setattr(session.target, "state_save", real)
+        again = run(session, SPECULATION_OFF, prompt=prompt, max_tokens=300)
+    assert again.tokens == first.tokens and len(first.tokens) == 300
+    assert again.stats.prompt_reused == 0
+
+
 def test_the_n_gram_drafter_reuses_the_prefix():
     session = Session(LoadOptions(path=str(synth("glm4moe", "mixed", seed=2).path()), n_ctx=512))
     try:

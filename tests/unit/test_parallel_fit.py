@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from engine.store.fit import estimate
+from engine.store.fit import estimate, estimates
 from engine.store.parallel_fit import DEFAULT_PARALLEL, SHARE, DeviceMemory, default_parallel
 from engine.synth import SynthModel, SynthSpec
 
@@ -134,3 +134,23 @@ def test_sequences_auto_chose_that_do_not_load_are_tried_as_one(model, monkeypat
     chosen = LoadPlan.read(LoadOptions(path=model, n_ctx=512, parallel=2))
     with pytest.raises(ContextError):  # a count the user chose is not changed behind their back
         Worker._session(chosen)
+
+
+@pytest.mark.parametrize("swa_full", [False, True], ids=["window", "full"])
+def test_a_sliding_window_model_is_sized_by_the_cache_it_keeps(swa_full):
+    """A sliding-window model keeping its window only needs a fraction of the cache it needs keeping every
+    cell (Preferences, --swa-full): with memory for 4 sequences' windows but not 4 whole caches, Auto
+    chooses 4 only where the load keeps the windows, and the load plan passes the preference on."""
+    from engine.generation.load_plan import LoadPlan
+    from engine.load_options import LoadOptions
+
+    path = str(SynthModel(SynthSpec(arch="step35", weights="random")).path())  # a window of 16
+    window, full = (estimates(path, [N_CTX * 4], available=1, swa_full=full, n_seqs=[4])[0] for full in (False, True))
+    assert window.kv_cache < full.kv_cache
+    available = int(window.total / SHARE) + 1
+    n, line = default_parallel(path, n_ctx=N_CTX, available=available, swa_full=swa_full)
+    assert (n < 4) is swa_full, line
+    # what the line says 4 sequences need follows the preference too
+    plan = LoadPlan.read(LoadOptions(path=path, n_ctx=N_CTX, parallel=0, swa_full=swa_full))
+    assert plan.options.parallel == 4
+    assert f"need ~{(full if swa_full else window).total / 2**20:.0f} MiB" in plan.parallel_reason
