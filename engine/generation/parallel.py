@@ -271,7 +271,8 @@ class ParallelGenerator:
             r.waits_for = None
             n = shareable(r.prompt, _holding(source.decoder), rows)  # (a deferred lane lags)
             if n <= r.reused or not self.target.keeps_window(n, source.decoder.seq):
-                continue  # it reads its prompt itself (a window-sized cache may have let go of what n needs)
+                continue  # it reads its prompt itself (a state the source brought back from host memory holds
+                # only its window's cells, and a lagging lane may leave n below where that state began)
             self.sequences.share(d.seq, source.decoder.seq, r.prompt, n, d.spec, d.drafter)
             _defer_if_unfolded(d.drafter)
             r.cursor = r.reused = d.stats.prompt_reused = n

@@ -258,6 +258,36 @@ def test_two_requests_with_one_long_prompt_on_a_window_only_cache_each_read_it(s
     assert reused > 300 if swa_full else reused == 0
 
 
+def test_a_request_shares_no_start_a_state_from_host_memory_does_not_hold():
+    """Keeping every cell (``swa_full``), a sliding-window sequence brought back from host memory holds only
+    its window's cells (engine/generation/state_cache.py): a request whose prompt shares an earlier start of
+    it reads that itself instead of sharing cells that are not there (its attention would miss them)."""
+    path = str(synth("step35", "random", seed=5).path())  # a window of 16
+    start = " the river model and the old bridge" * 8
+    first = GenerateRequest(prompt=start + " first", max_tokens=24)
+    options = LoadOptions(path=path, n_ctx=1024, n_batch=64, parallel=2, swa_full=True)
+    with Session(options) as session:
+        engine = ParallelGenerator(session)
+        done = [Job(first), Job(GenerateRequest(prompt=" numbers and words" * 20, max_tokens=48))]
+        run_all(engine, done)
+        # another prompt takes the sequence that ended first: the first conversation goes to host memory
+        run_all(engine, [Job(GenerateRequest(prompt="Zero hour: the clock had stopped" * 8, max_tokens=8))])
+        # its continuation brings it back, as its window's cells, into the other sequence, and goes on replying
+        going_on = Job(GenerateRequest(prompt=first.prompt + done[0].result.text + " and then", max_tokens=120))
+        engine.add(going_on)
+        for _ in range(3):
+            engine.step()
+        # its first half: none of the cells a window there needs came back
+        later = Job(GenerateRequest(prompt=" the river model and the old bridge" * 4 + " second", max_tokens=24))
+        engine.add(later)
+        while not engine.idle:
+            engine.step()
+    assert going_on.result.stats.prompt_reused > len(done[0].result.tokens)  # it came back from host memory
+    with Session(replace(options, parallel=1)) as session:
+        assert later.error is None and later.result.tokens == generate(session, later.request).tokens
+    assert later.result.stats.prompt_reused == 0
+
+
 @pytest.mark.parametrize("spec", [SPECULATION_OFF, mtp(3, depth="adaptive"), mtp(3)], ids=["off", "adaptive", "fixed"])
 def test_requests_arriving_together_with_one_system_prompt_read_it_once(spec, monkeypatch):
     """Three requests sent at once with one long system prompt: the first reads it, the others wait for
