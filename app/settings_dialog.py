@@ -89,7 +89,8 @@ class SettingsDialog(QDialog):
         self.swa_full.setToolTip("Gemma 3 and Step 3.5 attend to the last few hundred tokens in most layers. "
                                  "Off, those layers keep only that window (a fifth of the memory on a long "
                                  "context) and a copy of it where each prompt ended, to regenerate from. On, "
-                                 "they keep every token, as llama.cpp's --swa-full.")
+                                 "they keep every token, as llama.cpp's --swa-full, and replies decoded at once "
+                                 "share a common prompt instead of each reading it.")
         form.addRow("", self.swa_full)
         self.rpc_servers = QLineEdit(settings.rpc_servers)
         self.rpc_servers.setPlaceholderText("host:port, host:port (empty: this machine only)")

@@ -242,7 +242,7 @@ class Sequences:
         source, n = best
         if n <= common_prefix(self.memory[seq].held, tokens):
             return 0
-        if not self.session.target.keeps_window(n, source):  # a window-sized cache no longer holds what n needs
+        if not self.session.target.keeps_window(n, source):  # a state from host memory holds its window only
             return 0
         self.share(seq, source, tokens, n, spec, drafter)
         return n

@@ -71,8 +71,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "accepted at high temperature, not the same seeded reply); with --speculative mtp")
     p.add_argument("--swa-full", action="store_true",
                    help="a sliding-window model (Gemma 3, Step 3.5) keeps every cell of its windowed layers, as "
-                        "llama-server's --swa-full: going back in a conversation needs no copy of the window, "
-                        "but those layers' cache grows with --ctx (docs/mtp.md)")
+                        "llama-server's --swa-full: going back in a conversation needs no copy of the window, and "
+                        "requests at once share a common prompt's cells, but those layers' cache grows with --ctx "
+                        "(docs/mtp.md)")
     p.add_argument("--verbose", action="store_true", help="show the engine's log")
 
 

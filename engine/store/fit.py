@@ -1,6 +1,7 @@
 """Will this model fit? An estimate of what llama.cpp will allocate — weights,
-KV cache, recurrent state, the MTP context and compute buffers — read from
-the GGUF header, against the memory this machine has.
+KV cache, recurrent state, the MTP context and compute buffers — and of the
+checkpoints each sequence keeps in host memory, read from the GGUF header,
+against the memory this machine has.
 
 The compute-buffer model was fitted to llama.cpp's own reported buffer sizes
 (``sched_reserve: CPU compute buffer size``) on CPU builds with flash
@@ -98,9 +99,18 @@ _SWA_PATTERNS = {"gemma2": (2, False), "gemma3": (6, False), "gemma3n": (5, Fals
                  "muse-glimmer": (4, False), "plamo3": (8, False), "deepseek4": (0, False), "dflash": (0, False)}
 
 
+# llama.cpp's hybrids (llm_arch_is_hybrid): loaded with a full-size cache for any windowed layers, as the
+# session loads them (engine/generation/session.py), whether or not their GGUF has ssm.* keys (deepseek4)
+HYBRID_ARCHS = frozenset({"jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h",
+                          "nemotron_h_moe", "qwen3next", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next",
+                          "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "minimax-01"})
+
+
 def _window_layers(arch: str, meta: dict[str, Any], n_trunk: int) -> list[bool]:
     """Which trunk layers attend through a sliding window (none where the model has no window)."""
     if not int(meta.get(f"{arch}.attention.sliding_window", 0) or 0):
+        return [False] * n_trunk
+    if arch == "exaone4" and int(meta.get("exaone4.block_count", 0)) != 64:  # llama.cpp windows its 32B only
         return [False] * n_trunk
     pattern = meta.get(f"{arch}.attention.sliding_window_pattern")
     if isinstance(pattern, list):
@@ -160,7 +170,9 @@ def _estimate(path: str | Path, *, n_ctxs: list[int], sidecar: str | Path | None
     dk = int(meta.get(f"{arch}.attention.key_length", facts.n_embd // max(1, head_count[0])))
     dv = int(meta.get(f"{arch}.attention.value_length", dk))
     recurrent = _recurrent_layers(arch, meta, n_trunk)
-    windowed = [False] * n_trunk if swa_full or any(recurrent) else _window_layers(arch, meta, n_trunk)
+    hybrid = any(recurrent) or arch in HYBRID_ARCHS
+    window_layers = _window_layers(arch, meta, n_trunk)
+    windowed = [False] * n_trunk if swa_full or hybrid else window_layers
     n_swa = int(meta.get(f"{arch}.attention.sliding_window", 0) or 0)
     use_mtp = mtp and (facts.has_mtp or sidecar is not None)
 
@@ -188,9 +200,7 @@ def _estimate(path: str | Path, *, n_ctxs: list[int], sidecar: str | Path | None
         per_layer = 4 * ((d_conv - 1) * conv_dim + d_state * d_state * dt_rank)
         rec = per_layer * sum(1 for r in recurrent if r)  # one sequence's state
 
-    swa = meta.get(f"{arch}.attention.sliding_window_pattern")
-    has_swa = bool(meta.get(f"{arch}.attention.sliding_window")) and (not isinstance(swa, list) or any(swa))
-    masks = 2 if has_swa else 1
+    masks = 2 if any(window_layers) else 1  # windowed layers get a mask of their own, full-size cache or not
     n_embd = facts.n_embd
     n_ff = int(meta.get(f"{arch}.feed_forward_length", 4 * n_embd)) if not isinstance(
         meta.get(f"{arch}.feed_forward_length"), list) else max(meta[f"{arch}.feed_forward_length"])
@@ -211,9 +221,9 @@ def _estimate(path: str | Path, *, n_ctxs: list[int], sidecar: str | Path | None
                        for i in range(n_trunk) if not recurrent[i])
         # a window copy holds one sequence's window of the windowed layers' cells (llama.cpp writes no cell
         # the window has left)
-        window_copy = sum(min(n_ctx, n_swa) * (dk + dv) * 2 * kv_heads[i]
+        window_copy = sum(min(n_ctx // max(1, n_seq), n_swa) * (dk + dv) * 2 * kv_heads[i]
                           for i in range(n_trunk) if windowed[i])
-        checkpoints = CHECKPOINTS_KEPT * n_seq * (rec if any(recurrent) else window_copy)
+        checkpoints = CHECKPOINTS_KEPT * n_seq * (rec if hybrid else window_copy)
         mask_bytes = n_ctx * N_UBATCH * 2
         # a windowed cache's mask spans its cells only
         swa_mask = window_cells(n_swa, n_ctx, n_seq) * N_UBATCH * 2 if any(windowed) else mask_bytes

@@ -77,7 +77,7 @@ def split_estimate(path: str | Path, devices: list[tuple[str, int | None]], *, n
     for d in range(len(devices)):
         frac = trunk.count(d) / max(1, len(trunk))
         needed[d] += int((est.kv_cache + est.recurrent) * frac) + est.compute
-    needed[local] += est.mtp_context
+    needed[local] += est.mtp_context + est.checkpoints  # the MTP context and the host copies stay here
     names = [name for name, _ in devices]
     lines = dict(line.rsplit(": ", 1)  # names hold host:port, never ": "
                  for line in split.describe(n_all, placement, names, facts.nextn_layers if mtp_in_file else 0))

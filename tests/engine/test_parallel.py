@@ -261,7 +261,9 @@ def test_two_requests_with_one_long_prompt_on_a_window_only_cache_each_read_it(s
 def test_a_request_shares_no_start_a_state_from_host_memory_does_not_hold():
     """Keeping every cell (``swa_full``), a sliding-window sequence brought back from host memory holds only
     its window's cells (engine/generation/state_cache.py): a request whose prompt shares an earlier start of
-    it reads that itself instead of sharing cells that are not there (its attention would miss them)."""
+    it reads that itself instead of sharing cells that are not there (its attention would miss them). (The
+    check at admission, Sequences._share; a request waiting for a prompt being read makes the same check,
+    which only a lagging MTP lane could reach.)"""
     path = str(synth("step35", "random", seed=5).path())  # a window of 16
     start = " the river model and the old bridge" * 8
     first = GenerateRequest(prompt=start + " first", max_tokens=24)
