@@ -56,6 +56,12 @@ class LoadOptions:
     # cache grows with the context (5x the memory on a Gemma 3 27B). Off: each windowed layer keeps its window
     # and a copy of it is taken at every prompt's end to go back to (engine/generation/checkpoints.py).
     swa_full: bool = False
+    # with parallel > 1, one pool of cells for every sequence (llama.cpp's kv_unified): a request takes another's
+    # prompt cells without copying them, and a batch of everyone's rows is one graph; but attention then spans
+    # every sequence's cells for each row. False: a pool per sequence, as llama-server's --parallel N: each row
+    # attends over its own sequence's cells only (faster with long contexts at high concurrency:
+    # docs/parallel.md, "Known limits"), no sharing, and uneven batches split into several graphs.
+    kv_unified: bool = True
 
 
 def check_options(options: LoadOptions) -> None:

@@ -12,7 +12,8 @@ barely moves it, unlike wall time), and acceptance per sequence (each
 client's drafted and accepted tokens, from our ``speculative`` extension or
 llama-server's ``timings.draft_n`` / ``draft_n_accepted``). ``--system W``
 begins every prompt with one preamble of W words, as an agent's requests share
-a system prompt.
+a system prompt; ``--own W`` begins each client's prompts with a preamble of
+its own (long conversations that share nothing with each other).
 
 The clients are threads of a child process (``python -m
 engine.bench.concurrency``), as real clients are other processes; the
@@ -43,7 +44,7 @@ PROMPTS = ["The history of the river valley", "A letter about the rain", "Notes 
            "The baker's morning", "How the bridge was built"]
 
 
-def prompt_for(client: int, request: int, system: int = 0) -> str:
+def prompt_for(client: int, request: int, system: int = 0, own: int = 0) -> str:
     """Client k's j-th prompt: the same for every server; after a preamble of ``system`` words every prompt
     shares (an agent's system prompt), where asked, a start only this client's prompts share, as a
     conversation's turns do.
@@ -52,8 +53,9 @@ def prompt_for(client: int, request: int, system: int = 0) -> str:
     in the sequence that ran its last one, which is free by then. (Prompts whose starts each matched another
     client's earlier prompt let a server reuse more when every reply ended in the same step, as MTP off does,
     than when replies ended apart, as drafting's do: adaptive depth read 1,108 prompt tokens of 2,208 where
-    MTP off read 920, the same run.)"""
-    return f"{preamble(system)}Client {client + 1}, {PROMPTS[client % len(PROMPTS)]}, part {request + 1}:"
+    MTP off read 920, the same run.) ``own``: words of a preamble only this client's prompts begin with."""
+    return (f"{preamble(system)}{own_preamble(client, own)}Client {client + 1}, "
+            f"{PROMPTS[client % len(PROMPTS)]}, part {request + 1}:")
 
 
 def preamble(words: int) -> str:
@@ -62,6 +64,17 @@ def preamble(words: int) -> str:
         return ""
     pool = " ".join(PROMPTS).replace("'", "").lower().split()
     return "You are a careful writer. " + " ".join(pool[k % len(pool)] for k in range(words)) + ".\n\n"
+
+
+def own_preamble(client: int, words: int) -> str:
+    """A preamble of ``words`` words only client ``client``'s prompts begin with ("" for 0): its words drawn in
+    an order of its own, from its first word on, so that no two clients' prompts share a start."""
+    if words <= 0:
+        return ""
+    pool = " ".join(PROMPTS).replace("'", "").lower().split()
+    step = 2 * client + 1  # odd steps through an even-sized pool: a different order per client
+    return f"Conversation {client + 1}. " + " ".join(pool[(client + k * step) % len(pool)]
+                                                     for k in range(words)) + ".\n\n"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -193,9 +206,9 @@ class _Clients(JsonChild):
         super().__init__("engine.bench.concurrency")
 
     def load(self, port: int, clients: int, requests: int, max_tokens: int,
-             system: int = 0) -> tuple[list[dict[str, Any]], float]:
+             system: int = 0, own: int = 0) -> tuple[list[dict[str, Any]], float]:
         answer = self.ask({"port": port, "clients": clients, "requests": requests, "max_tokens": max_tokens,
-                           "system": system})
+                           "system": system, "own": own})
         if "error" in answer:
             raise RuntimeError(f"a client failed: {answer['error']}")
         return answer["records"], answer["wall"]
@@ -211,7 +224,7 @@ def _client_main() -> None:
         def client(k: int, cmd: dict[str, Any] = cmd, records: list[dict[str, Any]] = records,
                    errors: list[str] = errors, lock: threading.Lock = lock) -> None:
             for j in range(cmd["requests"]):
-                prompt = prompt_for(k, j, cmd.get("system", 0))
+                prompt = prompt_for(k, j, cmd.get("system", 0), cmd.get("own", 0))
                 try:
                     done = servers.complete(cmd["port"], prompt, cmd["max_tokens"])
                 except Exception as exc:  # reported to the parent, which stops the run
@@ -253,25 +266,27 @@ def run(args: argparse.Namespace) -> int:
     model = args.model or _default_model()
     counts = [int(x) for x in args.clients.split(",") if x]
     binary = servers.llama_server_binary(args.llama_server)
-    configs = [servers.ServerSpec("ours", model, n_ctx=args.ctx, threads=args.threads, n_max=0),
+    pool = {"one": True, "per-sequence": False}.get(args.kv_pool)  # None: each server's default
+    configs = [servers.ServerSpec("ours", model, n_ctx=args.ctx, threads=args.threads, n_max=0, kv_unified=pool),
                servers.ServerSpec("ours", model, n_ctx=args.ctx, threads=args.threads, n_max=args.n_max,
-                                  draft_vocab=args.draft_vocab)]
+                                  draft_vocab=args.draft_vocab, kv_unified=pool)]
     if args.adaptive:
         configs.append(servers.ServerSpec("ours", model, n_ctx=args.ctx, threads=args.threads, n_max=args.n_max,
-                                          adaptive=True, draft_vocab=args.draft_vocab))
+                                          adaptive=True, draft_vocab=args.draft_vocab, kv_unified=pool))
     if binary is None or not binary.exists():
         print("(llama-server not built: `python packaging/build_reference_driver.py --server`; ours only)",
               flush=True)
     else:
         extra = tuple(args.llama_server_arg)
         configs += [servers.ServerSpec("llama-server", model, n_ctx=args.ctx, threads=args.threads, n_max=0,
-                                       binary=str(binary), extra=extra),
+                                       binary=str(binary), extra=extra, kv_unified=pool),
                     servers.ServerSpec("llama-server", model, n_ctx=args.ctx, threads=args.threads,
-                                       n_max=args.n_max, binary=str(binary), extra=extra)]
+                                       n_max=args.n_max, binary=str(binary), extra=extra, kv_unified=pool)]
     print(f"# several requests at once — {time.strftime('%Y-%m-%d %H:%M')}, {Path(model).parent.name}/"
           f"{Path(model).name}; {args.threads} thread(s) per server, {args.ctx} tokens of context per sequence, "
           f"{args.requests} request(s) of {args.max_tokens} tokens per client, greedy"
           + (f", a {args.system}-word system prompt shared by every request" if args.system else "")
+          + (f", a {args.own}-word preamble of each client's own" if args.own else "")
           + (f", {args.parallel} sequences per server" if args.parallel else ""), flush=True)
     rows: list[tuple[int, str, Repeated, str]] = []
     dump: list[dict[str, Any]] = []
@@ -288,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
                         servers.complete(server.port, "warm up", 8)
                         cpu0 = server.cpu_seconds()
                         records, wall = clients.load(server.port, n, args.requests, args.max_tokens,
-                                                     args.system)
+                                                     args.system, args.own)
                         cpu = server.cpu_seconds() - cpu0
                     fig = summarize(records, wall, n, cpu)
                     same = texts_match(records, reference)
@@ -328,7 +343,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--system", type=int, default=0, metavar="WORDS",
                    help="begin every prompt with the same preamble of this many words (an agent's system prompt)")
+    p.add_argument("--own", type=int, default=0, metavar="WORDS",
+                   help="begin each client's prompts with a preamble of this many words of its own (long "
+                        "conversations that share nothing)")
     p.add_argument("--ctx", type=int, default=1024, help="context per sequence, both servers")
+    p.add_argument("--kv-pool", choices=("one", "per-sequence"), default=None,
+                   help="both servers keep one pool of cells for every sequence, or a pool each (default: each "
+                        "server's own: ours one pool, llama-server --parallel N a pool each; docs/parallel.md)")
     p.add_argument("--threads", type=int, default=1, help="threads per server")
     p.add_argument("--n-max", type=int, default=3, help="MTP draft depth, both servers (p_min 0)")
     p.add_argument("--adaptive", action="store_true", help="also ours with adaptive depth (at most --n-max)")

@@ -40,12 +40,24 @@ class ServerSpec:
     binary: str = ""  # llama-server's path
     extra: tuple[str, ...] = ()  # more llama-server arguments, as given
     swa_full: bool = False  # both: a sliding-window model keeps every cell of its windowed layers
+    # both: one pool of cells for every sequence (True) or a pool each (False); None: each server's default
+    # (ours one pool, llama-server with --parallel N a pool each)
+    kv_unified: bool | None = None
+
+    @property
+    def pool_flags(self) -> tuple[str, ...]:
+        """The flags that ask this server for :attr:`kv_unified` (none where it is the server's default)."""
+        if self.kv_unified is None:
+            return ()
+        if self.engine == "ours":
+            return () if self.kv_unified else ("--no-kv-unified",)
+        return ("--kv-unified",) if self.kv_unified else ()
 
     @property
     def label(self) -> str:
         mtp = (f"MTP n_max {self.n_max}{' adaptive' if self.adaptive else ''}"
                f"{f' draft vocab {self.draft_vocab:,}' if self.draft_vocab else ''}" if self.n_max else "MTP off")
-        flags = (*(("--swa-full",) if self.swa_full else ()), *self.extra)
+        flags = (*(("--swa-full",) if self.swa_full else ()), *self.pool_flags, *self.extra)
         return f"{self.engine}{' ' + ' '.join(flags) if flags else ''}, {mtp}"
 
 
@@ -62,7 +74,8 @@ def command(spec: ServerSpec, port: int) -> list[str]:
     if spec.engine == "ours":
         cmd = [sys.executable, "-m", "engine", "serve", "--model", spec.model, "--host", "127.0.0.1",
                "--port", str(port), "--parallel", str(spec.parallel), "--ctx", str(spec.n_ctx),
-               "--threads", str(spec.threads), "--queue", "64", *(("--swa-full",) if spec.swa_full else ())]
+               "--threads", str(spec.threads), "--queue", "64", *(("--swa-full",) if spec.swa_full else ()),
+               *spec.pool_flags]
         if spec.n_max:
             cmd += ["--speculative", "mtp", "--n-max", str(spec.n_max), "--p-min", "0"]
             if spec.adaptive:
@@ -74,7 +87,8 @@ def command(spec: ServerSpec, port: int) -> list[str]:
         return cmd
     if spec.engine == "llama-server":
         cmd = [spec.binary, "-m", spec.model, "--host", "127.0.0.1", "--port", str(port),
-               "-np", str(spec.parallel), "-c", str(spec.n_ctx * spec.parallel), "--no-kv-unified",
+               "-np", str(spec.parallel), "-c", str(spec.n_ctx * spec.parallel),
+               *(spec.pool_flags or ("--no-kv-unified",)),
                "-t", str(spec.threads), "-tb", str(spec.threads), *(("--swa-full",) if spec.swa_full else ())]
         if spec.n_max:  # llama.cpp's own MTP: the head of the same GGUF, p_min 0 as ours
             cmd += ["--spec-type", "draft-mtp", "--spec-draft-n-max", str(spec.n_max), "--spec-draft-p-min", "0"]

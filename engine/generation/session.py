@@ -192,9 +192,10 @@ class Session:
 
     @property
     def kv_unified(self) -> bool:
-        """Several sequences share one pool of cells, so a batch of all their rows is one graph
-        (:data:`CELL_ORDER_SENSITIVE` keep a pool per sequence)."""
-        return self.options.parallel > 1 and self.facts.architecture not in CELL_ORDER_SENSITIVE
+        """Several sequences share one pool of cells, so a batch of all their rows is one graph, unless the load
+        asks a pool per sequence (``LoadOptions.kv_unified``; :data:`CELL_ORDER_SENSITIVE` always keep one)."""
+        return self.options.parallel > 1 and self.options.kv_unified and \
+            self.facts.architecture not in CELL_ORDER_SENSITIVE
 
     @property
     def n_seq(self) -> int:

@@ -74,6 +74,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                         "llama-server's --swa-full: going back in a conversation needs no copy of the window, and "
                         "requests at once share a common prompt's cells, but those layers' cache grows with --ctx "
                         "(docs/mtp.md)")
+    p.add_argument("--no-kv-unified", dest="kv_unified", action="store_false",
+                   help="with --parallel above 1, a pool of cells per sequence, as llama-server's --parallel N: "
+                        "each reply attends over its own context only (faster with long contexts and many "
+                        "requests at once), but requests no longer share a common prompt's cells "
+                        "(docs/parallel.md)")
     p.add_argument("--verbose", action="store_true", help="show the engine's log")
 
 
@@ -100,7 +105,7 @@ def start_link(args: argparse.Namespace) -> tuple[object, str]:
     load = load_request_for(args.model, sidecar=args.sidecar, n_ctx=args.ctx, n_threads=args.threads,
                             n_gpu_layers=args.gpu_layers, mmproj=getattr(args, "mmproj", None), parallel=parallel,
                             draft_vocab=draft_vocab, state_cache_mib=cache_mib,
-                            swa_full=getattr(args, "swa_full", False))
+                            swa_full=getattr(args, "swa_full", False), kv_unified=getattr(args, "kv_unified", True))
     link = WorkerLink(load, verbose=args.verbose)
     model = link.model()
     assert model is not None

@@ -226,11 +226,13 @@ class WorkerLink:
 def load_request_for(path: str | None, *, sidecar: str | None = None, n_ctx: int = 4096, n_threads: int = 1,
                      n_gpu_layers: int = 0, mtp: bool = True, mmproj: str | None = None,
                      parallel: int = 1, draft_vocab: int = 0,
-                     state_cache_mib: int = P.LoadOptions.state_cache_mib, swa_full: bool = False) -> P.LoadRequest:
+                     state_cache_mib: int = P.LoadOptions.state_cache_mib, swa_full: bool = False,
+                     kv_unified: bool = True) -> P.LoadRequest:
     return P.LoadRequest(id="load", options=P.LoadOptions(path=path, n_ctx=n_ctx, n_threads=n_threads,
                                                           n_gpu_layers=n_gpu_layers, mtp=mtp, sidecar=sidecar,
                                                           mmproj=mmproj, parallel=parallel, draft_vocab=draft_vocab,
-                                                          state_cache_mib=state_cache_mib, swa_full=swa_full))
+                                                          state_cache_mib=state_cache_mib, swa_full=swa_full,
+                                                          kv_unified=kv_unified))
 
 
 def find_profile(model_path: str) -> ProfileMatch:

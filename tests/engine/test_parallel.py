@@ -31,11 +31,13 @@ def requests(spec: SpeculativeSettings, n: int = 4, **kw) -> list[GenerateReques
                             record_drafts=True, **kw) for i in range(n)]
 
 
-def alone(path: str, reqs: list[GenerateRequest], n_seq: int) -> tuple[list[GenerateResult], float]:
+def alone(path: str, reqs: list[GenerateRequest], n_seq: int,
+          own_pool: bool = False) -> tuple[list[GenerateResult], float]:
     """Each request alone, on a one-sequence session with the cells one sequence of the
-    multi-sequence session sees: the shared pool, or its own (engine.generation.session.CELL_ORDER_SENSITIVE;
-    deepseek4's compressed attention depends on the size of the pool, not only on what it holds)."""
-    shared = read_facts(path).architecture not in CELL_ORDER_SENSITIVE
+    multi-sequence session sees: the shared pool, or its own (``own_pool``: loaded with ``kv_unified=False``;
+    engine.generation.session.CELL_ORDER_SENSITIVE: deepseek4's compressed attention depends on the size of
+    the pool, not only on what it holds)."""
+    shared = read_facts(path).architecture not in CELL_ORDER_SENSITIVE and not own_pool
     with Session(LoadOptions(path=path, n_ctx=512 * n_seq if shared else 512)) as session:
         results = []
         for r in reqs:
@@ -85,6 +87,38 @@ def test_each_of_four_sequences_is_what_it_would_be_alone(arch, spec):
         same_as_alone(s, t, noise)
     if spec.enabled:
         assert sum(t.stats.rounds for t in together) > 0
+
+
+@pytest.mark.parametrize("arch", ["glm4moe", "qwen35", "step35"])
+@pytest.mark.parametrize("spec", [mtp(3), SPECULATION_OFF], ids=["mtp", "off"])
+def test_with_a_pool_of_cells_per_sequence_each_is_what_it_would_be_alone(arch, spec):
+    """``kv_unified=False`` (``serve --no-kv-unified``, as llama-server's --parallel N): each sequence's cells in
+    a pool of its own, so a row attends over its own context only; a batch of uneven rows (sequences joining,
+    drafting to different depths) splits into several graphs. Each reply and its drafts: what it is alone."""
+    path = str(synth(arch, "mixed", agree=0.7, reads="hidden").path())
+    reqs = requests(spec)
+    solo, noise = alone(path, reqs, 4, own_pool=True)
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=4, kv_unified=False)) as session:
+        assert not session.kv_unified
+        together = generate_together(session, reqs, starts=[0, 0, 3, 7])  # two join while others run
+    for s, t in zip(solo, together, strict=True):
+        same_as_alone(s, t, noise)
+
+
+def test_with_a_pool_of_cells_per_sequence_requests_with_one_start_each_read_it():
+    """A pool per sequence cannot hold another sequence's cells: requests arriving together with one system
+    prompt each read it (none waits for another), and each reply is what it is alone."""
+    path = str(synth("glm4moe", "mixed", agree=0.7, reads="hidden").path())
+    system = " the river model" + " and the old bridge" * 12
+    reqs = [GenerateRequest(prompt=system + tail, max_tokens=16, speculative=mtp(3), record_drafts=True)
+            for tail in (" first", " second", " third")]
+    solo, noise = alone(path, reqs, 3, own_pool=True)
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=3, kv_unified=False)) as session:
+        jobs = [Job(r) for r in reqs]
+        run_all(ParallelGenerator(session), jobs)
+    assert [j.result.stats.prompt_reused for j in jobs] == [0, 0, 0]
+    for s, j in zip(solo, jobs, strict=True):
+        same_as_alone(s, j.result, noise)
 
 
 @pytest.mark.parametrize("n_seq", [1, 2])

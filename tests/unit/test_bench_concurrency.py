@@ -181,3 +181,30 @@ def test_a_full_size_window_cache_is_asked_of_both_servers_alike():
         assert "--swa-full" in S.command(spec, 9000)
         assert "--swa-full" not in S.command(S.ServerSpec(engine, "m.gguf", binary="b"), 9000)
         assert spec.label == f"{engine} --swa-full, MTP off"
+
+
+def test_a_pool_of_cells_is_asked_of_both_servers_alike():
+    """Each server's own default unless asked: ours one pool, llama-server --parallel N a pool each;
+    --kv-pool asks the same of both."""
+    assert "--no-kv-unified" not in S.command(S.ServerSpec("ours", "m.gguf"), 9000)
+    assert "--no-kv-unified" in S.command(S.ServerSpec("llama-server", "m.gguf", binary="b"), 9000)
+    for engine in ("ours", "llama-server"):
+        each = S.command(S.ServerSpec(engine, "m.gguf", binary="b", kv_unified=False), 9000)
+        one = S.command(S.ServerSpec(engine, "m.gguf", binary="b", kv_unified=True), 9000)
+        assert "--no-kv-unified" in each and "--no-kv-unified" not in one
+    assert "--kv-unified" in S.command(S.ServerSpec("llama-server", "m.gguf", binary="b", kv_unified=True), 9000)
+    assert S.ServerSpec("ours", "m.gguf", kv_unified=False).label == "ours --no-kv-unified, MTP off"
+
+
+def test_serve_asks_a_pool_per_sequence_of_the_worker_with_no_kv_unified():
+    """The flag reaches the load the worker gets (serve, chat and bench-serve share the model options)."""
+    import argparse
+
+    from engine.server.cli import add_model_args
+    from engine.server.engine_link import load_request_for
+
+    p = argparse.ArgumentParser()
+    add_model_args(p)
+    assert p.parse_args([]).kv_unified and not p.parse_args(["--no-kv-unified"]).kv_unified
+    assert not load_request_for("m.gguf", parallel=4, kv_unified=False).options.kv_unified
+    assert load_request_for("m.gguf", parallel=4).options.kv_unified
