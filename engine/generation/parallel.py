@@ -85,7 +85,8 @@ STRETCH_PRIOR = 4.0
 STRETCH_EMA = 0.1
 RESUME_STEADY_ROWS = 2
 # tokens of a prompt another sequence is reading that make a newcomer wait to share them rather than read
-# them too (fewer: reading them beside it costs less than the step or two of waiting)
+# them too (fewer: reading them beside it costs less than the step or two of waiting; at least what a pool of
+# its own copies: sequences.COPY_MIN)
 SHARE_MIN = 32
 
 

@@ -39,7 +39,7 @@ from engine.errors import ContextError
 from engine.generation import state_cache
 from engine.generation.checkpoints import Checkpoints
 from engine.generation.prefix_cache import common_prefix
-from engine.generation.session import Session
+from engine.generation.session import CELL_ORDER_SENSITIVE, Session
 from engine.runtime import Context
 from engine.speculative.choice import DrafterChoice
 from engine.speculative.depth import DepthPolicy
@@ -47,6 +47,10 @@ from engine.speculative.drafter import Drafter
 from engine.speculative.reuse import begin_reusing, keeps_rows, mtp_half
 from engine.speculative.rollback import PARTIAL_ONLY
 from engine.speculative.settings import SpeculativeSettings
+
+# tokens of a start another sequence holds that a sequence in a pool of its own copies rather than reads
+# (the copy is of the other's whole pool: llama.cpp copies no less between pools)
+COPY_MIN = 32
 
 
 @dataclass(frozen=True)
@@ -198,32 +202,36 @@ class Sequences:
         return (lane.ctx, lane.seq) if lane is not None else None
 
     def can_share(self) -> bool:
-        """Whether a sequence may take another's cells (see the module docstring): a unified pool, no
-        recurrent state, and not a cache that keeps a sliding window's cells only. Any drafter may: an MTP
-        lane takes the rows too (or, lazy, starts from the newest), an n-gram map reads the shared tokens.
+        """Whether a sequence may take another's cells (see the module docstring): no recurrent state, not a
+        pool per sequence whose cells depend on the pool (:data:`CELL_ORDER_SENSITIVE`), and in one pool not a
+        cache that keeps a sliding window's cells only. Any drafter may: an MTP lane takes the rows too (or,
+        lazy, starts from the newest), an n-gram map reads the shared tokens.
 
-        A window-only cache (``Session.window_cache``) has ``n_swa`` cells per sequence and a ubatch, and
-        llama.cpp takes a cell that left the window back only while one sequence holds it: shared cells
-        stay until every sharer is cut, and two sequences sharing a long prompt leave no cell to decode into
-        (``llama_decode`` fails both). ``llama_memory_seq_rm`` cannot let go of them early either: it cuts
-        the full-attention layers' cells with them. So there each sequence reads its own prompt, as in
-        llama-server; with ``swa_full`` (Preferences, ``--swa-full``) the pool holds every cell and they share."""
-        return self.session.kv_unified and not self.session.is_hybrid and not self.session.window_cache
+        In one pool a window-only cache (``Session.window_cache``) has ``n_swa`` cells per sequence and a
+        ubatch, and llama.cpp takes a cell that left the window back only while one sequence holds it:
+        shared cells stay until every sharer is cut, and two sequences sharing a long prompt leave no cell
+        to decode into (``llama_decode`` fails both). ``llama_memory_seq_rm`` cannot let go of them early
+        either: it cuts the full-attention layers' cells with them. So there each sequence reads its own
+        prompt; with ``swa_full`` (Preferences, ``--swa-full``) the pool holds every cell and they share. In
+        pools of their own (``LoadOptions.kv_unified`` False) a sequence takes a copy, whose cells it alone
+        holds (:meth:`share`)."""
+        session = self.session
+        if session.is_hybrid or session.facts.architecture in CELL_ORDER_SENSITIVE:
+            return False
+        return not session.window_cache if session.kv_unified else True
 
     def share(self, seq: int, source: int, tokens: list[int], n: int, spec: SpeculativeSettings,
               drafter: Drafter) -> None:
-        """Sequence ``seq`` is emptied and holds ``source``'s first ``n`` cells (shared, not copied), the
-        first ``n`` of its prompt ``tokens``; its drafter starts, a lane that keeps every row holding
-        ``source``'s lane's first ``n + 1`` rows (it resumes one row after the cells), a lazy one nothing
-        (it catches up from the newest rows), an n-gram map reading those tokens."""
-        target = self.session.target
-        target.seq_clear(seq)
-        target.seq_cp(source, seq, 0, n)
+        """Sequence ``seq`` is emptied and holds ``source``'s first ``n`` cells, the first ``n`` of its prompt
+        ``tokens``; its drafter starts, a lane that keeps every row holding ``source``'s lane's first ``n + 1``
+        rows (it resumes one row after the cells), a lazy one nothing (it catches up from the newest rows), an
+        n-gram map reading those tokens."""
+        in_place = self.session.kv_unified
+        _take(self.session.target, source, seq, n, in_place)
         rows = n + 1 if keeps_rows(spec, drafter) else 0
         lane = mtp_half(drafter)
         if rows and lane is not None:
-            lane.ctx.seq_clear(seq)
-            lane.ctx.seq_cp(source, seq, 0, rows)
+            _take(lane.ctx, source, seq, rows, in_place)
         begin_reusing(drafter, spec, tokens[:n], keep=rows)
 
     def _share(self, seq: int, tokens: list[int], spec: SpeculativeSettings, drafter: Drafter,
@@ -240,8 +248,8 @@ class Sequences:
                 n = shareable(tokens, holding, rows)
                 best = (source, n) if n > best[1] else best
         source, n = best
-        if n <= common_prefix(self.memory[seq].held, tokens):
-            return 0
+        if n <= common_prefix(self.memory[seq].held, tokens) + (0 if self.session.kv_unified else COPY_MIN - 1):
+            return 0  # (a copy of a whole pool for a few tokens costs more than reading them)
         if not self.session.target.keeps_window(n, source):  # a state from host memory holds its window only
             return 0
         self.share(seq, source, tokens, n, spec, drafter)
@@ -266,3 +274,15 @@ class Sequences:
         except ContextError:
             return False
         return True
+
+
+def _take(ctx: Context, source: int, seq: int, n: int, in_place: bool) -> None:
+    """Sequence ``seq`` of ``ctx`` is emptied and holds ``source``'s first ``n`` cells: in one pool shared in
+    place (bookkeeping only); across pools ``source``'s whole pool copied (llama.cpp copies nothing less
+    between pools, on the next decode) and cut back to ``n``."""
+    ctx.seq_clear(seq)
+    if in_place:
+        ctx.seq_cp(source, seq, 0, n)
+        return
+    ctx.seq_cp(source, seq, -1, -1)
+    ctx.seq_rm(n, -1, seq)

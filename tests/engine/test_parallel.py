@@ -105,20 +105,56 @@ def test_with_a_pool_of_cells_per_sequence_each_is_what_it_would_be_alone(arch, 
         same_as_alone(s, t, noise)
 
 
-def test_with_a_pool_of_cells_per_sequence_requests_with_one_start_each_read_it():
-    """A pool per sequence cannot hold another sequence's cells: requests arriving together with one system
-    prompt each read it (none waits for another), and each reply is what it is alone."""
+@pytest.mark.parametrize("spec", [SPECULATION_OFF, mtp(3, depth="adaptive"), mtp(3)], ids=["off", "adaptive", "fixed"])
+def test_with_a_pool_of_cells_per_sequence_requests_with_one_start_copy_it(spec):
+    """Pools of their own cannot hold each other's cells: requests arriving together with one system prompt
+    wait for the first to read it and take a copy of its pool cut back to that start (and a fixed depth's lane
+    its head's rows the same way), then read only their own ends; each reply is what it is alone."""
+    from engine.generation.prefix_cache import common_prefix
+
     path = str(synth("glm4moe", "mixed", agree=0.7, reads="hidden").path())
     system = " the river model" + " and the old bridge" * 12
-    reqs = [GenerateRequest(prompt=system + tail, max_tokens=16, speculative=mtp(3), record_drafts=True)
+    reqs = [GenerateRequest(prompt=system + tail, max_tokens=16, speculative=spec, record_drafts=True)
             for tail in (" first", " second", " third")]
     solo, noise = alone(path, reqs, 3, own_pool=True)
     with Session(LoadOptions(path=path, n_ctx=512, parallel=3, kv_unified=False)) as session:
+        tokens = [session.model.tokenize(r.prompt) for r in reqs]
         jobs = [Job(r) for r in reqs]
         run_all(ParallelGenerator(session), jobs)
-    assert [j.result.stats.prompt_reused for j in jobs] == [0, 0, 0]
+    common = [0] + [common_prefix(tokens[0], t) - keeps_mtp_rows(spec) for t in tokens[1:]]
+    assert [j.result.stats.prompt_reused for j in jobs] == common and min(common[1:]) > 40
     for s, j in zip(solo, jobs, strict=True):
-        same_as_alone(s, j.result, noise)
+        if spec.adaptive:  # (its rounds follow its timings: the tokens are compared)
+            assert j.result.tokens == s.tokens
+        else:
+            same_as_alone(s, j.result, noise)
+
+
+@pytest.mark.parametrize("swa_full", [False, True], ids=["window", "full"])
+def test_with_a_pool_of_cells_per_sequence_a_window_only_cache_copies_a_long_prompt(swa_full):
+    """In pools of their own a copy's cells are the copying sequence's alone, so a sliding-window cache that
+    keeps its window only can give a request another's prompt (in one pool it cannot: the test above on a
+    window-only cache), and both replies go on to their ends as they are alone."""
+    path = str(synth("step35", "random", seed=5).path())  # a window of 16
+    prompt = " the river model and the old bridge" * 14
+    reqs = [GenerateRequest(prompt=prompt + tail, max_tokens=40, speculative=mtp(3), record_drafts=True)
+            for tail in (" first", " second")]
+    options = LoadOptions(path=path, n_ctx=1024, n_batch=64, parallel=2, swa_full=swa_full, kv_unified=False)
+    with Session(options) as session:
+        engine = ParallelGenerator(session)
+        jobs = [Job(r) for r in reqs]
+        engine.add(jobs[0])
+        for _ in range(6):  # the first has read most of its prompt
+            engine.step()
+        engine.add(jobs[1])
+        while not engine.idle:
+            engine.step()
+    assert [j.error for j in jobs] == [None, None]
+    with Session(replace(options, parallel=1)) as session:
+        solo = [generate(session, r) for r in reqs]
+    for s, j in zip(solo, jobs, strict=True):
+        assert (j.result.tokens, j.result.drafts_per_round) == (s.tokens, s.drafts_per_round)
+    assert jobs[1].result.stats.prompt_reused > 300
 
 
 @pytest.mark.parametrize("n_seq", [1, 2])
