@@ -60,7 +60,7 @@ class LoadOptions:
     # prompt cells without copying them, and a batch of everyone's rows is one graph; but attention then spans
     # every sequence's cells for each row. False: a pool per sequence, as llama-server's --parallel N: each row
     # attends over its own sequence's cells only (faster with long contexts at high concurrency:
-    # docs/parallel.md, "Known limits"), no sharing, and uneven batches split into several graphs.
+    # docs/parallel.md, "Known limits"), a shared start is copied, and uneven batches split into several graphs.
     kv_unified: bool = True
 
 

@@ -77,8 +77,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-kv-unified", dest="kv_unified", action="store_false",
                    help="with --parallel above 1, a pool of cells per sequence, as llama-server's --parallel N: "
                         "each reply attends over its own context only (faster with long contexts and many "
-                        "requests at once), but requests no longer share a common prompt's cells "
-                        "(docs/parallel.md)")
+                        "requests at once), and a request takes a copy of a common prompt's cells rather than "
+                        "sharing them (docs/parallel.md)")
     p.add_argument("--verbose", action="store_true", help="show the engine's log")
 
 
