@@ -130,33 +130,6 @@ def test_with_a_pool_of_cells_per_sequence_requests_with_one_start_copy_it(spec)
             same_as_alone(s, j.result, noise)
 
 
-@pytest.mark.parametrize("swa_full", [False, True], ids=["window", "full"])
-def test_with_a_pool_of_cells_per_sequence_a_window_only_cache_copies_a_long_prompt(swa_full):
-    """In pools of their own a copy's cells are the copying sequence's alone, so a sliding-window cache that
-    keeps its window only can give a request another's prompt (in one pool it cannot: the test above on a
-    window-only cache), and both replies go on to their ends as they are alone."""
-    path = str(synth("step35", "random", seed=5).path())  # a window of 16
-    prompt = " the river model and the old bridge" * 14
-    reqs = [GenerateRequest(prompt=prompt + tail, max_tokens=40, speculative=mtp(3), record_drafts=True)
-            for tail in (" first", " second")]
-    options = LoadOptions(path=path, n_ctx=1024, n_batch=64, parallel=2, swa_full=swa_full, kv_unified=False)
-    with Session(options) as session:
-        engine = ParallelGenerator(session)
-        jobs = [Job(r) for r in reqs]
-        engine.add(jobs[0])
-        for _ in range(6):  # the first has read most of its prompt
-            engine.step()
-        engine.add(jobs[1])
-        while not engine.idle:
-            engine.step()
-    assert [j.error for j in jobs] == [None, None]
-    with Session(replace(options, parallel=1)) as session:
-        solo = [generate(session, r) for r in reqs]
-    for s, j in zip(solo, jobs, strict=True):
-        assert (j.result.tokens, j.result.drafts_per_round) == (s.tokens, s.drafts_per_round)
-    assert jobs[1].result.stats.prompt_reused > 300
-
-
 @pytest.mark.parametrize("n_seq", [1, 2])
 def test_one_or_two_sequences_and_more_requests_than_sequences(n_seq):
     # five requests through fewer sequences: each waits for a free one, and a sequence that
@@ -298,17 +271,19 @@ def test_a_request_shares_the_start_another_sequence_holds(arch, spec, first_spe
             same_as_alone(s, j.result, noise)
 
 
+@pytest.mark.parametrize("kv_unified", [True, False], ids=["one-pool", "pool-each"])
 @pytest.mark.parametrize("swa_full", [False, True], ids=["window", "full"])
-def test_two_requests_with_one_long_prompt_on_a_window_only_cache_each_read_it(swa_full):
+def test_two_requests_with_one_long_prompt_on_a_window_only_cache_each_read_it(swa_full, kv_unified):
     """A sliding-window target keeping its window's cells only has the window of each sequence and a ubatch
     (256 cells here), and llama.cpp takes a cell back only while one sequence holds it: had the second request
-    shared the first's prompt cells, neither could go on (llama_decode found no cell for either). So there
-    each reads its own prompt, and each reply is what it is alone; keeping every cell, the second shares."""
+    shared the first's prompt cells in one pool, neither could go on (llama_decode found no cell for either).
+    So there each reads its own prompt, and each reply is what it is alone; keeping every cell, the second
+    shares; in pools of their own it takes a copy, whose cells are its alone, window-only or not."""
     path = str(synth("step35", "random", seed=5).path())  # a window of 16
     prompt = " the river model and the old bridge" * 14
     reqs = [GenerateRequest(prompt=prompt + tail, max_tokens=40, speculative=mtp(3), record_drafts=True)
             for tail in (" first", " second")]
-    options = LoadOptions(path=path, n_ctx=1024, n_batch=64, parallel=2, swa_full=swa_full)
+    options = LoadOptions(path=path, n_ctx=1024, n_batch=64, parallel=2, swa_full=swa_full, kv_unified=kv_unified)
     with Session(options) as session:
         assert session.window_cache is not swa_full
         engine = ParallelGenerator(session)
@@ -325,7 +300,7 @@ def test_two_requests_with_one_long_prompt_on_a_window_only_cache_each_read_it(s
     for s, j in zip(solo, jobs, strict=True):
         assert (j.result.tokens, j.result.drafts_per_round) == (s.tokens, s.drafts_per_round)
     reused = jobs[1].result.stats.prompt_reused
-    assert reused > 300 if swa_full else reused == 0
+    assert reused > 300 if swa_full or not kv_unified else reused == 0
 
 
 def test_a_request_shares_no_start_a_state_from_host_memory_does_not_hold():
