@@ -20,8 +20,11 @@ same way in the draft context (one row past the shared cells, which it resumes
 from; the source may draft with MTP alone or MTP + n-gram, whose MTP half keeps
 every row: engine/speculative/reuse.py); a lazy lane starts from the prompt's newest
 rows anyway; an n-gram map reads the shared tokens. Not for a hybrid (a recurrent
-state is one per sequence, not per position), nor where a sliding-window cache keeps
-only the window (shared cells are never let go of there: :meth:`Sequences.can_share`).
+state is one per sequence, not per position), nor in one pool where a sliding-window
+cache keeps only the window (shared cells are never let go of there:
+:meth:`Sequences.can_share`). In pools of their own (``LoadOptions.kv_unified`` False)
+a sequence cannot hold another's cells: it takes a copy of the other's whole pool
+(all llama.cpp copies between pools) cut back to the start they share.
 
 Requests that arrive together with one long start (sub-agents launched with one
 system prompt) cannot share cells nobody has decoded yet: the multi-sequence
