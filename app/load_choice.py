@@ -33,7 +33,7 @@ class LoadChoice:
                              n_gpu_layers=self.n_gpu_layers, mtp=self.mtp, sidecar=self.sidecar, mmproj=self.mmproj,
                              n_threads_draft=s.n_threads_draft, parallel=s.parallel,
                              draft_vocab=s.draft_vocab_for(self.path), state_cache_mib=s.state_cache_mib,
-                             swa_full=s.swa_full,
+                             swa_full=s.swa_full, kv_unified=s.kv_unified,
                              rpc=tuple(r.strip() for r in s.rpc_servers.split(",") if r.strip()))
 
     def apply_to(self, s: Settings) -> None:

@@ -135,6 +135,7 @@ class MainWindow(QMainWindow):
         self._action(model_menu, "Use the built-in default model", self.models.use_default_model)
         self._action(model_menu, "Load settings (context, threads, memory)…",
                      lambda: self.models.open_sheet(self.settings.model_path))
+        self._action(model_menu, "Reload", self.models.load)  # what the settings name: a load setting changed
         self._action(model_menu, "Eject model", self.models.eject)
         self._action(model_menu, "Save this chat's settings as the model's preset", self.models.save_chat_as_preset)
         model_menu.addSeparator()

@@ -95,6 +95,13 @@ class ServerPanel(QDialog):
                                  "this many sequences of the context size each. Auto: as many as fit in memory "
                                  "beside the model, up to 4. 1: one at a time, the others wait. Applies when the "
                                  "model is next loaded (Model → Reload).")
+        self.pool_each = QCheckBox("A memory pool per reply")
+        self.pool_each.setChecked(not self.settings.kv_unified)
+        self.pool_each.setToolTip("Off: the replies decoded at once keep their context in one pool, so requests "
+                                  "sharing a long system prompt read it once; but each reply then attends over "
+                                  "every reply's context. On: a pool each, as llama-server's --parallel N, faster "
+                                  "with many long conversations at once; a shared prompt is copied. Applies when "
+                                  "the model is next loaded (Model → Reload).")
         self.require_key = QCheckBox("Require the API key (always, when not on 127.0.0.1)")
         self.require_key.setChecked(self.settings.server_require_key)
         self.key = QLineEdit(self._key)
@@ -126,6 +133,7 @@ class ServerPanel(QDialog):
         form.addRow("Address", self.host)
         form.addRow("Port", self.port)
         form.addRow("Replies at once", self.parallel)
+        form.addRow("", self.pool_each)
         form.addRow("", self.require_key)
         form.addRow("API key", key_row)
         form.addRow("", self.key_note)
@@ -146,6 +154,7 @@ class ServerPanel(QDialog):
         self.port.valueChanged.connect(lambda _v: self._update())
         self.require_key.toggled.connect(lambda _on: self._update())
         self.parallel.valueChanged.connect(self._parallel_changed)
+        self.pool_each.toggled.connect(self._pool_changed)
 
     def loaded_sequences(self) -> int:
         """Replies the loaded model decodes at once (what Auto chose), else the setting, at least 1."""
@@ -155,6 +164,11 @@ class ServerPanel(QDialog):
     def _parallel_changed(self, value: int) -> None:
         """Remember it; the worker gets it with the next load (the load options carry it)."""
         self.settings.parallel = value
+        self.settings.try_save()
+
+    def _pool_changed(self, each: bool) -> None:
+        """Remember it; the worker gets it with the next load, as the replies at once."""
+        self.settings.kv_unified = not each
         self.settings.try_save()
 
     # -- actions ----------------------------------------------------------------

@@ -82,6 +82,9 @@ class Settings:
     # as fit in memory beside the model, up to 4 (engine/store/parallel_fit.py), so the chat and the server
     # do not wait for each other
     parallel: int = 0
+    # with several replies at once, one pool of cells for all of them (LoadOptions.kv_unified): a shared prompt
+    # is read once; False: a pool per reply, faster with many long conversations at once (docs/parallel.md)
+    kv_unified: bool = True
 
     @classmethod
     def path(cls) -> Path:

@@ -260,6 +260,7 @@ class Session:
                 "draft_vocab": self.mtp_drafter.ctx.draft_vocab if self.mtp_drafter else 0,
                 "n_seq": self.n_seq,
                 "parallel_reason": self.parallel_reason,
+                "kv_unified": self.kv_unified,
                 "has_chat_template": self.facts.has_chat_template,
                 "mtp": self.mtp_status,
                 "mtp_heads": self.n_heads,

@@ -55,6 +55,7 @@ class ModelInfo:
     draft_vocab: int = 0  # token ids the MTP head drafts among (LoadOptions.draft_vocab; n_vocab: all)
     n_seq: int = 1  # sequences loaded: replies decoded at once
     parallel_reason: str = ""  # why that many, where the load chose them (LoadOptions.parallel 0)
+    kv_unified: bool = False  # those sequences share one pool of cells (False: a pool each, or one sequence)
     has_chat_template: bool = False
     mtp: str = "off"  # off | single | chained
     mtp_heads: int = 0

@@ -203,3 +203,36 @@ def test_replies_at_once_default_to_auto_and_the_server_admits_what_the_load_cho
     assert model is not None and model.n_seq >= 1
     assert panel.server.config.parallel == model.n_seq  # the sequences Auto loaded, not 0
     panel.stop()
+
+
+def test_a_memory_pool_per_reply_is_a_preference_that_persists_and_reaches_the_load(qtbot, services):
+    """Tools → Local server, "A memory pool per reply": off by default (one pool: a shared system prompt is
+    read once); checked, it is saved and the next load keeps a pool per sequence, as `serve --no-kv-unified`;
+    the replies served are the same."""
+    from app.settings import Settings
+
+    services.settings.parallel = 2
+    panel = open_and_start(qtbot, services)
+    assert not panel.pool_each.isChecked() and services.window.models.model.kv_unified
+    url = f"{panel.base_url.text()}/completions"
+    body = {"model": "combined", "prompt": "hello world the", "max_tokens": 16, "temperature": 0}
+
+    def text() -> str:
+        out: list[httpx.Response] = []
+        post_in_thread(url, body, out)
+        qtbot.waitUntil(lambda: bool(out), timeout=60000)
+        return out[0].json()["choices"][0]["text"]
+
+    one_pool = text()
+    panel.stop()
+    panel.pool_each.setChecked(True)
+    assert not Settings.load().kv_unified  # saved as it was checked
+    window = services.window
+    next(a for m in window.menuBar().actions() if m.text() == "&Model" for a in m.menu().actions()
+         if a.text() == "Reload").trigger()  # the tooltip's Model → Reload
+    qtbot.waitUntil(lambda: window.models.model is not None and not window.models.model.kv_unified, timeout=60000)
+    assert window.models.model.n_seq == 2
+    panel.start_button.click()
+    assert panel.running, panel.status.text()
+    assert text() == one_pool
+    panel.stop()
