@@ -266,6 +266,7 @@ class MainWindow(QMainWindow):
         if dialog.exec():
             reload_needed = dialog.apply()
             apply_theme(self)  # a new theme shows now, not after a restart
+            self.models_page.library.refresh_facts()  # its estimate follows the whole-cache preference
             problem = self.settings.try_save()
             if problem:
                 self._message(f"Your preferences apply now but could not be saved: {problem}. "

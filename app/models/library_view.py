@@ -152,7 +152,7 @@ class LibraryView(QWidget):
         self.download_button.clicked.connect(self._download)
         self.entries.currentItemChanged.connect(self._show_facts)
         self.entries.itemActivated.connect(self._use)  # Enter or a double click on a file loads it
-        self.ctx.valueChanged.connect(lambda _v: self._show_facts(self.entries.currentItem(), None))
+        self.ctx.valueChanged.connect(lambda _v: self.refresh_facts())
         self.search.textChanged.connect(lambda _t: self._fill())
         for combo in (self.where, self.architecture, self.quantization):
             combo.currentIndexChanged.connect(lambda _i: self._fill())
@@ -276,6 +276,10 @@ class LibraryView(QWidget):
     def claim_facts(self) -> None:
         """The panel is about to show something else (the doctor, a repair): drop a facts read under way."""
         self._facts_generation += 1
+
+    def refresh_facts(self) -> None:
+        """Read the selected model's facts and estimate again (the preferences it follows changed)."""
+        self._show_facts(self.entries.currentItem(), None)
 
     def _show_facts(self, item: QListWidgetItem | None, _prev: object) -> None:
         """Header facts and the memory fit, read on the background runner (a

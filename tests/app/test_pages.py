@@ -93,3 +93,37 @@ def test_the_models_page_estimates_a_sliding_window_model_as_the_preference_keep
         kv = next(ln for ln in page.library.facts.toPlainText().splitlines() if "KV cache" in ln)
         seen.append(float(kv.split()[-2]))
     assert seen[0] * 4 < seen[1], seen
+
+
+def test_the_models_page_estimate_follows_the_whole_cache_preference_when_it_changes(
+        qtbot, services, default_model, monkeypatch):
+    """Preferences → "Keep a sliding-window model's whole cache": the Models page's estimate of the selected
+    model is read again as the preference changes, not only at its next selection."""
+    from PySide6.QtWidgets import QListWidgetItem
+
+    from app.settings_dialog import SettingsDialog
+
+    window = services.window
+    library = window.models_page.library
+    library.ctx.setValue(32768)
+    item = QListWidgetItem("gemma")
+    item.setData(Qt.ItemDataRole.UserRole, str(default_model))
+    library.entries.addItem(item)
+    library.entries.setCurrentItem(item)
+
+    def kv() -> float:
+        text = library.facts.toPlainText()
+        return float(next(ln for ln in text.splitlines() if "KV cache" in ln).split()[-2]) \
+            if "memory at n_ctx 32768" in text else 0.0
+
+    qtbot.waitUntil(lambda: kv() > 0, timeout=10000)
+    window_only = kv()
+
+    def user(dialog: SettingsDialog) -> int:
+        dialog.swa_full.setChecked(True)
+        dialog.accept()
+        return dialog.result()
+
+    monkeypatch.setattr(SettingsDialog, "exec", user)
+    window.open_settings()
+    qtbot.waitUntil(lambda: kv() > 4 * window_only, timeout=10000)
