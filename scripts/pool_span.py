@@ -2,8 +2,8 @@
 
     .venv/bin/python scripts/pool_span.py [--seqs 8] [--words 10,60,120] [--tokens 64] [--repeats 2]
 
-The multi-sequence engine keeps every sequence's cells in one pool (``kv_unified``:
-engine/generation/session.py), so that a sequence can share another's prompt cells without copying
+The multi-sequence engine keeps every sequence's cells in one pool by default (``LoadOptions.kv_unified``;
+``serve --no-kv-unified`` gives each its own), so that a sequence can share another's prompt cells without copying
 them and a batch of everyone's rows is one graph. llama.cpp's attention then spans the pool's used
 cells for every row, masking the other sequences' out: a decode step's attention grows with the sum
 of the sequences' contexts, not with each one's. llama-server with ``--parallel N`` keeps a pool per
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import time
 
-from engine.generation import session as session_module
 from engine.generation.generator import GenerateRequest
 from engine.generation.parallel import generate_together
 from engine.generation.session import LoadOptions, Session
@@ -30,28 +29,22 @@ WORDS = ["river", "model", "quiet", "light", "numbers", "words", "bridge", "hill
 
 def run(path: str, unified: bool, seqs: int, words: int, tokens: int, threads: int) -> tuple[float, float, int]:
     """(ms per one-row-per-sequence step, seconds in the other decodes, prompt tokens) for one round."""
-    cls = session_module.Session
-    saved = cls.kv_unified
-    if not unified:
-        cls.kv_unified = property(lambda self: False)  # the pool per sequence CELL_ORDER_SENSITIVE models get
-    try:
-        with Session(LoadOptions(path=path, n_ctx=2048, parallel=seqs, n_threads=threads)) as session:
-            generate_together(session, [GenerateRequest(prompt=" the river", max_tokens=4)])  # warm-up
-            steps: list[tuple[int, float]] = []
-            decode = type(session.target).decode
+    options = LoadOptions(path=path, n_ctx=2048, parallel=seqs, n_threads=threads, kv_unified=unified)
+    with Session(options) as session:
+        generate_together(session, [GenerateRequest(prompt=" the river", max_tokens=4)])  # warm-up
+        steps: list[tuple[int, float]] = []
+        decode = type(session.target).decode
 
-            def timed(batch):
-                t0 = time.perf_counter()
-                decode(session.target, batch)
-                steps.append((batch.n, time.perf_counter() - t0))
+        def timed(batch):
+            t0 = time.perf_counter()
+            decode(session.target, batch)
+            steps.append((batch.n, time.perf_counter() - t0))
 
-            session.target.decode = timed
-            reqs = [GenerateRequest(prompt=f" {WORDS[i % 12]} {i} " + " ".join(WORDS[(i * 7 + k) % 12]
-                                                                            for k in range(words)),
-                                    max_tokens=tokens, speculative=SPECULATION_OFF) for i in range(seqs)]
-            results = generate_together(session, reqs)
-    finally:
-        cls.kv_unified = saved
+        session.target.decode = timed
+        reqs = [GenerateRequest(prompt=f" {WORDS[i % 12]} {i} " + " ".join(WORDS[(i * 7 + k) % 12]
+                                                                        for k in range(words)),
+                                max_tokens=tokens, speculative=SPECULATION_OFF) for i in range(seqs)]
+        results = generate_together(session, reqs)
     one_row = [dt for n, dt in steps if n <= seqs]
     return (1000 * sum(one_row) / max(1, len(one_row)), sum(dt for n, dt in steps if n > seqs),
             sum(r.stats.prompt_tokens for r in results))

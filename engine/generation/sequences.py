@@ -221,7 +221,7 @@ class Sequences:
         session = self.session
         if session.is_hybrid or session.facts.architecture in CELL_ORDER_SENSITIVE:
             return False
-        return not session.window_cache if session.kv_unified else True
+        return not (session.kv_unified and session.window_cache)
 
     def share(self, seq: int, source: int, tokens: list[int], n: int, spec: SpeculativeSettings,
               drafter: Drafter) -> None:
@@ -251,8 +251,9 @@ class Sequences:
                 n = shareable(tokens, holding, rows)
                 best = (source, n) if n > best[1] else best
         source, n = best
-        if n <= common_prefix(self.memory[seq].held, tokens) + (0 if self.session.kv_unified else COPY_MIN - 1):
-            return 0  # (a copy of a whole pool for a few tokens costs more than reading them)
+        gain = 1 if self.session.kv_unified else COPY_MIN  # (a whole pool's copy for a few tokens costs more)
+        if n < common_prefix(self.memory[seq].held, tokens) + gain:
+            return 0
         if not self.session.target.keeps_window(n, source):  # a state from host memory holds its window only
             return 0
         self.share(seq, source, tokens, n, spec, drafter)
