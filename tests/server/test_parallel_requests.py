@@ -26,7 +26,7 @@ PROMPTS = ["hello world the", "the river model", "a quiet light and", "numbers a
 
 @pytest.fixture(scope="module")
 def parallel_link(model_path: str) -> Iterator[WorkerLink]:
-    engine = WorkerLink(load_request_for(model_path, n_ctx=1024, n_threads=1, parallel=4), speculative=mtp(3))
+    engine = WorkerLink(load_request_for(model_path, n_ctx=2048, n_threads=1, parallel=4), speculative=mtp(3))
     yield engine
     engine.close()
 
@@ -38,10 +38,13 @@ def parallel_server(parallel_link: WorkerLink) -> Iterator[ServerThread]:
     running.stop()
 
 
-def stream(base_url: str, prompt: str, max_tokens: int, marks: dict[str, float] | None = None) -> str:
+def stream(base_url: str, prompt: str, max_tokens: int, marks: dict[str, float] | None = None,
+           ready: threading.Barrier | None = None) -> str:
     import openai
 
     client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
+    if ready is not None:
+        ready.wait(60)
     pieces = []
     for chunk in client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=max_tokens, temperature=0,
                                            stream=True):
@@ -53,12 +56,16 @@ def stream(base_url: str, prompt: str, max_tokens: int, marks: dict[str, float] 
 
 
 def test_four_streaming_clients_are_served_together_each_as_alone(parallel_server: ServerThread):
-    alone = [stream(parallel_server.base_url, p, 160) for p in PROMPTS]
+    """Each stream long enough (400 tokens, about a second each on this model when four run together)
+    that a loaded machine's late thread start cannot pass for serving in line; the clients are built before
+    they start, together."""
+    alone = [stream(parallel_server.base_url, p, 400) for p in PROMPTS]
     texts: list[str] = [""] * 4
     marks: list[dict[str, float]] = [{} for _ in PROMPTS]
+    ready = threading.Barrier(4)
 
     def client(i: int) -> None:
-        texts[i] = stream(parallel_server.base_url, PROMPTS[i], 160, marks[i])
+        texts[i] = stream(parallel_server.base_url, PROMPTS[i], 400, marks[i], ready)
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
     for t in threads:
