@@ -110,7 +110,8 @@ class LoadPlan:
         device = device_memory(options, facts)
         if parallel_auto:
             n, why = default_parallel(options.path, n_ctx=options.n_ctx or facts.context_length,
-                                      sidecar=options.sidecar, device=device, swa_full=options.swa_full)
+                                      sidecar=options.sidecar, device=device, swa_full=options.swa_full,
+                                      kv_unified=options.kv_unified)
             options = replace(options, parallel=n)
         return cls(options, facts, sidecar_facts, mtp_in_target, want_mtp, reason, parallel_auto, why, device)
 

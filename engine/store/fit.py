@@ -124,10 +124,17 @@ def _window_layers(arch: str, meta: dict[str, Any], n_trunk: int) -> list[bool]:
     return [(i % n != 0) if dense_first else (i % n < n - 1) for i in range(n_trunk)]
 
 
-def window_cells(n_swa: int, n_ctx: int, n_seq: int = 1) -> int:
-    """Cells a windowed layer's cache has without ``swa_full``: the window of each sequence and a ubatch,
-    padded to 256, at most the context (llama_kv_cache_iswa)."""
-    return min(n_ctx, -(-(n_swa * n_seq + N_UBATCH) // 256) * 256)
+def _pad256(n: int) -> int:
+    return -(-n // 256) * 256
+
+
+def window_cells(n_swa: int, n_ctx: int, n_seq: int = 1, unified: bool = True) -> int:
+    """Cells a windowed layer's cache has without ``swa_full``, padded to 256 (llama_kv_cache_iswa): in one
+    pool (``unified``) every sequence's window and one ubatch, at most the context; in a pool per sequence
+    each pool its own window and ubatch, at most that sequence's context (n_ctx / n_seq, padded)."""
+    if unified:
+        return min(n_ctx, _pad256(n_swa * n_seq + N_UBATCH))
+    return n_seq * min(_pad256(n_ctx // max(1, n_seq)), _pad256(n_swa + N_UBATCH))
 
 
 def available_memory() -> int | None:
@@ -148,20 +155,22 @@ def estimate(path: str | Path, *, n_ctx: int = 4096, sidecar: str | Path | None 
 
 def estimates(path: str | Path, n_ctxs: list[int], *, sidecar: str | Path | None = None, mtp: bool = True,
               available: int | None = None, swa_full: bool = False,
-              n_seqs: list[int] | None = None) -> list[MemoryEstimate]:
+              n_seqs: list[int] | None = None, kv_unified: bool = True) -> list[MemoryEstimate]:
     """:func:`estimate` for each context size in ``n_ctxs`` (over ``n_seqs`` sequences each, default one),
     the headers read once (a header with a real vocabulary takes ~0.2 s to parse). ``swa_full``: a
-    sliding-window model's windowed layers keep every cell (LoadOptions.swa_full)."""
+    sliding-window model's windowed layers keep every cell (LoadOptions.swa_full). ``kv_unified``: the
+    sequences share one pool of cells (LoadOptions.kv_unified), else each has its own, whose windowed
+    layers then hold a ubatch more each."""
     try:
         return _estimate(path, n_ctxs=n_ctxs, sidecar=sidecar, mtp=mtp, available=available, swa_full=swa_full,
-                         n_seqs=n_seqs or [1] * len(n_ctxs))
+                         n_seqs=n_seqs or [1] * len(n_ctxs), kv_unified=kv_unified)
     except (TypeError, ValueError, OverflowError) as exc:  # per-layer sizes read as plain values below
         raise ModelFileError(f"{Path(path).name}: a size in its metadata is not a usable number ({exc}). "
                              "Download it again or use another export.") from exc
 
 
 def _estimate(path: str | Path, *, n_ctxs: list[int], sidecar: str | Path | None, mtp: bool,
-              available: int | None, swa_full: bool, n_seqs: list[int]) -> list[MemoryEstimate]:
+              available: int | None, swa_full: bool, n_seqs: list[int], kv_unified: bool) -> list[MemoryEstimate]:
     facts = read_facts(path)
     arch, meta = facts.architecture, read_header(Path(path)).metadata
     n_trunk = facts.trunk_layers
@@ -216,7 +225,8 @@ def _estimate(path: str | Path, *, n_ctxs: list[int], sidecar: str | Path | None
 
     def at(n_ctx: int, n_seq: int) -> MemoryEstimate:
         kv_per_layer = n_ctx * (dk + dv) * 2  # f16 K and V, per KV head
-        window = window_cells(n_swa, n_ctx, n_seq) * (dk + dv) * 2
+        cells = window_cells(n_swa, n_ctx, n_seq, kv_unified)
+        window = cells * (dk + dv) * 2
         kv_cache = sum((window if windowed[i] else kv_per_layer) * kv_heads[i]
                        for i in range(n_trunk) if not recurrent[i])
         # a window copy holds one sequence's window of the windowed layers' cells (llama.cpp writes no cell
@@ -226,7 +236,7 @@ def _estimate(path: str | Path, *, n_ctxs: list[int], sidecar: str | Path | None
         checkpoints = CHECKPOINTS_KEPT * n_seq * (rec if hybrid else window_copy)
         mask_bytes = n_ctx * N_UBATCH * 2
         # a windowed cache's mask spans its cells only
-        swa_mask = window_cells(n_swa, n_ctx, n_seq) * N_UBATCH * 2 if any(windowed) else mask_bytes
+        swa_mask = cells * N_UBATCH * 2 if any(windowed) else mask_bytes
         compute = mask_bytes + (masks - 1) * swa_mask + N_UBATCH * 4 * (4 * wide + 3 * ff_active)
         # its input and exported hidden rows are n_embd_out wide (hc·n_embd with hyper-connections)
         mtp_ctx = heads * kv_per_layer * kv_heads[-1] + mask_bytes + N_UBATCH * 4 * (9 * wide // 2) if use_mtp else 0
@@ -243,19 +253,20 @@ from engine.runtime import native
 native.set_verbose(True)
 from engine.generation.session import LoadOptions, Session
 s = Session(LoadOptions(path=sys.argv[1], n_ctx=int(sys.argv[2]), mtp=sys.argv[3] == "1",
-                        sidecar=sys.argv[4] or None, swa_full=sys.argv[5] == "1", parallel=int(sys.argv[6])))
+                        sidecar=sys.argv[4] or None, swa_full=sys.argv[5] == "1", parallel=int(sys.argv[6]),
+                        kv_unified=sys.argv[7] == "1"))
 s.close()
 """
 _BUFFER = re.compile(r"(\w+) buffer size =\s+([\d.]+) MiB")
 
 
 def measure(path: str | Path, *, n_ctx: int = 4096, sidecar: str | Path | None = None,
-            mtp: bool = True, swa_full: bool = False, n_seq: int = 1) -> dict[str, float]:
+            mtp: bool = True, swa_full: bool = False, n_seq: int = 1, kv_unified: bool = True) -> dict[str, float]:
     """What llama.cpp reports allocating, by buffer kind (MiB), loading in a child process (``n_seq``
-    sequences of ``n_ctx`` tokens each)."""
+    sequences of ``n_ctx`` tokens each, in one pool of cells or, not ``kv_unified``, a pool each)."""
     proc = subprocess.run([sys.executable, "-c", _MEASURE, str(path), str(n_ctx), "1" if mtp else "0",
-                           str(sidecar or ""), "1" if swa_full else "0", str(n_seq)], capture_output=True,
-                          text=True, timeout=600)
+                           str(sidecar or ""), "1" if swa_full else "0", str(n_seq), "1" if kv_unified else "0"],
+                          capture_output=True, text=True, timeout=600)
     totals: dict[str, float] = {}
     for kind, size in _BUFFER.findall(proc.stderr):
         totals[kind] = totals.get(kind, 0.0) + float(size)

@@ -43,18 +43,19 @@ class DeviceMemory:
 
 def default_parallel(path: str | Path, *, n_ctx: int, sidecar: str | Path | None = None,
                      available: int | None = None, device: DeviceMemory | None = None,
-                     swa_full: bool = False) -> tuple[int, str]:
+                     swa_full: bool = False, kv_unified: bool = True) -> tuple[int, str]:
     """The sequences to load ``path`` with, and a line saying why.
 
     ``available``: bytes of memory to fit in (default: what this machine has free now). ``device``: the
     GPU's, where layers are offloaded: both must hold their part. ``swa_full``: a sliding-window model's
-    windowed layers keep every cell (LoadOptions.swa_full), not only each sequence's window. Where the
+    windowed layers keep every cell (LoadOptions.swa_full), not only each sequence's window; ``kv_unified``:
+    one pool of cells for every sequence, else a pool each (LoadOptions.kv_unified). Where the
     estimate cannot be made (memory unknown, a header it cannot read) it is :data:`DEFAULT_PARALLEL`, as
     llama-server's: the load itself then says what does not fit.
     """
     try:  # one read of the headers for every count (each read of a real vocabulary's header takes ~0.2 s)
         sized = estimates(path, [n_ctx * n for n in CHOICES], sidecar=sidecar, available=available,
-                          swa_full=swa_full, n_seqs=list(CHOICES))
+                          swa_full=swa_full, n_seqs=list(CHOICES), kv_unified=kv_unified)
     except (ModelFileError, OSError, ValueError) as exc:
         return DEFAULT_PARALLEL, f"{DEFAULT_PARALLEL} requests at once (memory not estimated: {exc})"
     free = sized[0].available

@@ -145,6 +145,19 @@ def test_memory_estimate_of_the_built_in_sliding_window_model_follows_its_window
         assert est.kv_cache * 4 < estimate(default_model, n_ctx=32768, swa_full=True).kv_cache
 
 
+@pytest.mark.parametrize("kv_unified", [True, False], ids=["one-pool", "pool-each"])
+def test_a_sliding_window_cache_of_several_sequences_is_estimated_as_its_pools_hold_it(default_model, kv_unified):
+    """Eight sequences of 4,096 tokens on the built-in Gemma 3 (a window of 512): one pool's windowed layers
+    hold every sequence's window and one ubatch; a pool each holds its own window and ubatch, about 1.8×
+    the cells (LoadOptions.kv_unified)."""
+    n_seq = 8
+    est = estimates(default_model, [4096 * n_seq], n_seqs=[n_seq], available=1, kv_unified=kv_unified)[0]
+    allocated = measure(default_model, n_ctx=4096, n_seq=n_seq, kv_unified=kv_unified)
+    assert abs(est.kv_cache - allocated["KV"] * 2**20) / (allocated["KV"] * 2**20) < 0.1, (est.lines(), allocated)
+    total = sum(allocated.values()) * 2**20
+    assert abs(est.total - est.checkpoints - total) / total < 0.15, (est.lines(), allocated)
+
+
 @pytest.mark.parametrize("n_seq", [1, 4])
 def test_a_hybrids_recurrent_state_is_estimated_for_every_sequence(n_seq):
     """llama.cpp keeps one recurrent state (and with MTP its rollback snapshots) per sequence: four sequences

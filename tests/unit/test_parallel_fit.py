@@ -154,3 +154,21 @@ def test_a_sliding_window_model_is_sized_by_the_cache_it_keeps(swa_full):
     plan = LoadPlan.read(LoadOptions(path=path, n_ctx=N_CTX, parallel=0, swa_full=swa_full))
     assert plan.options.parallel == 4
     assert f"need ~{(full if swa_full else window).total / 2**20:.0f} MiB" in plan.parallel_reason
+
+
+@pytest.mark.parametrize("kv_unified", [True, False], ids=["one-pool", "pool-each"])
+def test_a_sliding_window_model_is_sized_by_the_pools_it_keeps(kv_unified):
+    """In a pool of its own each sequence's windowed layers hold a ubatch beside its window (one pool holds one
+    for all): with memory for 4 sequences' windows in one pool, Auto chooses 4 only there, and the load plan
+    passes the choice of pool on."""
+    from engine.generation.load_plan import LoadPlan
+    from engine.load_options import LoadOptions
+
+    path = str(SynthModel(SynthSpec(arch="step35", weights="random")).path())  # a window of 16
+    one, each = (estimates(path, [N_CTX * 4], available=1, n_seqs=[4], kv_unified=u)[0] for u in (True, False))
+    assert one.kv_cache < each.kv_cache
+    available = int(one.total / SHARE) + 1
+    n, line = default_parallel(path, n_ctx=N_CTX, available=available, kv_unified=kv_unified)
+    assert (n < 4) is not kv_unified, line
+    plan = LoadPlan.read(LoadOptions(path=path, n_ctx=N_CTX, parallel=0, kv_unified=kv_unified))
+    assert f"need ~{(one if kv_unified else each).total / 2**20:.0f} MiB" in plan.parallel_reason
