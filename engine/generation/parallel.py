@@ -350,7 +350,7 @@ class ParallelGenerator:
             self.batch.clear()
             alone = self._add_prompt_chunk(readers[0])
             t0 = time.perf_counter()
-            self.target.decode(self.batch)
+            self._decode_target([readers[0]])
             if alone is not None:
                 self._read_prompt_chunk(*alone, time.perf_counter() - t0)
             readers = []
@@ -369,7 +369,7 @@ class ParallelGenerator:
         if not self.batch.n:
             return
         t0 = time.perf_counter()
-        self.target.decode(self.batch)
+        self._decode_target([r for r, _ in rounds] + [chunk[0] for chunk in chunks])
         decode_s = time.perf_counter() - t0
         for r, rnd in rounds:  # every sequence reads the decode's rows before anything decodes again
             r.decoder.sample(rnd, decode_s)
@@ -394,6 +394,21 @@ class ParallelGenerator:
             if self.gated is not None:
                 self.gate.observe(self.gated, sum(len(rnd.tokens) for _, rnd in rounds), time.perf_counter() - t_step,
                                   drafted=self.gated_drafting)
+
+    def _decode_target(self, rows_of: list[_Running]) -> None:
+        """One target decode of :attr:`batch` (whose rows are ``rows_of``'s), exporting the hidden states an
+        MTP lane reads only where one of them has a lane. Exporting has llama.cpp run the last layer over
+        every row, not only the sampled ones: on the 8-layer bench model about a tenth of a prompt's cost,
+        which requests with speculation off paid for nothing (llama-server without MTP does not). Every
+        other decode of the target (a checkpoint's replay, a piece of an image prompt) exports, as before."""
+        plain = self.session.mtp_drafter is not None and all(mtp_half(r.decoder.drafter) is None for r in rows_of)
+        if plain:
+            self.target.set_embeddings_nextn(False, False)
+        try:
+            self.target.decode(self.batch)
+        finally:
+            if plain:
+                self.target.set_embeddings_nextn(True, False)
 
     @staticmethod
     def _read_picture_piece(r: _Running) -> None:
@@ -424,6 +439,9 @@ class ParallelGenerator:
                 rooms.append((r, room))
         if not rooms:
             return []
+        # rows in sequence order: in pools of their own llama.cpp puts only consecutive sequence ids in one
+        # ubatch (split_equal), so rows in arrival order may decode as a graph per sequence
+        rooms.sort(key=lambda x: x[0].decoder.seq)
         t_step = time.perf_counter()
         depths = self._depths(rooms)
         plans = [(r, r.decoder.policy.choose(room) if id(r) not in depths else depths[id(r)]) for r, room in rooms]

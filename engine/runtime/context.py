@@ -166,6 +166,7 @@ class Context:
         self.threads = params.n_threads
         self.n_ubatch = int(lib.llama_n_ubatch(handle))
         self.graphs = 0  # compute graphs run (one per ubatch), against graphs_reused()
+        self.exports_hidden = False  # every row's hidden state for an MTP head (set_embeddings_nextn)
         # bumped by everything that changes the memory: a record of what the context holds
         # (engine/generation/prefix_cache.py) is only trusted while this is unchanged
         self.edits = 0
@@ -285,6 +286,7 @@ class Context:
         from llama_cpp import llama_cpp_ext
 
         llama_cpp_ext.llama_set_embeddings_nextn(self.handle, value, masked)
+        self.exports_hidden = value
 
     def set_nextn_layer_offset(self, offset: int) -> None:
         from llama_cpp import llama_cpp_ext

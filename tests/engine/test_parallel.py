@@ -461,6 +461,57 @@ def test_requests_arriving_together_read_their_prompts_in_one_decode(monkeypatch
     assert [len(job.result.tokens) for job in jobs] == [8] * 4
 
 
+def test_in_pools_of_their_own_a_steps_rows_go_in_sequence_order_and_decode_as_one_graph():
+    """llama.cpp splits a batch over several pools into ubatches of consecutive sequence ids only (split_equal,
+    sequential): rows in arrival order (3, 2, 1, 0 when four conversations come back in reverse order, each to
+    the sequence that holds it) decoded as four graphs a step. In sequence order a step is one graph, the same
+    each step, which llama.cpp reuses."""
+    path = str(synth("glm4moe", "oracle", agree=1.0).path())
+    reqs = [GenerateRequest(prompt=p, max_tokens=24, speculative=SPECULATION_OFF) for p in PROMPTS]
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=4, kv_unified=False)) as session:
+        engine = ParallelGenerator(session)
+        run_all(engine, [Job(r) for r in reqs])
+        again = [Job(replace(r, prompt=r.prompt + " and")) for r in reversed(reqs)]
+        for job in again:
+            engine.add(job)
+        engine.step()  # each reads its new token and samples its first
+        assert [r.decoder.seq for r in engine.running] == [3, 2, 1, 0]
+        reused, steps = session.target.graphs_reused(), 0
+        while not engine.idle:
+            engine.step()
+            steps += 1
+        reused = session.target.graphs_reused() - reused
+    assert all(job.error is None for job in again)
+    assert reused >= steps - 2, (steps, reused)
+
+
+def test_a_batch_of_sequences_without_an_mtp_lane_asks_the_target_for_no_hidden_states(monkeypatch):
+    """Exporting every row's hidden state for an MTP head makes llama.cpp run the last layer over every row;
+    a decode whose rows are all of requests with speculation off (or n-gram drafting) does without, one with
+    an MTP lane's rows exports them. Each reply is the one it gets alone, the MTP lane's drafts included."""
+    path = str(synth("glm4moe", "oracle", agree=0.8).path())
+    specs = [SPECULATION_OFF, mtp(3), ngram(3), SPECULATION_OFF]
+    reqs = [replace(r, speculative=s, max_tokens=24 + 12 * i)
+            for i, (r, s) in enumerate(zip(requests(SPECULATION_OFF), specs, strict=True))]
+    solo, noise = alone(path, reqs, 4)
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=4)) as session:
+        engine, jobs, seen = ParallelGenerator(session), [Job(r) for r in reqs], []
+        decode = session.target.decode
+
+        def watching(batch):  # (the batch has a row of the MTP request's sequence, hidden states exported)
+            lane = {r.decoder.seq for r in engine.running if r.job is jobs[1]}
+            seen.append((bool(lane & {batch._seq[i] for i in range(batch.n)}), session.target.exports_hidden))
+            decode(batch)
+
+        monkeypatch.setattr(session.target, "decode", watching)
+        run_all(engine, jobs)
+        monkeypatch.undo()
+    for s, job in zip(solo, jobs, strict=True):
+        same_as_alone(s, job.result, noise)
+    assert (True, True) in seen and (False, False) in seen  # (the others decode on after the MTP reply ends)
+    assert all(with_lane == exported for with_lane, exported in seen), seen
+
+
 @pytest.mark.parametrize("arch", ["step35", "mimo2"])
 def test_chained_heads_catch_every_sequence_up_in_one_decode_per_head(arch, monkeypatch):
     """Chained heads cannot fold their catch-up into a draft: each lane defers it, and before the lanes
