@@ -439,9 +439,6 @@ class ParallelGenerator:
                 rooms.append((r, room))
         if not rooms:
             return []
-        # rows in sequence order: in pools of their own llama.cpp puts only consecutive sequence ids in one
-        # ubatch (split_equal), so rows in arrival order may decode as a graph per sequence
-        rooms.sort(key=lambda x: x[0].decoder.seq)
         t_step = time.perf_counter()
         depths = self._depths(rooms)
         plans = [(r, r.decoder.policy.choose(room) if id(r) not in depths else depths[id(r)]) for r, room in rooms]

@@ -143,6 +143,20 @@ def test_one_or_two_sequences_and_more_requests_than_sequences(n_seq):
         same_as_alone(s, t, noise)
 
 
+def test_seven_requests_joining_three_sequences_at_different_steps_are_each_what_they_are_alone():
+    """A schedule that once caught a change putting each step's verify rows in sequence order instead of
+    arrival order (for llama.cpp's split of a batch over pools of their own): the last reply then parted from
+    its run alone beyond the batch-shape noise, and another's drafts differed. The cause was not found;
+    rows stay in arrival order (docs/parallel.md, Known limits)."""
+    path = str(synth("glm4moe", "mixed", agree=0.7, reads="hidden").path())
+    reqs = requests(mtp(3), n=7)
+    solo, noise = alone(path, reqs, 3)
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=3)) as session:
+        together = generate_together(session, reqs, starts=[0, 0, 2, 5, 9, 11, 14])
+    for s, t in zip(solo, together, strict=True):
+        same_as_alone(s, t, noise)
+
+
 @pytest.mark.parametrize("arch", ["glm4moe", "qwen35"])
 def test_a_cancelled_sequence_stops_and_leaves_the_others_as_they_were(arch):
     path = str(synth(arch, "mixed", agree=0.7, reads="hidden").path())
@@ -459,30 +473,6 @@ def test_requests_arriving_together_read_their_prompts_in_one_decode(monkeypatch
         while not engine.idle:
             engine.step()
     assert [len(job.result.tokens) for job in jobs] == [8] * 4
-
-
-def test_in_pools_of_their_own_a_steps_rows_go_in_sequence_order_and_decode_as_one_graph():
-    """llama.cpp splits a batch over several pools into ubatches of consecutive sequence ids only (split_equal,
-    sequential): rows in arrival order (3, 2, 1, 0 when four conversations come back in reverse order, each to
-    the sequence that holds it) decoded as four graphs a step. In sequence order a step is one graph, the same
-    each step, which llama.cpp reuses."""
-    path = str(synth("glm4moe", "oracle", agree=1.0).path())
-    reqs = [GenerateRequest(prompt=p, max_tokens=24, speculative=SPECULATION_OFF) for p in PROMPTS]
-    with Session(LoadOptions(path=path, n_ctx=512, parallel=4, kv_unified=False)) as session:
-        engine = ParallelGenerator(session)
-        run_all(engine, [Job(r) for r in reqs])
-        again = [Job(replace(r, prompt=r.prompt + " and")) for r in reversed(reqs)]
-        for job in again:
-            engine.add(job)
-        engine.step()  # each reads its new token and samples its first
-        assert [r.decoder.seq for r in engine.running] == [3, 2, 1, 0]
-        reused, steps = session.target.graphs_reused(), 0
-        while not engine.idle:
-            engine.step()
-            steps += 1
-        reused = session.target.graphs_reused() - reused
-    assert all(job.error is None for job in again)
-    assert reused >= steps - 2, (steps, reused)
 
 
 def test_a_batch_of_sequences_without_an_mtp_lane_asks_the_target_for_no_hidden_states(monkeypatch):
