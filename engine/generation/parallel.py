@@ -150,6 +150,12 @@ class ParallelGenerator:
         # noise from the same request alone (tests/engine/test_parallel.py); not understood yet
         arch = session.facts.architecture
         self.chunks_share_batch = not session.model.meta(f"{arch}.attention.sliding_window")
+        # in pools of their own llama.cpp puts only consecutive sequence ids in one ubatch (split_equal), so
+        # each step's rows go in sequence order there (in arrival order, eight sequences may decode as eight
+        # graphs). One pool keeps arrival order: order does not change its graphs, but it changes where rows
+        # land among the shared cells, and with it the numeric noise (a reply parted from its run alone on a
+        # near-tie of 0.0009 that way: test_seven_requests_joining_three_sequences_…)
+        self.rows_by_sequence = not session.kv_unified
         # the draft steps of every MTP lane, decoded together (_draft; chained heads: one head per decode)
         mtp = session.mtp_drafter
         self.draft_batch = Batch(mtp.batch.capacity, mtp.n_embd) if mtp is not None else Batch(1)
@@ -356,7 +362,7 @@ class ParallelGenerator:
             readers = []
         rounds = self._propose_all()
         self.batch.clear()
-        for r, rnd in rounds:
+        for r, rnd in sorted(rounds, key=lambda x: x[0].decoder.seq) if self.rows_by_sequence else rounds:
             r.decoder.add_rows(rnd, self.batch)
         # every newcomer's prompt rides along while the batch has room, as llama-server's slots do: four
         # requests arriving together all start reading now, not one per step (their first tokens came
@@ -540,7 +546,9 @@ class ParallelGenerator:
             together, offsets = self.draft_batch, {}
             together.clear()
             shared = head(next(iter(pending)))
-            for key, batch in pending.items():
+            lanes_in_order = sorted(pending.items(), key=lambda kv: steps[kv[0]][0].decoder.seq) \
+                if self.rows_by_sequence else pending.items()
+            for key, batch in lanes_in_order:
                 if head(key) == shared and together.n + batch.n <= together.capacity:
                     offsets[key] = together.extend(batch)
             if together.n:
