@@ -153,8 +153,9 @@ class ParallelGenerator:
         # in pools of their own llama.cpp puts only consecutive sequence ids in one ubatch (split_equal), so
         # each step's rows go in sequence order there (in arrival order, eight sequences may decode as eight
         # graphs). One pool keeps arrival order: order does not change its graphs, but it changes where rows
-        # land among the shared cells, and with it the numeric noise (a reply parted from its run alone on a
-        # near-tie of 0.0009 that way: test_seven_requests_joining_three_sequences_…)
+        # land among the shared cells, and with it the numeric noise (a reply parted from its run alone that
+        # way at a near-tie of 0.0009, within the noise along its text but not the fixed noise the identity
+        # tests allow: test_seven_requests_joining_three_sequences_…)
         self.rows_by_sequence = not session.kv_unified
         # the draft steps of every MTP lane, decoded together (_draft; chained heads: one head per decode)
         mtp = session.mtp_drafter
