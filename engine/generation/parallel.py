@@ -14,7 +14,8 @@ shared draft context, an n-gram drafter, or the plain one). One :meth:`step`:
 3. **one** target decode verifies all their rows (``[id_last, drafts...]`` of
    each, with its sequence id), with a prompt chunk of every generation still
    reading its prompt after them, in arrival order, as much as the batch holds
-   (a long prompt costs running replies a share of each step, not its whole
+   (where it cannot hold them all, the shortest rest of a prompt gets its rows
+   first; a long prompt costs running replies a share of each step, not its whole
    prefill; on a model with sliding-window attention one chunk is decoded on
    its own first);
 4. each samples its own rows and each reader's drafter catches up on its chunk;
@@ -368,11 +369,7 @@ class ParallelGenerator:
         # every newcomer's prompt rides along while the batch has room, as llama-server's slots do: four
         # requests arriving together all start reading now, not one per step (their first tokens came
         # a step apart each)
-        chunks = []
-        for r in readers:
-            if (chunk := self._add_prompt_chunk(r)) is None:
-                break
-            chunks.append(chunk)
+        chunks = [chunk for r, rows in self._allot(readers) if (chunk := self._add_prompt_chunk(r, rows))]
         if not self.batch.n:
             return
         t0 = time.perf_counter()
@@ -454,11 +451,23 @@ class ParallelGenerator:
         drafted = self._draft(plans)
         return [(r, r.decoder.drafted(*drafted[id(r)], t_step)) for r, _ in plans]
 
-    def _add_prompt_chunk(self, r: _Running) -> tuple[_Running, int, int, int] | None:
+    def _allot(self, readers: list[_Running]) -> list[tuple[_Running, int]]:
+        """The prompt rows each reader gets this step, shares given out the shortest rest of a prompt first:
+        a follow-up of a few new tokens is answered in the next step, not after another client's long
+        prompt, whose reading takes the room left. The chunks go in the batch in arrival order: where every
+        reader fits, the batch is the one arrival order fills (the cells a shared pool gives its rows, and
+        with them the numeric noise, unchanged)."""
+        room, rows = self.target.n_batch - self.batch.n, {}
+        for r in sorted(readers, key=lambda r: len(r.prompt) - r.cursor):
+            rows[id(r)] = min(self.prefill_chunk, len(r.prompt) - r.cursor, max(0, room))
+            room -= rows[id(r)]
+        return [(r, rows[id(r)]) for r in readers if rows[id(r)] > 0]
+
+    def _add_prompt_chunk(self, r: _Running, rows: int | None = None) -> tuple[_Running, int, int, int] | None:
         """Add the next chunk of ``r``'s prompt to the batch, after the verify rows, as much as the batch
-        holds; (r, start, end, its first row), None when no row fits this step."""
+        holds (at most ``rows``); (r, start, end, its first row), None when no row fits this step."""
         start = r.cursor
-        room = min(self.prefill_chunk, self.target.n_batch - self.batch.n)
+        room = min(self.prefill_chunk, self.target.n_batch - self.batch.n, *(() if rows is None else (rows,)))
         if room <= 0:
             return None
         end = min(start + room, len(r.prompt))

@@ -563,6 +563,27 @@ def test_a_batch_of_sequences_without_an_mtp_lane_asks_the_target_for_no_hidden_
     assert all(with_lane == exported for with_lane, exported in seen), seen
 
 
+def test_a_short_prompt_is_read_before_the_rest_of_a_long_one():
+    """A request of a few tokens arriving while another reads a long prompt (an agent's follow-up beside
+    another client's long document) has its first token after the next step, not after the long prompt is
+    read; the long one still reads with the batch's remaining room, and both replies are what they are alone."""
+    path = str(synth("glm4moe", "oracle", agree=0.8).path())
+    reqs = [GenerateRequest(prompt=" the river model" * 100, max_tokens=8, speculative=mtp(3)),  # 1,500 tokens
+            GenerateRequest(prompt=PROMPTS[1], max_tokens=8, speculative=mtp(3))]
+    solo, noise = alone(path, reqs, 4)  # (a one-sequence session of 2,048 tokens)
+    with Session(LoadOptions(path=path, n_ctx=2048, parallel=2)) as session:
+        engine, jobs = ParallelGenerator(session), [Job(r) for r in reqs]
+        engine.add(jobs[0])
+        engine.step()
+        engine.add(jobs[1])
+        engine.step()
+        long, short = sorted(engine.running, key=lambda r: r.job is jobs[1])
+        assert short.prefilled and not long.prefilled and long.cursor > 512
+        run_all(engine, [])
+    for s, job in zip(solo, jobs, strict=True):
+        same_as_alone(s, job.result, noise)
+
+
 @pytest.mark.parametrize("arch", ["step35", "mimo2"])
 def test_chained_heads_catch_every_sequence_up_in_one_decode_per_head(arch, monkeypatch):
     """Chained heads cannot fold their catch-up into a draft: each lane defers it, and before the lanes
