@@ -51,6 +51,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from engine.errors import ContextError
 from engine.generation import chat_template
@@ -78,6 +79,8 @@ from engine.speculative.mtp import MTPDrafter, settle_together
 from engine.speculative.reuse import keeps_rows, mtp_half, read_prompt_chunk
 from engine.speculative.settings import MAX_DRAFT, MTP, SPECULATION_OFF, SpeculativeSettings
 from engine.speculative.stats import GenerationStats
+
+_T = TypeVar("_T")
 
 # Adaptive depth's entry costs (_entries): the rounds a lane keeps drafting once it starts, before any was
 # counted, and how fast the average follows new stretches; the rows a resuming lane would bring each round
@@ -356,7 +359,7 @@ class ParallelGenerator:
         chunk_alone = bool(readers) and not self.chunks_share_batch
         if chunk_alone:  # one prompt chunk in a decode of its own
             self.batch.clear()
-            alone = self._add_prompt_chunk(readers[0])
+            alone = self._add_prompt_chunk(readers[0], self.prefill_chunk)
             t0 = time.perf_counter()
             self._decode_target([readers[0]])
             if alone is not None:
@@ -364,7 +367,7 @@ class ParallelGenerator:
             readers = []
         rounds = self._propose_all()
         self.batch.clear()
-        for r, rnd in sorted(rounds, key=lambda x: x[0].decoder.seq) if self.rows_by_sequence else rounds:
+        for r, rnd in self._in_row_order(rounds, lambda x: x[0]):
             r.decoder.add_rows(rnd, self.batch)
         # every newcomer's prompt rides along while the batch has room, as llama-server's slots do: four
         # requests arriving together all start reading now, not one per step (their first tokens came
@@ -463,11 +466,16 @@ class ParallelGenerator:
             room -= rows[id(r)]
         return [(r, rows[id(r)]) for r in readers if rows[id(r)] > 0]
 
-    def _add_prompt_chunk(self, r: _Running, rows: int | None = None) -> tuple[_Running, int, int, int] | None:
-        """Add the next chunk of ``r``'s prompt to the batch, after the verify rows, as much as the batch
-        holds (at most ``rows``); (r, start, end, its first row), None when no row fits this step."""
+    def _in_row_order(self, items: list[_T], running: Callable[[_T], _Running]) -> list[_T]:
+        """``items`` in the order their rows go in a batch: by sequence in pools of their own
+        (:attr:`rows_by_sequence`), else as they came."""
+        return sorted(items, key=lambda item: running(item).decoder.seq) if self.rows_by_sequence else items
+
+    def _add_prompt_chunk(self, r: _Running, rows: int) -> tuple[_Running, int, int, int] | None:
+        """Add the next chunk of ``r``'s prompt to the batch, after the verify rows, at most ``rows`` and as
+        much as the batch holds; (r, start, end, its first row), None when no row fits this step."""
         start = r.cursor
-        room = min(self.prefill_chunk, self.target.n_batch - self.batch.n, *(() if rows is None else (rows,)))
+        room = min(rows, self.target.n_batch - self.batch.n)
         if room <= 0:
             return None
         end = min(start + room, len(r.prompt))
@@ -556,9 +564,7 @@ class ParallelGenerator:
             together, offsets = self.draft_batch, {}
             together.clear()
             shared = head(next(iter(pending)))
-            lanes_in_order = sorted(pending.items(), key=lambda kv: steps[kv[0]][0].decoder.seq) \
-                if self.rows_by_sequence else pending.items()
-            for key, batch in lanes_in_order:
+            for key, batch in self._in_row_order(list(pending.items()), lambda kv: steps[kv[0]][0]):
                 if head(key) == shared and together.n + batch.n <= together.capacity:
                     offsets[key] = together.extend(batch)
             if together.n:
