@@ -540,7 +540,7 @@ def test_a_batch_of_sequences_without_an_mtp_lane_asks_the_target_for_no_hidden_
     """Exporting every row's hidden state for an MTP head makes llama.cpp run the last layer over every row;
     a decode whose rows are all of requests with speculation off (or n-gram drafting) does without, one with
     an MTP lane's rows exports them. Each reply is the one it gets alone, the MTP lane's drafts included."""
-    path = str(synth("glm4moe", "oracle", agree=0.8).path())
+    path = str(synth("glm4moe", "mixed", agree=0.7, reads="hidden").path())
     specs = [SPECULATION_OFF, mtp(3), ngram(3), SPECULATION_OFF]
     reqs = [replace(r, speculative=s, max_tokens=24 + 12 * i)
             for i, (r, s) in enumerate(zip(requests(SPECULATION_OFF), specs, strict=True))]
@@ -567,7 +567,7 @@ def test_a_short_prompt_is_read_before_the_rest_of_a_long_one():
     """A request of a few tokens arriving while another reads a long prompt (an agent's follow-up beside
     another client's long document) has its first token after the next step, not after the long prompt is
     read; the long one still reads with the batch's remaining room, and both replies are what they are alone."""
-    path = str(synth("glm4moe", "oracle", agree=0.8).path())
+    path = str(synth("glm4moe", "mixed", agree=0.7, reads="hidden").path())
     reqs = [GenerateRequest(prompt=" the river model" * 100, max_tokens=8, speculative=mtp(3)),  # 1,500 tokens
             GenerateRequest(prompt=PROMPTS[1], max_tokens=8, speculative=mtp(3))]
     solo, noise = alone(path, reqs, 4)  # (a one-sequence session of 2,048 tokens)
