@@ -32,6 +32,19 @@ in which the policy could not learn (in process on the bench-size oracle model,
 faster than MTP off). A stretch of the policy's that never drafted measures
 nothing, and the best of the others is kept.
 
+Trying costs: a stretch of a way that loses is paid for in full (at 8 sequences
+on a CPU every sequence at full depth ran 0.75x of plain steps; its stretch each
+revisit cost ~2.5 % of a run, and adaptive depth ended 0.90-0.94x of MTP off).
+So a way tried against one already measured stops after :data:`MIN_TRIAL`
+steps where it runs below :data:`CUT` of that one's rate: a clear loss shows in
+a few steps (a resume's cost is spread over them), a close one gets its
+stretch. And a revisit that confirms the best puts the next one twice as far
+off, up to :data:`BACKOFF` times: conditions that held for hundreds of steps
+are looked at again less and less often, and a change of best starts over.
+What each way measured ages with every stretch, whichever ran: a way looked at
+again after hundreds of steps is judged on what it does now, not outvoted by
+what it did then.
+
 Batch sizes are judged in bands (1, 2, 3-4, 5-8, 9-16, ...): clients sending
 requests back to back keep the number decoding moving by one or two as replies
 end and the next ones start, and a record per exact size split the evidence
@@ -50,9 +63,12 @@ POLICY, PLAIN, FULL = "policy", "plain", "full"
 MODES = (POLICY, PLAIN, FULL)  # the order a new band tries them in, after the one it starts with
 STRETCH = 8  # steps a mode is kept for before it is judged or swapped
 REVISIT = 12  # stretches of the best mode before another is tried again
-FORGET = 0.9  # the weight a mode's earlier steps keep, per stretch of it measured
+FORGET = 0.9  # the weight a mode's earlier steps keep, per stretch (of any mode) since
 # a way wins over the policy only by more than this (ties keep the policy, which the user asked for)
 MARGIN = 0.02
+MIN_TRIAL = 4  # steps a way tried against another is kept for at least ...
+CUT = 0.85  # ... before it stops where it runs below this share of the best other way's rate
+BACKOFF = 4  # a revisit that confirms the best doubles the wait for the next, up to this many times REVISIT
 
 
 @dataclass
@@ -65,6 +81,9 @@ class _Size:
     since: int = 0  # stretches of the best mode since another was tried
     tried: set[str] = field(default_factory=set)  # the modes that ran a stretch
     turn: int = 0  # which of the others is tried next
+    leader: str | None = None  # the best at the last verdict (None before every mode ran)
+    revisit: int = REVISIT  # stretches of the best before another is tried again (grows as revisits confirm it)
+    stretch: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])  # this stretch's tokens, seconds, steps
 
     def rate(self, mode: str) -> float | None:
         tokens, seconds = self.sums[mode]
@@ -79,6 +98,16 @@ class _Size:
             if keep in rates and rates[best] <= rates[keep] * (1 + MARGIN):
                 return keep
         return best
+
+    def losing(self) -> bool:
+        """This stretch has run :data:`MIN_TRIAL` counted steps below :data:`CUT` of the best rate another way
+        measured: it ends now, to a verdict (a way being tried goes back to the best; the best, where it fell
+        so far behind, is judged again)."""
+        tokens, seconds, steps = self.stretch
+        if steps < MIN_TRIAL:
+            return False
+        others = [r for m in MODES if m != self.mode and (r := self.rate(m)) is not None]
+        return bool(others) and tokens / seconds < CUT * max(others)
 
 
 def band(n_seq: int) -> int:
@@ -112,13 +141,14 @@ class DraftingGate:
         policy's that stayed plain counts toward its stretch but not its rate (see the module docstring)."""
         size = self._size(n_seq)
         if size.mode != POLICY or drafted:
-            s = size.sums[size.mode]
-            s[0] += tokens
-            s[1] += seconds
+            for part in (size.sums[size.mode], size.stretch):
+                part[0] += tokens
+                part[1] += seconds
+            size.stretch[2] += 1
         size.left -= 1
-        if size.left > 0:
+        if size.left > 0 and not size.losing():
             return
-        size.left = STRETCH
+        size.left, size.stretch = STRETCH, [0.0, 0.0, 0.0]
         ran = size.mode
         size.tried.add(ran)
         untried = [m for m in MODES if m not in size.tried]
@@ -126,13 +156,19 @@ class DraftingGate:
             size.mode = untried[0]
         else:
             best = size.best()  # (plain and full depth always measure: their steps all count)
+            if best != size.leader:  # a new best (or the first verdict): the others are looked at again soon
+                size.revisit = REVISIT
+            elif ran != best:  # a revisit that confirmed the best: the next one later
+                size.revisit = min(2 * size.revisit, BACKOFF * REVISIT)
+            size.leader = best
             size.since = size.since + 1 if ran == best else 0
             size.mode = best
-            if size.since >= REVISIT:  # another, again: each of the others in turn
+            if size.since >= size.revisit:  # another, again: each of the others in turn
                 others = [m for m in MODES if m != best]
                 size.mode, size.since = others[size.turn % len(others)], 0
                 size.turn += 1
-        size.sums[ran] = [v * FORGET for v in size.sums[ran]]  # older stretches of this mode weigh less
+        for mode in MODES:  # what was measured a stretch ago weighs less; a rate is unchanged until measured again
+            size.sums[mode] = [v * FORGET for v in size.sums[mode]]
 
     def summary(self) -> dict[int, tuple[str, dict[str, float | None]]]:
         """Per band (by its largest size): the mode in use, and the tokens/s measured in each mode."""
