@@ -47,6 +47,7 @@ from engine.worker.protocol import (
     UnloadRequest,
 )
 from engine.worker.rpc_stop import RpcStop
+from engine.worker.together import FollowUps
 
 MAX_LINE_BYTES = 256 * 2**20  # a request line longer than this is refused unread
 EXIT_GRACE_S = 5.0  # after stdin closes, how long the work in hand may take before the process ends anyway
@@ -105,6 +106,8 @@ class Worker:
         # the multi-sequence engine of the loaded session (engine/worker/together.py), kept between
         # bursts of requests: each sequence remembers what it holds, for the next prompt to reuse
         self.together: Any = None
+        # follow-up requests expected from clients whose replies ended (engine/worker/together.py)
+        self.follow_ups = FollowUps()
         self.session: Any = None
         # Stop's deadline for a reply waiting on a remote server that stopped answering
         self.rpc_stop = RpcStop(lambda: self.current, self._end_stopped_reply, say)

@@ -104,3 +104,29 @@ def test_a_request_with_an_image_joins_the_running_ones(worker: WorkerClient, sy
     assert done["i"].stats.drafted > 0
     order = [e.id for e in events if isinstance(e, P.TokenEvent)]
     assert order.index("i") < len(order) - order[::-1].index("t") - 1  # the image reply came while "t" ran
+
+
+def test_follow_ups_to_replies_that_ended_together_are_read_in_one_decode(worker: WorkerClient):
+    """Clients sending back to back answer replies that ended in one step with requests a moment apart:
+    the first waits for the other (FollowUps), and both prompts are read in one decode. Started at once,
+    the first was read alone and ended a step before the other, for good. Two-token replies: read together,
+    both end in the same step (their done events together); read apart, the second's last token comes
+    between them."""
+    path = str(synth("glm4moe", "mixed", agree=0.7, reads="hidden").path())
+    load(worker, path, parallel=2)
+    for rid, prompt in (("p0", PROMPTS[0]), ("p1", PROMPTS[1])):
+        worker.send(P.GenerateRequestMsg(id=rid, prompt=prompt, max_tokens=2))
+    collect(worker, {"p0", "p1"})
+    for rid, prompt in (("a", PROMPTS[2]), ("b", PROMPTS[0] + " again")):
+        worker.send(P.GenerateRequestMsg(id=rid, prompt=prompt, max_tokens=2))
+    events = collect(worker, {"a", "b"})
+    done = sorted(i for i, e in enumerate(events) if isinstance(e, P.DoneEvent))
+    between = [e for e in events[done[0]:done[1]] if isinstance(e, P.TokenEvent)]
+    assert between == [], "the two prompts were read in different decodes"
+    assert [text(events, "a"), text(events, "b")] == [
+        generate_alone(path, PROMPTS[2]), generate_alone(path, PROMPTS[0] + " again")]
+
+
+def generate_alone(path: str, prompt: str) -> str:
+    with Session(LoadOptions(path=path, n_ctx=512)) as session:
+        return generate(session, GenerateRequest(prompt=prompt, max_tokens=2)).text
