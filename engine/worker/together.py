@@ -26,6 +26,7 @@ from engine.worker.protocol import GenerateRequestMsg, ShutdownRequest, Tokenize
 
 if TYPE_CHECKING:
     from engine.generation.generator import GenerateRequest
+    from engine.generation.parallel import Job
     from engine.worker.server import Worker
 
 
@@ -55,7 +56,10 @@ class FollowUps:
         self.arrived = 0  # generate requests arrived since then
         self.last_end = 0.0
 
-    def end(self, n: int) -> None:
+    def end(self, jobs: list[Job]) -> None:
+        """``jobs`` ended in the last step. A reply cancelled or failed is no turn of a conversation: its
+        client is not expected back soon."""
+        n = sum(1 for job in jobs if job.result is not None and job.result.finish_reason != "cancelled")
         if n:
             self.ended += n
             self.last_end = time.monotonic()
@@ -142,7 +146,7 @@ def serve_together(worker: Worker, first: GenerateRequestMsg, gen: GenerateReque
                     end(job)
             worker.current = next(iter(running.values())).id if running else None
             ended = engine.step()
-            follow_ups.end(len(ended))
+            follow_ups.end(ended)
             for job in ended:
                 end(job)
             take_arrived()
