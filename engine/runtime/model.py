@@ -10,6 +10,18 @@ from engine.errors import ModelLoadError
 from engine.runtime import native
 
 
+def windowed(n_swa: int, arch: str | None, n_layer: int) -> int:
+    """The window llama.cpp attends through, 0 where it windows no layer though ``llama_model_n_swa`` reports
+    one: EXAONE 4 reads its GGUF's window whatever its size but windows only the 64-layer 32B
+    (models/exaone4.cpp). Taken at its word, a 1.2B's cache looked windowed: sequences in one pool did not
+    share prompt cells, states longer than the window were not cut back from host memory, and a copy of
+    the "window" was taken at every prompt's end. (The memory estimate reads the same rule from the GGUF
+    header: engine/store/fit.py.)"""
+    if arch == "exaone4" and n_layer != 64:
+        return 0
+    return n_swa
+
+
 class Model:
     """A ``llama_model*`` with its vocabulary.
 
@@ -52,7 +64,8 @@ class Model:
         self.n_layer = int(lib.llama_model_n_layer(handle))
         self.n_layer_nextn = int(lib.llama_model_n_layer_nextn(handle))
         self.n_ctx_train = int(lib.llama_model_n_ctx_train(handle))
-        self.n_swa = int(lib.llama_model_n_swa(handle))  # sliding-window attention's window (0: none)
+        # sliding-window attention's window (0: none)
+        self.n_swa = windowed(int(lib.llama_model_n_swa(handle)), self.meta("general.architecture"), self.n_layer)
         self.is_hybrid = bool(lib.llama_model_is_hybrid(handle))
         self.is_recurrent = bool(lib.llama_model_is_recurrent(handle))
         self.add_bos = bool(lib.llama_vocab_get_add_bos(self.vocab))
