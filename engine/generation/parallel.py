@@ -71,6 +71,7 @@ from engine.generation.request import (
 from engine.generation.sequences import Holding, Sequences, shareable
 from engine.generation.session import Session
 from engine.runtime import Batch
+from engine.runtime.model import windowed
 from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams, Costs
 from engine.speculative.adaptive.batch import SharedSteps, choose_depths, entry_cost
 from engine.speculative.adaptive.batch_gate import FULL, POLICY, DraftingGate
@@ -151,9 +152,12 @@ class ParallelGenerator:
         self.prefill_chunk = session.options.n_batch
         # a prompt chunk shares the verify decode with the running sequences' rows, except on a model with
         # sliding-window attention: there (step35) a reused prefix's reply then differed beyond the numeric
-        # noise from the same request alone (tests/engine/test_parallel.py); not understood yet
+        # noise from the same request alone (tests/engine/test_parallel.py); not understood yet. The GGUF's
+        # window, not llama_model_n_swa (0 for DeepSeek V4, which is windowed), but none where llama.cpp
+        # ignores it (an EXAONE 4 1.2B: runtime/model.py windowed)
         arch = session.facts.architecture
-        self.chunks_share_batch = not session.model.meta(f"{arch}.attention.sliding_window")
+        window = int(session.model.meta(f"{arch}.attention.sliding_window") or 0)
+        self.chunks_share_batch = not windowed(window, arch, session.model.n_layer)
         # in pools of their own llama.cpp puts only consecutive sequence ids in one ubatch (split_equal), so
         # each step's rows go in sequence order there (in arrival order, eight sequences may decode as eight
         # graphs). One pool keeps arrival order: order does not change its graphs, but it changes where rows

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine.generation.parallel import ParallelGenerator
 from engine.generation.sequences import Sequences
 from engine.generation.session import LoadOptions, Session
 from engine.runtime.model import Model
@@ -78,3 +79,5 @@ def test_only_the_64_layer_exaone4_counts_as_windowed(tmp_path: Path, n_layer: i
         # from sharing prompt cells; a cache that keeps every cell does neither
         assert session.window_cache == bool(window)
         assert Sequences(session).can_share() == (not window)
+        # and a prompt chunk is decoded beside running replies, not alone, where nothing is windowed
+        assert ParallelGenerator(session).chunks_share_batch == (not window)
