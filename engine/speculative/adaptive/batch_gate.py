@@ -32,7 +32,7 @@ in which the policy could not learn (in process on the bench-size oracle model,
 faster than MTP off). A stretch of the policy's that never drafted measures
 nothing, and the best of the others is kept.
 
-Trying costs: a stretch of a way that loses is paid for in full (at 8 sequences
+Trying costs: a stretch of a way that loses was paid for in full (at 8 sequences
 on a CPU every sequence at full depth ran 0.75x of plain steps; its stretch each
 revisit cost ~2.5 % of a run, and adaptive depth ended 0.90-0.94x of MTP off).
 So a way tried against one already measured stops after :data:`MIN_TRIAL`
@@ -107,7 +107,7 @@ class _Size:
         if steps < MIN_TRIAL:
             return False
         others = [r for m in MODES if m != self.mode and (r := self.rate(m)) is not None]
-        return bool(others) and tokens / seconds < CUT * max(others)
+        return bool(others) and seconds > 0 and tokens / seconds < CUT * max(others)
 
 
 def band(n_seq: int) -> int:
