@@ -375,3 +375,36 @@ def test_a_pair_of_sizes_timed_the_wrong_way_round_does_not_make_every_later_row
     c = Costs.given({k: t / 1000 for k, t in ms.items()}, draft_step_s=0.002)
     assert c.verify(32) > 1.5 * c.verify(15)
     assert c.verify(20) < c.verify(24) < c.verify(32)
+
+
+def test_a_cold_two_row_verify_timed_once_does_not_keep_shadow_probes_from_ever_leading_to_drafts():
+    """Through the server, after its warm-up request: the first one-row steps ran cold (graphs built), a
+    lone probe's two-row verify was timed once at 2.6x what one row then settled at, capped only against
+    those cold one-row timings, and its draft rejected. Shadow probes (plain steps) then found every draft
+    kept, but they time no verify of two rows: that one cold sample stood, drafting at any depth looked
+    slower than plain steps even with every draft kept, and six replies that a fixed depth drafted fully
+    had no draft. A young size is read no dearer than the established ones predict, so drafting is tried,
+    and then judged on its warm timings (here drafting at depth 3 is close to break-even, and whether it
+    is taken rests on acceptance deeper than probes see; in the server's run it was, every round)."""
+    # this machine's bench-size mixture of experts, warm: the second row doubles the experts read
+    warm = {1: 0.0063, 2: 0.0146, 3: 0.0181, 4: 0.0202}
+    draft = 0.00135
+    policy = AdaptiveDepth(3)
+    policy.new_reply(shadow_probes=True)
+    policy.observe(0, 0, 0.030, 0.0, 0.030)  # cold one-row steps
+    policy.observe(0, 0, 0.012, 0.0, 0.012)
+    policy.observe(1, 0, 0.0164, draft, 0.0164 + draft)  # the probe: cold, and its draft rejected
+    for _ in range(200):  # then one-row steps settle
+        policy.observe(0, 0, warm[1], 0.0, warm[1])
+    drafted = []
+    for _ in range(300):  # every draft kept from now on
+        n = policy.choose(1000)
+        if policy.shadow_probe:  # a plain step whose token was the draft
+            policy.observe(1, 1, warm[1], draft, warm[1] + draft, shadow=True)
+            continue
+        drafted.append(n)
+        policy.observe(n, n, warm[n + 1], draft * n, warm[n + 1] + draft * n)
+    assert any(drafted), drafted  # drafting tried again ...
+    c = policy.costs
+    assert c.verify_n[2] >= policy.params.clip_after  # ... its two-row verify timed again, now established
+    assert c.verify(2) == pytest.approx(warm[2], rel=0.1)  # at what it costs warm

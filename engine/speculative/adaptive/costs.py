@@ -87,6 +87,7 @@ class Costs:
         self.draft_step_s, self.overhead_s = draft_step_s, overhead_s
         self.plain_round_s: float | None = None  # a plain step by choice
         self.probe_round_s: float | None = None  # a probe's round, whatever the kind of probe
+        self._trusted: dict[int, float] | None = None  # verify_s as read (see trusted), until a new sample
 
     @classmethod
     def given(cls, verify_s: dict[int, float], draft_step_s: float, overhead_s: float = 0.0,
@@ -95,7 +96,26 @@ class Costs:
         return cls(params or AdaptiveParams(), verify_s, draft_step_s, overhead_s, timed=False)
 
     def verify(self, rows: int) -> float:
-        return verify_cost(self.verify_s, rows, self.params.prior_row_slope)
+        return verify_cost(self.trusted(), rows, self.params.prior_row_slope)
+
+    def trusted(self) -> dict[int, float]:
+        """The verify sizes as the policy reads them: a young one (fewer than ``clip_after`` samples) no
+        dearer than the established sizes predict, as an untimed one is priced. Its first samples are often
+        a graph built cold, and one such sample of the only drafting size timed (a lone probe's two-row
+        verify at 2.6x one row where 1.4x is the prior) made drafting look hopeless even if every draft
+        were kept: the policy never probed again, so never timed that size warm, and adaptive depth stayed
+        plain for good after one early probe (through the server, after its warm-up request: no draft in
+        six replies whose drafts a fixed depth kept every time). Priced so, the size is tried again and
+        judged on its own timings once they are established."""
+        if self._trusted is None:
+            p = self.params
+            established = {k: t for k, t in self.verify_s.items() if self.verify_n.get(k, 0) >= p.clip_after}
+            self._trusted = dict(self.verify_s)
+            if established:
+                for k, t in self.verify_s.items():
+                    if k not in established:
+                        self._trusted[k] = min(t, verify_cost(established, k, p.prior_row_slope))
+        return self._trusted
 
     def draft_step(self, one_row: float) -> float:
         """One draft token's time; before one was timed, the prior's share of ``one_row``."""
@@ -130,6 +150,7 @@ class Costs:
             old, seen = self.verify(rows), 1
         self.verify_s[rows] = self.average(old, verify_s, seen)
         self.verify_n[rows] = seen + 1
+        self._trusted = None
         if n_drafted:
             self.draft_step_s = self.average(self.draft_step_s, draft_s / n_drafted)
         self.overhead_s = self.average(self.overhead_s, max(0.0, round_s - verify_s - draft_s))
