@@ -70,8 +70,8 @@ from engine.generation.request import (
 )
 from engine.generation.sequences import Holding, Sequences, shareable
 from engine.generation.session import Session
+from engine.gguf.facts import windowed
 from engine.runtime import Batch
-from engine.runtime.model import windowed
 from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams, Costs
 from engine.speculative.adaptive.batch import SharedSteps, choose_depths, entry_cost
 from engine.speculative.adaptive.batch_gate import FULL, POLICY, DraftingGate
@@ -154,7 +154,7 @@ class ParallelGenerator:
         # sliding-window attention: there (step35) a reused prefix's reply then differed beyond the numeric
         # noise from the same request alone (tests/engine/test_parallel.py); not understood yet. The GGUF's
         # window, not llama_model_n_swa (0 for DeepSeek V4, which is windowed), but none where llama.cpp
-        # ignores it (an EXAONE 4 1.2B: runtime/model.py windowed)
+        # ignores it (an EXAONE 4 1.2B: gguf/facts.py windowed)
         arch = session.facts.architecture
         window = int(session.model.meta(f"{arch}.attention.sliding_window") or 0)
         self.chunks_share_batch = not windowed(window, arch, session.model.n_layer)

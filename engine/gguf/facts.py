@@ -86,6 +86,18 @@ class GGUFFacts:
         ]
 
 
+def windowed(n_swa: int, arch: str | None, n_layer: int) -> int:
+    """The window llama.cpp attends through, 0 where it windows no layer though ``llama_model_n_swa`` reports
+    one: EXAONE 4 reads its GGUF's window whatever its size but windows only the 64-layer 32B
+    (models/exaone4.cpp). Taken at its word, a 1.2B's cache looked windowed: sequences in one pool did not
+    share prompt cells, states longer than the window were not cut back from host memory, and a copy of
+    the "window" was taken at every prompt's end. Read here, below both its users: the loaded model
+    (engine/runtime/model.py) and the memory estimate from the header (engine/store/fit.py)."""
+    if arch == "exaone4" and n_layer != 64:
+        return 0
+    return n_swa
+
+
 def shard_paths(path: Path, split_count: int) -> list[Path]:
     """All shards of a split model, given its first shard (``-00001-of-0000N.gguf``)."""
     match = _SPLIT_RE.search(path.name)

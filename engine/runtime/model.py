@@ -7,19 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ModelLoadError
+from engine.gguf.facts import windowed
 from engine.runtime import native
-
-
-def windowed(n_swa: int, arch: str | None, n_layer: int) -> int:
-    """The window llama.cpp attends through, 0 where it windows no layer though ``llama_model_n_swa`` reports
-    one: EXAONE 4 reads its GGUF's window whatever its size but windows only the 64-layer 32B
-    (models/exaone4.cpp). Taken at its word, a 1.2B's cache looked windowed: sequences in one pool did not
-    share prompt cells, states longer than the window were not cut back from host memory, and a copy of
-    the "window" was taken at every prompt's end. (The memory estimate reads the same rule from the GGUF
-    header: engine/store/fit.py.)"""
-    if arch == "exaone4" and n_layer != 64:
-        return 0
-    return n_swa
 
 
 class Model:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ModelFileError
-from engine.gguf.facts import read_facts, shard_paths
+from engine.gguf.facts import read_facts, shard_paths, windowed
 from engine.gguf.header import read_header
 
 MIB = 2**20
@@ -108,9 +108,8 @@ HYBRID_ARCHS = frozenset({"jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2
 
 def _window_layers(arch: str, meta: dict[str, Any], n_trunk: int) -> list[bool]:
     """Which trunk layers attend through a sliding window (none where the model has no window)."""
-    if not int(meta.get(f"{arch}.attention.sliding_window", 0) or 0):
-        return [False] * n_trunk
-    if arch == "exaone4" and int(meta.get("exaone4.block_count", 0)) != 64:  # llama.cpp windows its 32B only
+    if not windowed(int(meta.get(f"{arch}.attention.sliding_window", 0) or 0), arch,
+                    int(meta.get(f"{arch}.block_count", 0))):
         return [False] * n_trunk
     pattern = meta.get(f"{arch}.attention.sliding_window_pattern")
     if isinstance(pattern, list):

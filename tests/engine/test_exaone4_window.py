@@ -1,5 +1,5 @@
 """EXAONE 4's window: llama.cpp reads it from every GGUF but windows only the 64-layer 32B
-(models/exaone4.cpp), while ``llama_model_n_swa`` reports it for all (engine/runtime/model.py ``windowed``).
+(models/exaone4.cpp), while ``llama_model_n_swa`` reports it for all (engine/gguf/facts.py ``windowed``).
 Tiny EXAONE 4 files of both kinds, written here (the synthetic models do not cover this architecture)."""
 
 from __future__ import annotations
