@@ -7,11 +7,14 @@
   budget is how the failure is caused here; on a GPU it is the same path.
 - A recurrent rollback deeper than the last batch wrote snapshot planes for
   is refused instead of silently reading a stale plane (packaging/patches/0006).
+- A sequence whose recurrent cell another ubatch moved keeps its snapshot
+  planes, so its rollback reads its own (packaging/patches/0009).
 """
 
 from __future__ import annotations
 
 import ctypes
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -58,10 +61,10 @@ def _logits(ctx: Context, row: int) -> np.ndarray:
     return np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), shape=(ctx.n_vocab,)).copy()
 
 
-def _decode(ctx: Context, batch: Batch, tokens: list[int], pos0: int) -> None:
+def _decode(ctx: Context, batch: Batch, tokens: list[int], pos0: int, seq: int = 0) -> None:
     batch.clear()
     for i, tok in enumerate(tokens):
-        batch.add(tok, pos0 + i, i == len(tokens) - 1)
+        batch.add(tok, pos0 + i, i == len(tokens) - 1, seq)
     ctx.decode(batch)
 
 
@@ -90,6 +93,41 @@ def test_a_recurrent_rollback_is_allowed_only_within_the_last_batch():
         assert exact < 1e-2 < unrolled, (exact, unrolled)
         # right after a one-token decode there is nothing to roll back into
         assert not ctx.seq_rm(end - 2, -1)
+    finally:
+        ctx.close()
+        fresh.close()
+        model.close()
+
+
+def test_a_recurrent_rollback_reads_its_own_snapshot_after_other_sequences_moved_its_cell():
+    """Four sequences in one context, one cell each. One decode: sequence 1's three verify rows, then a row
+    of each of sequences 3, 0 and 2. llama.cpp puts sequence 1's rows in a ubatch of their own (it keeps a
+    sequence's last n_rs_seq + 1 tokens together) and the other three in the next, gathering them into
+    contiguous cells: sequence 1's cell is moved out of their way. Its rollback by one row must then decode
+    on like a fresh context: before patch 0009 only its current state moved with it, and the rollback read
+    a plane the next ubatch had written (max |Δlogit| 9.7)."""
+    model = Model(synth("qwen35", "random", seed=1).path(), load_mtp=False)
+    params = ContextParams(n_ctx=1024, n_batch=64, n_ubatch=64, n_seq_max=4, kv_unified=True, n_rs_seq=4)
+    ctx, fresh = Context(model, params), Context(model, replace(params, n_ctx=256, n_seq_max=1, kv_unified=False))
+    try:
+        batch = Batch(64)
+        prompts = [[11 + s, 12, 13 + s, 14, 15] for s in range(4)]
+        for s, prompt in enumerate(prompts):  # sequence s in cell s
+            _decode(ctx, batch, prompt, 0, seq=s)
+        verify = [21, 22, 23]
+        batch.clear()
+        for i, tok in enumerate(verify):
+            batch.add(tok, len(prompts[1]) + i, True, 1)
+        for s in (3, 0, 2):
+            batch.add(40 + s, len(prompts[s]), True, s)
+        ctx.decode(batch)
+        end = len(prompts[1]) + len(verify)
+        assert ctx.seq_rm(end - 1, -1, 1)  # keep two of the three
+        _decode(ctx, batch, [31], end - 1, seq=1)
+        rolled = _logits(ctx, 0)
+        _decode(fresh, batch, prompts[1] + verify[:2] + [31], 0)
+        exact = float(np.abs(rolled - _logits(fresh, -1)).max())
+        assert exact < 1e-2, exact
     finally:
         ctx.close()
         fresh.close()

@@ -158,6 +158,21 @@ def test_seven_requests_joining_three_sequences_at_different_steps_are_each_what
         same_as_alone(s, t, noise)
 
 
+@pytest.mark.parametrize("arch", ["qwen35", "qwen3next"])
+def test_hybrid_sequences_joining_and_ending_while_others_draft_are_each_what_they_are_alone(arch):
+    """A schedule where one sequence's verify rows go in a ubatch of their own and the next ubatch of the
+    same decode, other sequences' rows, moves its recurrent cell out of their way: before
+    packaging/patches/0009 its rollback then read another sequence's snapshot plane, and its reply parted
+    from plain decoding far outside any noise."""
+    path = str(synth(arch, "mixed", agree=0.7, reads="hidden").path())
+    reqs = requests(mtp(3), n=8)
+    solo, noise = alone(path, reqs, 4)
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=4)) as session:
+        together = generate_together(session, reqs, starts=[0, 0, 1, 1, 5, 6, 7, 12])
+    for s, t in zip(solo, together, strict=True):
+        same_as_alone(s, t, noise)
+
+
 @pytest.mark.parametrize("arch", ["glm4moe", "qwen35"])
 def test_a_cancelled_sequence_stops_and_leaves_the_others_as_they_were(arch):
     path = str(synth(arch, "mixed", agree=0.7, reads="hidden").path())
