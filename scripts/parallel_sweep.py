@@ -28,7 +28,7 @@ from dataclasses import replace
 
 from engine.generation import identity
 from engine.generation.generator import GenerateRequest, GenerateResult, generate
-from engine.generation.parallel import Job, ParallelGenerator
+from engine.generation.parallel import ParallelGenerator, generate_together
 from engine.generation.session import CELL_ORDER_SENSITIVE, LoadOptions, Session
 from engine.speculative.settings import SPECULATION_OFF, mtp
 from engine.synth import HeadMap, SynthModel, SynthSpec
@@ -57,7 +57,7 @@ def run(arch: str, seed: int, n_batch: int) -> tuple[int, int, int, list[str]]:
     def request(prompt: str) -> GenerateRequest:
         return GenerateRequest(prompt=prompt, max_tokens=rng.randint(8, 24), speculative=spec, record_drafts=True)
 
-    done: list[Job] = []
+    done: list[tuple[GenerateRequest, GenerateResult]] = []
     with Session(LoadOptions(path=path, n_ctx=512 * N_SEQ, parallel=N_SEQ, n_batch=n_batch)) as session:
         engine = ParallelGenerator(session)
         conversations = [text(rng.randint(20, 60)) for _ in range(2)]
@@ -65,37 +65,27 @@ def run(arch: str, seed: int, n_batch: int) -> tuple[int, int, int, list[str]]:
             reqs = [request(c) for c in conversations] + [request(text(rng.randint(30, 120))), request(text(3))]
             rng.shuffle(reqs)
             starts = sorted(rng.randint(0, 6) for _ in reqs)
-            jobs, waiting, step = [Job(r) for r in reqs], list(range(len(reqs))), 0
-            while waiting or not engine.idle:
-                while waiting and starts[waiting[0]] <= step and engine.has_room:
-                    engine.add(jobs[waiting.pop(0)])
-                engine.step()
-                step += 1
-            for job in jobs:
-                if job.error is not None:
-                    raise job.error
-            done += jobs
-            conversations = [j.request.prompt + j.result.text + text(rng.randint(3, 12))
-                             for j in jobs if j.request.prompt in conversations]
-    alone = _alone(path, [j.request for j in done], arch)
+            results = generate_together(session, reqs, starts=starts, engine=engine)
+            done += zip(reqs, results, strict=True)
+            conversations = [r.prompt + out.text + text(rng.randint(3, 12))
+                             for r, out in zip(reqs, results, strict=True) if r.prompt in conversations]
+    alone = _alone(path, [r for r, _ in done], arch)
     near, drafts, defects = 0, 0, []
-    for job, solo in zip(done, alone, strict=True):
+    for k, ((req, out), solo) in enumerate(zip(done, alone, strict=True)):
         with Session(LoadOptions(path=path, n_ctx=2048)) as fresh:
-            plain = generate(fresh, replace(job.request, speculative=SPECULATION_OFF, record_margins=True))
-            if plain.tokens == job.result.tokens:
+            plain = generate(fresh, replace(req, speculative=SPECULATION_OFF, record_margins=True))
+            if plain.tokens == out.tokens:
                 # (adaptive depth drafts by timings: only its tokens are its own)
-                if not spec.adaptive and job.result.tokens == solo.tokens and \
-                        job.result.drafts_per_round != solo.drafts_per_round:
+                if not spec.adaptive and out.tokens == solo.tokens and out.drafts_per_round != solo.drafts_per_round:
                     drafts += 1
                 continue
             noise = identity.measure_noise(fresh)
-            prompt = fresh.model.tokenize(job.request.prompt)
-            verdict = identity.classify_along(fresh, prompt, plain.tokens, plain.margins, job.result.tokens, noise)
+            prompt = fresh.model.tokenize(req.prompt)
+            verdict = identity.classify_along(fresh, prompt, plain.tokens, plain.margins, out.tokens, noise)
         if verdict.acceptable:
             near += 1
         else:
-            defects.append(f"reply {done.index(job)} on sequence {job.seq} "
-                           f"({job.result.stats.prompt_reused} prompt tokens reused): {verdict.describe()}")
+            defects.append(f"reply {k} ({out.stats.prompt_reused} prompt tokens reused): {verdict.describe()}")
     return len(done), near, drafts, defects
 
 

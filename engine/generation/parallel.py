@@ -715,9 +715,11 @@ def _defer_if_unfolded(drafter: Drafter) -> None:
 
 
 def generate_together(session: Session, requests: list[GenerateRequest], *, starts: list[int] | None = None,
-                      should_stop: list[Callable[[], bool]] | None = None) -> list[GenerateResult]:
+                      should_stop: list[Callable[[], bool]] | None = None,
+                      engine: ParallelGenerator | None = None) -> list[GenerateResult]:
     """Run ``requests`` on one multi-sequence session, request ``i`` joining at step ``starts[i]``
-    (default: all at once); the results in order. For tests and benchmarks.
+    (default: all at once); the results in order. For tests and benchmarks. ``engine``: the one to run
+    them on, whose sequences still hold what earlier calls left (default: a new one).
 
     Raises:
         the first request's error, if one failed.
@@ -725,7 +727,7 @@ def generate_together(session: Session, requests: list[GenerateRequest], *, star
     starts = starts or [0] * len(requests)
     stops = should_stop or [lambda: False] * len(requests)
     jobs = [Job(r, should_stop=stop) for r, stop in zip(requests, stops, strict=True)]
-    engine = ParallelGenerator(session)
+    engine = engine or ParallelGenerator(session)
     waiting = sorted(range(len(jobs)), key=lambda i: starts[i])
     step = 0
     while waiting or not engine.idle:
