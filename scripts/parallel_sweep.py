@@ -1,6 +1,6 @@
 """Random conversations on several sequences at once, each reply checked against plain decoding.
 
-    .venv/bin/python scripts/parallel_sweep.py [--archs qwen35,step35] [--seeds 1-6] [--n-batch 512]
+    .venv/bin/python scripts/parallel_sweep.py [--archs qwen35,step35] [--seeds 1-6] [--n-batch 512] [--swa-full]
 
 The identity tests (tests/engine/test_parallel.py) run schedules someone wrote down. This one draws
 them: per seed, two conversations and two one-off requests on four sequences of a multi-sequence
@@ -8,11 +8,17 @@ session (engine/generation/parallel.py), joining at random steps, for three roun
 conversations go on (their previous reply and a few new words: the sequence holding them reuses
 it, a hybrid from its checkpoint) and the one-offs are replaced by new ones, long and short. The
 speculation is the seed's: off, fixed-depth MTP 3, adaptive depth, in turn. Every reply is then
-compared with the same request on a fresh one-sequence context with speculation off
-(``identity.classify_along``: a token that parted at a near-tie within the noise measured where it
-parted is accepted, as the identity tests accept it), and the drafts of each with the same request
-alone on one sequence with the same speculation (exactly, except adaptive depth's, which drafts by
-timings; the heads read the hidden state, so drafts made from another sequence's state would show).
+compared with the same request on a fresh one-sequence context with speculation off, reading its
+prompt in chunks of the same size (``identity.classify_along``: a token that parted at a near-tie
+within the noise measured where it parted is accepted, as the identity tests accept it), and the
+drafts of each with the same request alone on one sequence with the same speculation (exactly,
+except adaptive depth's, which drafts by timings; the heads read the hidden state, so drafts made
+from another sequence's state would show).
+
+Judge at the default ``--n-batch``: a prompt read in 16-token chunks or in one batch already differs
+by ~0.01 in the logits on the tiny step35 (measured: 0.0094, no sequence but one), and a reply that
+reused 294 tokens reads the rest in chunks that start elsewhere than the fresh run's, which the noise
+measured along the reply does not see: small chunks show step35 replies parting at margins under that.
 
 It found packaging/patches/0009 (a hybrid's snapshots left behind when llama.cpp moved its cell):
 before it, qwen35 and qwen3next replies parted from plain decoding at margins of 0.35-1.6. Prints one
@@ -45,7 +51,7 @@ def model_path(arch: str) -> str:
     return str(SynthModel(spec).path())
 
 
-def run(arch: str, seed: int, n_batch: int) -> tuple[int, int, int, list[str]]:
+def run(arch: str, seed: int, n_batch: int, swa_full: bool = False) -> tuple[int, int, int, list[str]]:
     """(replies, parted at a near-tie, drafts that differ, defects described) for one seed."""
     rng = random.Random(seed)
     spec = SPECS[seed % len(SPECS)]
@@ -58,7 +64,8 @@ def run(arch: str, seed: int, n_batch: int) -> tuple[int, int, int, list[str]]:
         return GenerateRequest(prompt=prompt, max_tokens=rng.randint(8, 24), speculative=spec, record_drafts=True)
 
     done: list[tuple[GenerateRequest, GenerateResult]] = []
-    with Session(LoadOptions(path=path, n_ctx=512 * N_SEQ, parallel=N_SEQ, n_batch=n_batch)) as session:
+    with Session(LoadOptions(path=path, n_ctx=512 * N_SEQ, parallel=N_SEQ, n_batch=n_batch,
+                             swa_full=swa_full)) as session:
         engine = ParallelGenerator(session)
         conversations = [text(rng.randint(20, 60)) for _ in range(2)]
         for _ in range(ROUNDS):
@@ -72,7 +79,7 @@ def run(arch: str, seed: int, n_batch: int) -> tuple[int, int, int, list[str]]:
     alone = _alone(path, [r for r, _ in done], arch)
     near, drafts, defects = 0, 0, []
     for k, ((req, out), solo) in enumerate(zip(done, alone, strict=True)):
-        with Session(LoadOptions(path=path, n_ctx=2048)) as fresh:
+        with Session(LoadOptions(path=path, n_ctx=2048, n_batch=n_batch)) as fresh:  # (chunks of the same size)
             plain = generate(fresh, replace(req, speculative=SPECULATION_OFF, record_margins=True))
             if plain.tokens == out.tokens:
                 # (adaptive depth drafts by timings: only its tokens are its own)
@@ -102,21 +109,26 @@ def _alone(path: str, reqs: list[GenerateRequest], arch: str) -> list[GenerateRe
 
 
 def seeds(text: str) -> list[int]:
-    lo, _, hi = text.partition("-")
-    return list(range(int(lo), int(hi or lo) + 1))
+    """``1-6``, ``4`` or ``1,4,7-9``."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--archs", default="qwen35,qwen3next,qwen35moe,glm4moe,step35,mimo2",
                    help=f"comma-separated, of {', '.join(ALL_ARCHITECTURES)}")
-    p.add_argument("--seeds", default="1-6", help="a seed or a range, e.g. 1-6")
+    p.add_argument("--seeds", default="1-6", help="seeds and ranges, e.g. 1-6 or 1,4,7-9")
     p.add_argument("--n-batch", type=int, default=512, help="prompt chunk size (16 makes prompts share many steps)")
+    p.add_argument("--swa-full", action="store_true", help="a sliding-window model keeps every cell (not the window's)")
     args = p.parse_args(argv)
     bad = False
     for arch in args.archs.split(","):
         for seed in seeds(args.seeds):
-            n, near, drafts, defects = run(arch, seed, args.n_batch)
+            n, near, drafts, defects = run(arch, seed, args.n_batch, args.swa_full)
             spec = SPECS[seed % len(SPECS)].label
             print(f"{arch} seed {seed} ({spec}): {n} replies, {near} parted at a near tie, {drafts} with other "
                   f"drafts, {len(defects)} beyond noise", flush=True)

@@ -106,14 +106,15 @@ def measure_noise(session: Session, tokens: list[int] | None = None, rows: int =
     if tokens is None or len(tokens) < rows + 1:
         tokens = [(7 + 37 * i) % n_vocab for i in range(rows + 8)]
     prefix, tail = tokens[:-rows], tokens[-rows:]
-    batch = Batch(max(len(prefix), rows))
+    batch = Batch(max(target.n_batch, rows))
 
-    def prefill() -> None:
+    def prefill() -> None:  # in chunks of the context's batch (one larger decode aborts the process)
         target.clear()
-        batch.clear()
-        for k, tok in enumerate(prefix):
-            batch.add(tok, k, k == len(prefix) - 1)
-        target.decode(batch)
+        for start in range(0, len(prefix), target.n_batch):
+            batch.clear()
+            for k, tok in enumerate(prefix[start:start + target.n_batch], start):
+                batch.add(tok, k, k == len(prefix) - 1)
+            target.decode(batch)
 
     def logits(row: int) -> np.ndarray:
         return np.ctypeslib.as_array(target.logits(row), shape=(n_vocab,)).copy()

@@ -85,3 +85,16 @@ def test_a_parting_that_the_targets_own_batch_shapes_cause_is_a_near_tie():
             target.clear()
     finally:
         session.close()
+
+
+def test_noise_is_measured_after_a_prefix_longer_than_the_contexts_batch():
+    """A session loaded with a small batch (prompt chunks of 16 tokens) read the prefix in one decode
+    larger than its batch, and llama.cpp aborted the process (GGML_ASSERT n_tokens_all <= n_batch). The
+    prefix is read in chunks of the batch, and the noise is about what one large batch measures."""
+    path = str(synth("glm4moe", "mixed", agree=0.7).path("combined"))
+    tokens = [(11 + 7 * i) % 200 + 3 for i in range(60)]
+    with Session(LoadOptions(path=path, n_ctx=256, n_batch=16)) as small, \
+            Session(LoadOptions(path=path, n_ctx=256)) as large:
+        assert small.target.n_batch < len(tokens) - 9
+        chunked, whole = identity.measure_noise(small, tokens), identity.measure_noise(large, tokens)
+        assert 0 < chunked <= 10 * whole and whole <= 10 * chunked, (chunked, whole)
