@@ -150,14 +150,19 @@ class ParallelGenerator:
         self.running: list[_Running] = []
         self.batch = Batch(max(self.target.n_batch, session.n_seq * (MAX_DRAFT + 1)))
         self.prefill_chunk = session.options.n_batch
-        # a prompt chunk shares the verify decode with the running sequences' rows, except on a model with
-        # sliding-window attention: there (step35) a reused prefix's reply then differed beyond the numeric
-        # noise from the same request alone (tests/engine/test_parallel.py); not understood yet. The GGUF's
-        # window, not llama_model_n_swa (0 for DeepSeek V4, which is windowed), but none where llama.cpp
-        # ignores it (an EXAONE 4 1.2B: gguf/facts.py windowed)
+        # a prompt chunk shares the verify decode with the running sequences' rows, and that decode is one
+        # ubatch (decode_rows): on a sliding-window model (step35, mimo2; swa_full or not) a decode with verify
+        # rows and chunks that llama.cpp split into ubatches parted replies from plain decoding far beyond
+        # noise (16-token chunks: top-2 margins up to 1.6; tests/engine/test_parallel_sweep.py), and chunks
+        # were read alone there for it. DeepSeek V4 still reads its chunks alone: windowed (its GGUF's window)
+        # where llama_model_n_swa says 0, and its compressed attention was not checked sharing a batch
+        # (gguf/facts.py windowed)
         arch = session.facts.architecture
         window = int(session.model.meta(f"{arch}.attention.sliding_window") or 0)
-        self.chunks_share_batch = not windowed(window, arch, session.model.n_layer)
+        self.chunks_share_batch = not (windowed(window, arch, session.model.n_layer) and not session.model.n_swa)
+        # the rows one decode carries: one ubatch at most (n_batch above 512 keeps n_ubatch at 512), which
+        # holds every verify row and a newcomer's chunk beside them (the session sizes it so)
+        self.decode_rows = min(self.target.n_batch, self.target.n_ubatch)
         # in pools of their own llama.cpp puts only consecutive sequence ids in one ubatch (split_equal), so
         # each step's rows go in sequence order there (in arrival order, eight sequences may decode as eight
         # graphs). One pool keeps arrival order: order does not change its graphs, but it changes where rows
@@ -464,7 +469,7 @@ class ParallelGenerator:
         prompt, whose reading takes the room left. The chunks go in the batch in arrival order: where every
         reader fits, the batch is the one arrival order fills (the cells a shared pool gives its rows, and
         with them the numeric noise, unchanged)."""
-        room, rows = self.target.n_batch - self.batch.n, {}
+        room, rows = self.decode_rows - self.batch.n, {}
         for r in sorted(readers, key=lambda r: len(r.prompt) - r.cursor):
             rows[id(r)] = min(self.prefill_chunk, len(r.prompt) - r.cursor, max(0, room))
             room -= rows[id(r)]
@@ -479,7 +484,7 @@ class ParallelGenerator:
         """Add the next chunk of ``r``'s prompt to the batch, after the verify rows, at most ``rows`` and as
         much as the batch holds; (r, start, end, its first row), None when no row fits this step."""
         start = r.cursor
-        room = min(rows, self.target.n_batch - self.batch.n)
+        room = min(rows, self.decode_rows - self.batch.n)
         if room <= 0:
             return None
         end = min(start + room, len(r.prompt))

@@ -101,9 +101,13 @@ class Session:
         (``n_rs_seq``, hybrid targets only) that plain decoding does not pay for."""
         n_rs_seq = MAX_DRAFT if (drafts and self._hybrid) else 0
         n_seq = self.options.parallel
+        verify_rows = n_seq * (MAX_DRAFT + 1)  # the most one step's verify decode carries
         return ContextParams(
-            n_ctx=self.options.n_ctx * n_seq, n_batch=max(self.options.n_batch, n_seq * (MAX_DRAFT + 1)),
-            n_ubatch=min(self.options.n_batch, max(512, 1 + n_rs_seq)),
+            n_ctx=self.options.n_ctx * n_seq, n_batch=max(self.options.n_batch, verify_rows),
+            # every sequence's verify rows fit one ubatch whatever the prompt chunk: the multi-sequence engine
+            # keeps a decode within one (engine/generation/parallel.py, decode_rows), and with a ubatch smaller
+            # than the running sequences' verify rows a newcomer's prompt would get no row at all
+            n_ubatch=max(verify_rows, min(self.options.n_batch, max(512, 1 + n_rs_seq))),
             n_threads=self.options.n_threads, n_rs_seq=n_rs_seq, n_seq_max=n_seq, kv_unified=self.kv_unified,
             # Only a verify batch needs logits on several rows (one per sequence's round); sizing the
             # output buffer for it (not n_batch rows) saves ~0.5 GB on a 262k vocabulary.
