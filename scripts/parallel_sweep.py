@@ -79,7 +79,9 @@ def run(arch: str, seed: int, n_batch: int, swa_full: bool = False) -> tuple[int
     alone = _alone(path, [r for r, _ in done], arch)
     near, drafts, defects = 0, 0, []
     for k, ((req, out), solo) in enumerate(zip(done, alone, strict=True)):
-        with Session(LoadOptions(path=path, n_ctx=2048, n_batch=n_batch)) as fresh:  # (chunks of the same size)
+        # a model loaded again for each reply (prompt chunks of the same size): a context that served the reply
+        # before, even emptied, places cells elsewhere, and that moved which partings read as near ties
+        with Session(LoadOptions(path=path, n_ctx=2048, n_batch=n_batch)) as fresh:
             plain = generate(fresh, replace(req, speculative=SPECULATION_OFF, record_margins=True))
             if plain.tokens == out.tokens:
                 # (adaptive depth drafts by timings: only its tokens are its own)

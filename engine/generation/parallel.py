@@ -159,7 +159,7 @@ class ParallelGenerator:
         # (gguf/facts.py windowed)
         arch = session.facts.architecture
         window = int(session.model.meta(f"{arch}.attention.sliding_window") or 0)
-        self.chunks_share_batch = not (windowed(window, arch, session.model.n_layer) and not session.model.n_swa)
+        self.chunks_share_batch = bool(session.model.n_swa) or not windowed(window, arch, session.model.n_layer)
         # the rows one decode carries: one ubatch at most (n_batch above 512 keeps n_ubatch at 512), which
         # holds every verify row and a newcomer's chunk beside them (the session sizes it so)
         self.decode_rows = min(self.target.n_batch, self.target.n_ubatch)
