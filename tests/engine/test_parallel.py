@@ -32,13 +32,13 @@ def requests(spec: SpeculativeSettings, n: int = 4, **kw) -> list[GenerateReques
 
 
 def alone(path: str, reqs: list[GenerateRequest], n_seq: int,
-          own_pool: bool = False) -> tuple[list[GenerateResult], float]:
+          own_pool: bool = False, n_gpu_layers: int = 0) -> tuple[list[GenerateResult], float]:
     """Each request alone, on a one-sequence session with the cells one sequence of the
     multi-sequence session sees: the shared pool, or its own (``own_pool``: loaded with ``kv_unified=False``;
     engine.generation.session.CELL_ORDER_SENSITIVE: deepseek4's compressed attention depends on the size of
     the pool, not only on what it holds)."""
     shared = read_facts(path).architecture not in CELL_ORDER_SENSITIVE and not own_pool
-    with Session(LoadOptions(path=path, n_ctx=512 * n_seq if shared else 512)) as session:
+    with Session(LoadOptions(path=path, n_ctx=512 * n_seq if shared else 512, n_gpu_layers=n_gpu_layers)) as session:
         results = []
         for r in reqs:
             if session.ngram_drafter is not None:  # each sequence's map starts with its own first request
@@ -164,10 +164,16 @@ def test_hybrid_sequences_joining_and_ending_while_others_draft_are_each_what_th
     same decode, other sequences' rows, moves its recurrent cell out of their way: before
     packaging/patches/0009 its rollback then read another sequence's snapshot plane, and its reply parted
     from plain decoding far outside any noise."""
+    hybrids_joining_and_ending(arch)
+
+
+def hybrids_joining_and_ending(arch: str, n_gpu_layers: int = 0) -> None:
+    """Eight requests on four sequences of a hybrid with fixed-depth MTP, each the same as alone (the GPU tier
+    runs it with every layer on the device)."""
     path = str(synth(arch, "mixed", agree=0.7, reads="hidden").path())
     reqs = requests(mtp(3), n=8)
-    solo, noise = alone(path, reqs, 4)
-    with Session(LoadOptions(path=path, n_ctx=512, parallel=4)) as session:
+    solo, noise = alone(path, reqs, 4, n_gpu_layers=n_gpu_layers)
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=4, n_gpu_layers=n_gpu_layers)) as session:
         together = generate_together(session, reqs, starts=[0, 0, 1, 1, 5, 6, 7, 12])
     for s, t in zip(solo, together, strict=True):
         same_as_alone(s, t, noise)

@@ -24,7 +24,7 @@ from engine.generation.session import LoadOptions, Session
 from engine.runtime import Batch, native
 from engine.speculative.rollback import ON_DEVICE, PARTIAL_ONLY, TargetRollback
 from engine.speculative.settings import SPECULATION_OFF, mtp, ngram
-from tests.engine import conftest, test_draft_vocab, test_parallel, test_state_cache
+from tests.engine import conftest, test_device_fallbacks, test_draft_vocab, test_parallel, test_state_cache
 from tests.engine.conftest import synth
 from tests.gpu.conftest import ALL_LAYERS
 
@@ -195,6 +195,21 @@ def test_several_sequences_in_one_batch_on_the_device(arch):
     for s, t in zip(solo, together, strict=True):
         test_parallel.same_as_alone(s, t, noise)
     assert sum(t.stats.rounds for t in together) > 0
+
+
+def test_a_recurrent_cell_moved_on_the_device_keeps_its_rollback_snapshots():
+    """packaging/patches/0009 moves a moved cell's snapshot planes with get_rows and set_rows in the device
+    graph: sequence 1's rollback, after the next ubatch of the same decode moved its cell, decodes on like a
+    fresh context on the device too (tests/engine/test_device_fallbacks.py on the CPU)."""
+    exact = test_device_fallbacks.rollback_after_a_cell_move(n_gpu_layers=ALL_LAYERS)
+    assert exact < 1e-2, exact
+
+
+@pytest.mark.parametrize("arch", ["qwen35", "qwen3next"])
+def test_hybrid_sequences_joining_and_ending_while_others_draft_on_the_device(arch):
+    """Eight requests on four sequences of a hybrid, fixed-depth MTP, the schedule that moved recurrent cells
+    under other sequences' rollbacks before patch 0009: each reply is what it is alone on the device."""
+    test_parallel.hybrids_joining_and_ending(arch, n_gpu_layers=ALL_LAYERS)
 
 
 @pytest.mark.parametrize("arch, spec", [("glm4moe", mtp(3)), ("qwen35", mtp(3)),
