@@ -23,6 +23,13 @@ ALL_LAYERS = 999  # more than any test model has: every layer, and the output la
 GPU_BACKENDS = ("vulkan", "cuda", "metal", "rocm")
 
 
+def is_software(device: dict) -> bool:
+    """Mesa's lavapipe and its kin: a Vulkan device that runs on the CPU."""
+    from engine.hardware.parsers import SOFTWARE_RENDERERS
+
+    return any(s in device.get("description", "").lower() for s in SOFTWARE_RENDERERS)
+
+
 def gpu_devices() -> list[dict]:
     """The engine's devices that are not the CPU (ggml's backend registry)."""
     from engine.hardware.probe import engine_devices

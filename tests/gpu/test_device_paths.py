@@ -26,7 +26,7 @@ from engine.speculative.rollback import ON_DEVICE, PARTIAL_ONLY, TargetRollback
 from engine.speculative.settings import SPECULATION_OFF, mtp, ngram
 from tests.engine import conftest, test_device_fallbacks, test_draft_vocab, test_parallel, test_state_cache
 from tests.engine.conftest import synth
-from tests.gpu.conftest import ALL_LAYERS
+from tests.gpu.conftest import ALL_LAYERS, is_software
 
 PROMPT = " the river model"
 TOKENS = 24
@@ -206,9 +206,16 @@ def test_a_recurrent_cell_moved_on_the_device_keeps_its_rollback_snapshots():
 
 
 @pytest.mark.parametrize("arch", ["qwen35", "qwen3next"])
-def test_hybrid_sequences_joining_and_ending_while_others_draft_on_the_device(arch):
+def test_hybrid_sequences_joining_and_ending_while_others_draft_on_the_device(arch, gpu_device):
     """Eight requests on four sequences of a hybrid, fixed-depth MTP, the schedule that moved recurrent cells
-    under other sequences' rollbacks before patch 0009: each reply is what it is alone on the device."""
+    under other sequences' rollbacks before patch 0009: each reply is what it is alone on the device.
+
+    For a real GPU (scripts/device_check.sh). Mesa's lavapipe corrupts its heap on this run in most tries
+    ("corrupted double-linked list", SIGSEGV in its queue thread), with the engine before patch 0009 as after
+    it, and qwen3next crashes it even on one sequence with llama.cpp's own libllama (docs/gpu.md), so a
+    software device proves nothing here either way."""
+    if is_software(gpu_device):
+        pytest.skip(f"{gpu_device['description']} is a software device whose heap this run corrupts (docs/gpu.md)")
     test_parallel.hybrids_joining_and_ending(arch, n_gpu_layers=ALL_LAYERS)
 
 
