@@ -408,3 +408,39 @@ def test_a_cold_two_row_verify_timed_once_does_not_keep_shadow_probes_from_ever_
     c = policy.costs
     assert c.verify_n[2] >= policy.params.clip_after  # ... its two-row verify timed again, now established
     assert c.verify(2) == pytest.approx(warm[2], rel=0.1)  # at what it costs warm
+
+
+def test_a_plain_step_is_priced_as_timed_not_as_one_verify_row_plus_a_drafting_rounds_overhead():
+    policy = AdaptiveDepth(4)
+    policy.depth = 3
+    for _ in range(4):  # drafting rounds: 4 rows verified, 3 draft steps, 6 ms of the head's catch-up and sampling
+        policy.observe(3, 3, 0.037, 0.003, 0.046)
+    modelled = policy.costs.round(0)
+    policy.depth = 0
+    policy.observe(0, 0, 0.010, 0.0, 0.0105)  # a plain step by choice pays none of that
+    assert modelled > 0.02
+    assert policy.costs.round(0) == pytest.approx(0.0105)
+
+
+def test_a_policy_that_always_drafted_times_a_plain_step_and_stops_drafting_where_that_is_faster():
+    """Every draft kept, but a verify row costs 0.9 of the first (a CPU), and a drafting round pays 6 ms a plain
+    step does not: plain decoding is the fastest (100 tokens/s; depth 8 93.8). Never stepping plainly, the
+    policy priced a plain step from the drafting sizes plus their overhead, far above its cost, and drafted for good;
+    measured at last (the bench-size glm4moe, one client, 32-token replies) adaptive depth ran at 0.95x not
+    drafting."""
+    def verify(rows: int) -> float:
+        return 0.010 * (1 + 0.9 * (rows - 1))
+
+    policy = AdaptiveDepth(8)
+    depths = []
+    for _ in range(400):
+        n = policy.choose(1000)
+        depths.append(n)
+        if policy.shadow_probe:
+            policy.observe(1, 1, verify(1), 0.001, verify(1) + 0.001, shadow=True)
+        elif n:
+            policy.observe(n, n, verify(n + 1), 0.001 * n, verify(n + 1) + 0.001 * n + 0.006)
+        else:
+            policy.observe(0, 0, verify(1), 0.0, verify(1))
+    assert 0 not in depths[:30]  # the prior drafts, and the drafting sizes timed keep it drafting
+    assert depths[-100:].count(0) >= 80, depths[-100:]

@@ -38,6 +38,8 @@ class AdaptiveParams:
         hazard_prior_steps: plain steps' worth of weight behind that prior.
         hazard_decay: per plain step searched.
         recheck_plain: between plain steps the choice is made again every this many (~0.1 ms each).
+        plain_check: drafting rounds in a row after which one plain step is taken to time it, so a
+            plain step's cost is measured rather than modelled (0: never).
         shadow_probes: probe without verifying where the drafter allows it (the MTP head alone):
             the plain step's own token says whether the draft would have been accepted.
     """
@@ -58,6 +60,7 @@ class AdaptiveParams:
     hazard_prior_steps: float = 32.0
     hazard_decay: float = 0.99
     recheck_plain: int = 4
+    plain_check: int = 32
     shadow_probes: bool = True
 
     def __post_init__(self) -> None:
@@ -80,5 +83,7 @@ class AdaptiveParams:
         for name in ("clip_after", "probe_first", "probe_max", "recheck_plain"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, not {getattr(self, name)!r}")
+        if not isinstance(self.plain_check, int):
+            raise ValueError(f"plain_check must be a whole number of rounds, not {self.plain_check!r}")
         if self.probe_first > self.probe_max:
             raise ValueError(f"probe_first ({self.probe_first}) must not exceed probe_max ({self.probe_max})")

@@ -35,6 +35,8 @@ class AdaptiveDepth:
         self.costs = costs or Costs(self.params)
         self.probes = Probes(self.params)
         self.depth = 0  # the last choice
+        self.drafted_in_a_row = 0  # drafting rounds since the last plain step (see AdaptiveParams.plain_check)
+        self.plain_checks = 0  # plain steps taken to time one
         # a probe is a shadow probe — drafted, not verified; the plain step's own token tells
         # whether the draft would have been accepted (when the drafter allows it)
         self.shadow = False
@@ -116,7 +118,20 @@ class AdaptiveDepth:
             n = 0  # plain steps: acceptance is unchanged, only timings drift; look again every few
         else:
             n = self.best(cap) if cap else 0
+        if n and self._time_a_plain_step():
+            self.drafted_in_a_row, self.depth, probes.probing = 0, 0, False
+            self.plain_checks += 1
+            return 0
         return self.take(n, cap)
+
+    def _time_a_plain_step(self) -> bool:
+        """Take a plain step now, to time one? After ``plain_check`` drafting rounds in a row while fewer
+        than three were timed so, then eight times as rarely: what drafting is weighed against is then
+        measured, at a cost of one round in ~250 where drafting pays (a GPU)."""
+        check = self.params.plain_check
+        if not check or not self.costs.timed:
+            return False
+        return self.drafted_in_a_row >= (check if self.plain_checks < 3 else 8 * check)
 
     def take(self, n: int, cap: int, probe: bool = True) -> int:
         """Make ``n`` (at most ``cap``) this round's draft length, probing instead of a plain step when
@@ -126,6 +141,7 @@ class AdaptiveDepth:
         n = min(n, cap)
         probes = self.probes
         probes.probing = False
+        self.drafted_in_a_row = self.drafted_in_a_row + 1 if n else 0
         if n == 0 and cap:
             if probes.plain_step() and probe:
                 probes.start_probe(self.probe_gap(cap))
