@@ -34,8 +34,8 @@ from dataclasses import replace
 
 from engine.generation import identity
 from engine.generation.generator import GenerateRequest, GenerateResult, generate
-from engine.generation.parallel import ParallelGenerator, generate_together
-from engine.generation.session import CELL_ORDER_SENSITIVE, LoadOptions, Session
+from engine.generation.parallel import ParallelGenerator, generate_alone, generate_together
+from engine.generation.session import LoadOptions, Session
 from engine.speculative.settings import SPECULATION_OFF, mtp
 from engine.synth import HeadMap, SynthModel, SynthSpec
 from engine.synth.spec import ALL_ARCHITECTURES, default_heads
@@ -76,7 +76,7 @@ def run(arch: str, seed: int, n_batch: int, swa_full: bool = False) -> tuple[int
             done += zip(reqs, results, strict=True)
             conversations = [r.prompt + out.text + text(rng.randint(3, 12))
                              for r, out in zip(reqs, results, strict=True) if r.prompt in conversations]
-    alone = _alone(path, [r for r, _ in done], arch)
+    alone, _noise = generate_alone(path, [r for r, _ in done], N_SEQ)
     near, drafts, defects = 0, 0, []
     for k, ((req, out), solo) in enumerate(zip(done, alone, strict=True)):
         # a model loaded again for each reply (prompt chunks of the same size): a context that served the reply
@@ -96,18 +96,6 @@ def run(arch: str, seed: int, n_batch: int, swa_full: bool = False) -> tuple[int
         else:
             defects.append(f"reply {k} ({out.stats.prompt_reused} prompt tokens reused): {verdict.describe()}")
     return len(done), near, drafts, defects
-
-
-def _alone(path: str, reqs: list[GenerateRequest], arch: str) -> list[GenerateResult]:
-    """Each request on a one-sequence session seeing the cells a sequence of the pool sees (as the tests')."""
-    shared = arch not in CELL_ORDER_SENSITIVE
-    with Session(LoadOptions(path=path, n_ctx=512 * N_SEQ if shared else 512)) as session:
-        out = []
-        for r in reqs:
-            if session.ngram_drafter is not None:
-                session.ngram_drafter.forget()
-            out.append(generate(session, r))
-        return out
 
 
 def seeds(text: str) -> list[int]:

@@ -50,11 +50,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from engine.errors import ContextError
-from engine.generation import chat_template
+from engine.generation import chat_template, identity
 from engine.generation import images as vision
 from engine.generation.decoder import Decoder, PicturedPrompt, Round, ended_early, request_sampler
 from engine.generation.output import Output
@@ -69,8 +69,8 @@ from engine.generation.request import (
     TextLogprobsCallback,
 )
 from engine.generation.sequences import Holding, Sequences, shareable
-from engine.generation.session import Session
-from engine.gguf.facts import windowed
+from engine.generation.session import CELL_ORDER_SENSITIVE, LoadOptions, Session
+from engine.gguf.facts import read_facts, windowed
 from engine.runtime import Batch
 from engine.speculative.adaptive import AdaptiveDepth, AdaptiveParams, Costs
 from engine.speculative.adaptive.batch import SharedSteps, choose_depths, entry_cost
@@ -744,3 +744,23 @@ def generate_together(session: Session, requests: list[GenerateRequest], *, star
         if job.error is not None:
             raise job.error
     return [job.result for job in jobs if job.result is not None]
+
+
+def generate_alone(path: str, requests: list[GenerateRequest], n_seq: int, *, own_pool: bool = False,
+                   n_gpu_layers: int = 0) -> tuple[list[GenerateResult], float]:
+    """Each request alone, one after another, on a one-sequence session seeing the cells one sequence of an
+    ``n_seq`` session sees: the shared pool, or its own (``own_pool``, a session loaded with
+    ``kv_unified=False``; :data:`CELL_ORDER_SENSITIVE`: deepseek4's compressed attention depends on the size
+    of the pool, not only on what it holds). With margins recorded, and the noise
+    (:func:`identity.measure_noise`) of that session: what :func:`generate_together`'s replies are judged
+    against, for tests and the parallel campaign (scripts/parallel_sweep.py)."""
+    from engine.generation.generator import generate
+
+    shared = read_facts(path).architecture not in CELL_ORDER_SENSITIVE and not own_pool
+    with Session(LoadOptions(path=path, n_ctx=512 * n_seq if shared else 512, n_gpu_layers=n_gpu_layers)) as session:
+        results = []
+        for r in requests:
+            if session.ngram_drafter is not None:  # each sequence's map starts with its own first request
+                session.ngram_drafter.forget()
+            results.append(generate(session, replace(r, record_margins=True)))
+        return results, identity.measure_noise(session)

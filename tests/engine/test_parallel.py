@@ -16,8 +16,8 @@ import pytest
 from engine.generation import identity
 from engine.generation.generator import GenerateRequest, GenerateResult, generate
 from engine.generation.parallel import Job, ParallelGenerator, generate_together
-from engine.generation.session import CELL_ORDER_SENSITIVE, LoadOptions, Session
-from engine.gguf.facts import read_facts
+from engine.generation.parallel import generate_alone as alone
+from engine.generation.session import LoadOptions, Session
 from engine.runtime import SamplingParams
 from engine.speculative.settings import SPECULATION_OFF, SpeculativeSettings, mtp, ngram
 from tests.engine.conftest import ALL_MTP_ARCHS, heads_for, synth
@@ -29,22 +29,6 @@ def requests(spec: SpeculativeSettings, n: int = 4, **kw) -> list[GenerateReques
     """Different prompts and lengths, so the sequences end at different steps."""
     return [GenerateRequest(prompt=PROMPTS[i % 4] + " x" * (i // 4), max_tokens=24 + 8 * i, speculative=spec,
                             record_drafts=True, **kw) for i in range(n)]
-
-
-def alone(path: str, reqs: list[GenerateRequest], n_seq: int,
-          own_pool: bool = False, n_gpu_layers: int = 0) -> tuple[list[GenerateResult], float]:
-    """Each request alone, on a one-sequence session with the cells one sequence of the
-    multi-sequence session sees: the shared pool, or its own (``own_pool``: loaded with ``kv_unified=False``;
-    engine.generation.session.CELL_ORDER_SENSITIVE: deepseek4's compressed attention depends on the size of
-    the pool, not only on what it holds)."""
-    shared = read_facts(path).architecture not in CELL_ORDER_SENSITIVE and not own_pool
-    with Session(LoadOptions(path=path, n_ctx=512 * n_seq if shared else 512, n_gpu_layers=n_gpu_layers)) as session:
-        results = []
-        for r in reqs:
-            if session.ngram_drafter is not None:  # each sequence's map starts with its own first request
-                session.ngram_drafter.forget()
-            results.append(generate(session, replace(r, record_margins=True)))
-        return results, identity.measure_noise(session)
 
 
 def keeps_mtp_rows(spec: SpeculativeSettings) -> bool:
