@@ -13,7 +13,8 @@ shared draft context, an n-gram drafter, or the plain one). One :meth:`step`:
    chained heads with that step's head selected);
 3. **one** target decode verifies all their rows (``[id_last, drafts...]`` of
    each, with its sequence id), with a prompt chunk of every generation still
-   reading its prompt after them, in arrival order, as much as the batch holds
+   reading its prompt after them, in arrival order (in pools of their own every
+   row in sequence order), as much as the batch holds
    (where it cannot hold them all, the shortest rest of a prompt gets its rows
    first; a long prompt costs running replies a share of each step, not its whole
    prefill; on a model with sliding-window attention one chunk is decoded on
@@ -354,8 +355,8 @@ class ParallelGenerator:
 
     def _step(self) -> None:
         """Draft for every decoding sequence, then one target decode of their verify rows and of the
-        prompt chunks of the sequences still reading their prompts (in arrival order, as many rows as
-        the batch holds); then each reads its rows, and only then does anything roll back (a
+        prompt chunks of the sequences still reading their prompts (as many rows as the batch holds; the
+        rows in the order _in_row_order says); then each reads its rows, and only then does anything roll back (a
         checkpoint replay decodes the target again)."""
         pictured = next((r for r in self.running if r.reading is not None and r.decoder.out.finish is None), None)
         if pictured is not None:  # one piece of a prompt with images, alone (the oldest such prompt's)
@@ -376,12 +377,18 @@ class ParallelGenerator:
             readers = []
         rounds = self._propose_all()
         self.batch.clear()
-        for r, rnd in self._in_row_order(rounds, lambda x: x[0]):
-            r.decoder.add_rows(rnd, self.batch)
         # every newcomer's prompt rides along while the batch has room, as llama-server's slots do: four
         # requests arriving together all start reading now, not one per step (their first tokens came
-        # a step apart each)
-        chunks = [chunk for r, rows in self._allot(readers) if (chunk := self._add_prompt_chunk(r, rows))]
+        # a step apart each). Rows go in as _in_row_order says, the verify rows and the chunks together: in
+        # pools of their own a chunk after the verify rows broke the run of sequence ids, and a step of eight
+        # follow-ups read as two graphs (seqs 1-7, then 0; 57-60 ms where one graph takes 49)
+        allotted = self._allot(readers, self.decode_rows - sum(1 + len(rnd.drafts) for _, rnd in rounds))
+        chunks = []
+        for r, part in self._in_row_order([*rounds, *allotted], lambda x: x[0]):
+            if isinstance(part, Round):
+                r.decoder.add_rows(part, self.batch)
+            elif chunk := self._add_prompt_chunk(r, part):
+                chunks.append(chunk)
         if not self.batch.n:
             return
         t0 = time.perf_counter()
@@ -463,13 +470,13 @@ class ParallelGenerator:
         drafted = self._draft(plans)
         return [(r, r.decoder.drafted(*drafted[id(r)], t_step)) for r, _ in plans]
 
-    def _allot(self, readers: list[_Running]) -> list[tuple[_Running, int]]:
-        """The prompt rows each reader gets this step, shares given out the shortest rest of a prompt first:
-        a follow-up of a few new tokens is answered in the next step, not after another client's long
-        prompt, whose reading takes the room left. The chunks go in the batch in arrival order: where every
-        reader fits, the batch is the one arrival order fills (the cells a shared pool gives its rows, and
-        with them the numeric noise, unchanged)."""
-        room, rows = self.decode_rows - self.batch.n, {}
+    def _allot(self, readers: list[_Running], room: int) -> list[tuple[_Running, int]]:
+        """The prompt rows each reader gets this step of the ``room`` the verify rows leave, in arrival order,
+        shares given out the shortest rest of a prompt first: a follow-up of a few new tokens is answered in
+        the next step, not after another client's long prompt, whose reading takes the room left. One pool
+        puts the chunks in the batch in arrival order: where every reader fits, the batch is the one arrival
+        order fills (the cells a shared pool gives its rows, and with them the numeric noise, unchanged)."""
+        rows = {}
         for r in sorted(readers, key=lambda r: len(r.prompt) - r.cursor):
             rows[id(r)] = min(self.prefill_chunk, len(r.prompt) - r.cursor, max(0, room))
             room -= rows[id(r)]
@@ -481,7 +488,7 @@ class ParallelGenerator:
         return sorted(items, key=lambda item: running(item).decoder.seq) if self.rows_by_sequence else items
 
     def _add_prompt_chunk(self, r: _Running, rows: int) -> tuple[_Running, int, int, int] | None:
-        """Add the next chunk of ``r``'s prompt to the batch, after the verify rows, at most ``rows`` and as
+        """Add the next chunk of ``r``'s prompt to the batch, after what it holds, at most ``rows`` and as
         much as the batch holds; (r, start, end, its first row), None when no row fits this step."""
         start = r.cursor
         room = min(rows, self.decode_rows - self.batch.n)

@@ -541,6 +541,45 @@ def test_in_pools_of_their_own_the_draft_steps_rows_go_in_sequence_order_too(mon
     assert [j.result.drafts_per_round for j in jobs] == [j.result.drafts_per_round for j in reversed(again)]
 
 
+def test_in_pools_of_their_own_a_prompt_chunk_goes_in_sequence_order_among_the_verify_rows(monkeypatch):
+    """A newcomer's prompt chunk went in after the running sequences' verify rows: sequence 0 reading its
+    follow-up while 1-3 verified gave rows 1, 2, 3, 0, two graphs (llama.cpp's split_equal puts consecutive ids
+    only in one ubatch); eight follow-ups read so took 57-60 ms where one graph takes 49. Every row of the
+    step goes in sequence order now, and each reply is what it is when the four follow-ups arrive together."""
+    path = str(synth("glm4moe", "oracle", agree=1.0).path())
+    reqs = [GenerateRequest(prompt=p, max_tokens=16, speculative=mtp(3), record_drafts=True) for p in PROMPTS]
+    follow_ups = [replace(r, prompt=r.prompt + " and") for r in reqs]
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=4, kv_unified=False)) as session:
+        engine = ParallelGenerator(session)
+        run_all(engine, [Job(r) for r in reqs])
+        late = [Job(r) for r in follow_ups]
+        for job in late[1:]:
+            engine.add(job)
+        engine.step()  # 1-3 read their new token and decode from here on
+        assert sorted(r.decoder.seq for r in engine.running) == [1, 2, 3]
+        engine.add(late[0])
+        seen, decode = [], session.target.decode
+
+        def watching(batch):
+            seen.append([batch._seq[i] for i in range(batch.n)])
+            decode(batch)
+
+        monkeypatch.setattr(session.target, "decode", watching)
+        engine.step()
+        monkeypatch.undo()
+        run_all(engine, [])
+    assert set(seen[0]) == {0, 1, 2, 3} and len(seen[0]) > 4, seen  # seq 0's chunk beside three rounds' rows
+    assert seen[0] == sorted(seen[0]), seen
+    assert all(job.error is None for job in late)
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=4, kv_unified=False)) as session:
+        engine = ParallelGenerator(session)
+        run_all(engine, [Job(r) for r in reqs])
+        together = [Job(r) for r in follow_ups]
+        run_all(engine, together)
+    assert [j.result.tokens for j in late] == [j.result.tokens for j in together]
+    assert [j.result.drafts_per_round for j in late] == [j.result.drafts_per_round for j in together]
+
+
 def test_a_batch_of_sequences_without_an_mtp_lane_asks_the_target_for_no_hidden_states(monkeypatch):
     """Exporting every row's hidden state for an MTP head makes llama.cpp run the last layer over every row;
     a decode whose rows are all of requests with speculation off (or n-gram drafting) does without, one with
