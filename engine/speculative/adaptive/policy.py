@@ -18,6 +18,8 @@ from engine.speculative.adaptive.costs import Costs
 from engine.speculative.adaptive.params import AFTER_FULL, AFTER_MISS, FRESH, AdaptiveParams
 from engine.speculative.adaptive.probes import Probes
 
+PLAIN_CHECK_STEPS = 2  # plain steps a check takes: the second is timed (AdaptiveDepth.observe)
+
 
 class AdaptiveDepth:
     """A :class:`~engine.speculative.depth.DepthPolicy` that learns acceptance and costs as it goes.
@@ -36,7 +38,9 @@ class AdaptiveDepth:
         self.probes = Probes(self.params)
         self.depth = 0  # the last choice
         self.drafted_in_a_row = 0  # drafting rounds since the last plain step (see AdaptiveParams.plain_check)
-        self.plain_checks = 0  # plain steps taken to time one
+        self.plain_checks = 0  # times plain steps were taken to time one
+        self.checking = 0  # plain steps still to take for the current check
+        self.after_plain = False  # the last round was a plain step: the next one times what plain decoding costs
         # a probe is a shadow probe — drafted, not verified; the plain step's own token tells
         # whether the draft would have been accepted (when the drafter allows it)
         self.shadow = False
@@ -107,6 +111,7 @@ class AdaptiveDepth:
         self.acceptance.context = FRESH
         self.probes.plain_steps = 0
         self.probes.probing = False
+        self.after_plain = False  # (the prompt's decode came before)
         if self.could_pay(self.n_max) and self._pays_after_hit(self.n_max):
             self.probes.every = min(self.probes.every, self.params.probe_first)
 
@@ -118,16 +123,20 @@ class AdaptiveDepth:
             n = 0  # plain steps: acceptance is unchanged, only timings drift; look again every few
         else:
             n = self.best(cap) if cap else 0
-        if n and self._time_a_plain_step():
+        if n and (self.checking or self._time_a_plain_step()):
+            if not self.checking:
+                self.checking = PLAIN_CHECK_STEPS
+                self.plain_checks += 1
+            self.checking -= 1
             self.drafted_in_a_row, self.depth, probes.probing = 0, 0, False
-            self.plain_checks += 1
             return 0
         return self.take(n, cap)
 
     def _time_a_plain_step(self) -> bool:
-        """Take a plain step now, to time one? After ``plain_check`` drafting rounds in a row while fewer
+        """Take plain steps now, to time one? After ``plain_check`` drafting rounds in a row while fewer
         than three were timed so, then eight times as rarely: what drafting is weighed against is then
-        measured, at a cost of one round in ~250 where drafting pays (a GPU)."""
+        measured, at a cost of two rounds in ~250 where drafting pays (a GPU). Two, because only a plain step
+        after a plain step is timed (see :meth:`observe`)."""
         check = self.params.plain_check
         if not check or not self.costs.timed:
             return False
@@ -160,12 +169,19 @@ class AdaptiveDepth:
         chance rejection sampling would have kept it).
         """
         costs = self.costs
+        # a plain step by choice (a draft the drafter declined costs its decode)
+        plain = not self.depth and not self.probes.probing
         if costs.timed:
             costs.observe(0 if shadow else n_drafted, n_drafted, verify_s, draft_s, round_s)
             if self.probes.probing:
                 costs.probe_round_s = costs.average(costs.probe_round_s, round_s)
-            elif not self.depth:  # a plain step by choice (a draft the drafter declined costs its decode)
+            elif plain and self.after_plain:
+                # what staying plain costs is timed on a plain step after a plain step: the first after a round
+                # that ran the head pays for that round too (its graph built again after the verify's, the
+                # head's decodes through the caches): one-row decodes took 6.84 ms there against 6.59 later in
+                # the same run on the bench-size glm4moe, 6.2-6.5 in a run that never drafted
                 costs.plain_round_s = costs.average(costs.plain_round_s, round_s)
+        self.after_plain = plain and not n_drafted
         searching = self.acceptance.context == AFTER_MISS
         self.acceptance.observe(n_drafted, n_accepted)
         if searching:
