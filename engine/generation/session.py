@@ -171,7 +171,7 @@ class Session:
         (the one place the model's limits apply), the drafter (plain decoding's drafts nothing)
         and the depth policy, as :class:`DrafterChoice` chooses them for every sequence of every
         session. The target context is prepared for them."""
-        spec, drafter, policy = self.drafters.choose(settings, self.mtp_drafter, self.target.threads)
+        spec, drafter, policy = self.drafters.choose(settings, self.mtp_drafter, self.target.threads, alone=True)
         self.prepare(mtp=spec.uses_mtp, drafts=spec.enabled)
         return spec, drafter, policy
 

@@ -14,6 +14,7 @@ lanes, and passes the one this sequence drafts with to :meth:`DrafterChoice.choo
 from __future__ import annotations
 
 from engine.speculative.adaptive import AdaptiveDepth
+from engine.speculative.adaptive.gated import GatedDepth
 from engine.speculative.compose import ComposeDrafter
 from engine.speculative.depth import PLAIN, DepthPolicy, FixedDepth
 from engine.speculative.drafter import Drafter, PlainDrafter
@@ -38,14 +39,18 @@ class DrafterChoice:
         self.ngram: NgramDrafter | None = None  # made by the first request that drafts n-grams
         self.composed: ComposeDrafter | None = None  # made by the first "mtp+ngram" request
         self.policies: dict[PolicyKey, AdaptiveDepth] = {}
+        self.gated: dict[PolicyKey, GatedDepth] = {}  # the same policies behind a gate, for a sequence alone
 
-    def choose(self, settings: SpeculativeSettings, mtp: MTPDrafter | None,
-               target_threads: int) -> tuple[SpeculativeSettings, Drafter, DepthPolicy]:
+    def choose(self, settings: SpeculativeSettings, mtp: MTPDrafter | None, target_threads: int,
+               alone: bool = False) -> tuple[SpeculativeSettings, Drafter, DepthPolicy]:
         """What a request asking for ``settings`` runs with on a model whose MTP drafter for this
         sequence is ``mtp`` (None: no head): the settings the model allows (the one place its
         limits apply; what the statistics report), the drafter (plain decoding's drafts nothing)
         and the depth policy. Adaptive depth's policy is kept between requests: the costs of
         this machine and model do not change from one reply to the next, unless the threads do.
+        ``alone``: a single-sequence session's request, whose adaptive depth goes behind the gate a
+        multi-sequence engine keeps for its batches (adaptive/gated.py); that engine's sequences get the
+        policy itself, which it chooses for together.
         """
         deepest = deepest_draft(mtp.n_heads, mtp.chained) if mtp is not None else 0
         spec = settings.limited_to(deepest)
@@ -58,7 +63,11 @@ class DrafterChoice:
         key = (spec.mode, spec.n_max, target_threads, mtp.ctx.threads if mtp is not None else 0)
         if key not in self.policies:
             self.policies[key] = AdaptiveDepth(spec.n_max)
-        return spec, drafter, self.policies[key]
+        if not alone:
+            return spec, drafter, self.policies[key]
+        if key not in self.gated:
+            self.gated[key] = GatedDepth(self.policies[key])
+        return spec, drafter, self.gated[key]
 
     def _drafter(self, spec: SpeculativeSettings, mtp: MTPDrafter | None, deepest: int) -> Drafter | None:
         """The drafter for settings already limited to the model; None: plain decoding."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from engine.generation.sequences import Sequences
 from engine.speculative.adaptive import AdaptiveDepth
+from engine.speculative.adaptive.gated import GatedDepth
 from engine.speculative.compose import ComposeDrafter
 from engine.speculative.settings import ADAPTIVE, MTP, mtp, ngram
 from tests.engine.conftest import heads_for, open_session, synth
@@ -20,13 +21,15 @@ def test_the_session_and_each_sequence_choose_alike_each_with_its_own_lane_and_p
         asked = mtp(8, depth=ADAPTIVE)
         spec, drafter, policy = session.speculation(asked)
         assert (spec.mode, spec.n_max) == (MTP, deepest)  # the model's limit applies
-        assert drafter is session.mtp_drafter and isinstance(policy, AdaptiveDepth) and policy.n_max == deepest
-        assert session.speculation(asked)[2] is policy  # kept between replies
+        assert drafter is session.mtp_drafter and isinstance(policy, GatedDepth)  # alone: behind the gate
+        assert isinstance(policy.policy, AdaptiveDepth) and policy.policy.n_max == deepest
+        assert session.speculation(asked)[2] is policy  # kept between replies, with its gate
 
         for seq in (0, 1):
             s_spec, s_drafter, s_policy = sequences.speculation(asked, seq)
             assert s_spec == spec and s_drafter is session.mtp_lane(seq)
-            assert isinstance(s_policy, AdaptiveDepth) and s_policy is not policy  # a sequence's own
+            # a sequence's own, chosen for with the others' by the batch (whose gate is the engine's)
+            assert isinstance(s_policy, AdaptiveDepth) and s_policy is not policy.policy
             assert sequences.speculation(asked, seq)[2] is s_policy
         assert sequences.speculation(asked, 1)[1] is not session.mtp_drafter
 
