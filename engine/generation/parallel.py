@@ -355,9 +355,9 @@ class ParallelGenerator:
 
     def _step(self) -> None:
         """Draft for every decoding sequence, then one target decode of their verify rows and of the
-        prompt chunks of the sequences still reading their prompts (as many rows as the batch holds; the
-        rows in the order _in_row_order says); then each reads its rows, and only then does anything roll back (a
-        checkpoint replay decodes the target again)."""
+        prompt chunks of the sequences still reading their prompts (as many rows as the batch holds, in
+        the order _in_row_order says); then each reads its rows, and only then does anything roll back
+        (a checkpoint replay decodes the target again)."""
         pictured = next((r for r in self.running if r.reading is not None and r.decoder.out.finish is None), None)
         if pictured is not None:  # one piece of a prompt with images, alone (the oldest such prompt's)
             self._read_picture_piece(pictured)
