@@ -38,8 +38,9 @@ class AdaptiveParams:
         hazard_prior_steps: plain steps' worth of weight behind that prior.
         hazard_decay: per plain step searched.
         recheck_plain: between plain steps the choice is made again every this many (~0.1 ms each).
-        plain_check: drafting rounds in a row after which one plain step is taken to time it, so a
-            plain step's cost is measured rather than modelled (0: never).
+        plain_check: drafting rounds in a row after which plain steps are taken to time one (two: only
+            a plain step after a plain step is timed), so a plain step's cost is measured rather than
+            modelled (0: never).
         shadow_probes: probe without verifying where the drafter allows it (the MTP head alone):
             the plain step's own token says whether the draft would have been accepted.
     """
