@@ -153,6 +153,20 @@ def test_a_state_longer_than_the_sliding_window_or_recurrent_comes_back_only_to_
         assert len(kept) == 3
 
 
+def test_a_prompt_that_keeps_most_of_what_a_sequence_holds_does_not_save_it():
+    """As llama-server saves a slot only where the prompt keeps less than half of it: a client's next request
+    without the last reply, or a regenerated reply, cuts a short tail nobody comes back for, and the copy
+    (of the whole state, while every other sequence waits) is not worth it. A long cut is, even where it is
+    less than half (prefilling it again costs far more than the copy)."""
+    cache = StateCache(budget=10**6)
+    held = list(range(100))
+    assert not cache.worth_saving(held, held[:60] + [7])  # 40 of 100 cut
+    assert cache.worth_saving(held, held[:40] + [7])  # 60 of 100 cut: more than half
+    long = list(range(3000))
+    assert not cache.worth_saving(long, long[:2600] + [7])  # 400 of 3,000
+    assert cache.worth_saving(long, long[:2400] + [7])  # 600 of 3,000: a long way to prefill again
+
+
 def test_the_budget_is_checked_before_anything_loads():
     with pytest.raises(ContextError, match="--cache-ram"):
         check_options(LoadOptions(state_cache_mib=-1))
