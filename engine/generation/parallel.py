@@ -326,7 +326,8 @@ class ParallelGenerator:
         request, session = job.request, self.session
         spec, drafter, policy = self.sequences.speculation(asked, seq)
         policy.new_reply(drafter.shadow_probes)
-        stats = GenerationStats(settings=spec, rollback=session.rollback_strategy if spec.enabled else "none")
+        stats = GenerationStats(settings=spec, rollback=session.rollback_strategy if spec.enabled else "none",
+                                sequence=seq)
         stats.prompt_tokens = len(tokens)
         if request.max_tokens <= 0:
             job.result = ended_early(stats, "length", prompt_mode, job.on_stats)

@@ -269,7 +269,8 @@ class Generation:
             seconds=time.monotonic() - self.t0, decode_tps=stats.decode_tps if stats else None,
             acceptance_rate=stats.acceptance_rate if stats else None,
             speculative=self.speculative.label if self.speculative else "off",
-            finish=out.finish if self.finished and self._running else None))
+            finish=out.finish if self.finished and self._running else None,
+            sequence=stats.sequence if stats and self.metrics.sequences > 1 else None))
 
 
 # worker error kinds that are the request's fault (400); others are the server's (500)

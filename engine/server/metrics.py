@@ -6,7 +6,12 @@ Names follow llama-server's ``/metrics`` where one exists
 ``llamacpp:predicted_tokens_seconds``, ``llamacpp:requests_processing``,
 ``llamacpp:requests_deferred``, ...); what llama-server has no name for is
 ``mtpstudio:*`` (requests by outcome, drafted and accepted tokens, acceptance
-per draft position).
+per draft position and per sequence).
+
+Acceptance per sequence (``mtpstudio:sequence_*{sequence="k"}``, with
+``serve --parallel N``) is there because a sequence can lose its drafts alone:
+llama-server's slots above 0 have fallen to 0 % acceptance while slot 0 kept
+its rate (llama.cpp #27572), which the totals hide.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class RequestRecord:
     acceptance_rate: float | None = None
     speculative: str = "off"
     finish: str | None = None  # the worker's finish reason (cancelled after a disconnect), None if it never ran
+    sequence: int | None = None  # the sequence that decoded it, where the server decodes several at once
 
     def line(self) -> str:
         """How the request log shows it."""
@@ -47,9 +53,10 @@ class RequestRecord:
         kind = "stream" if self.stream else "whole"
         if self.outcome in ("rejected", "unauthorized"):
             return f"{stamp}  {self.status}  /{self.endpoint}  {self.outcome}"
+        seq = f"  sequence {self.sequence}" if self.sequence is not None else ""
         return (f"{stamp}  {self.status}  /{self.endpoint} ({kind})  {self.outcome}  "
                 f"in {self.prompt_tokens} / out {self.completion_tokens} tok  {self.seconds:.2f} s  {tps}  "
-                f"{acc}  [{self.speculative}]")
+                f"{acc}  [{self.speculative}]{seq}")
 
 
 @dataclass
@@ -65,6 +72,8 @@ class Metrics:
     accepted: int = 0
     drafted_per_pos: list[int] = field(default_factory=list)
     accepted_per_pos: list[int] = field(default_factory=list)
+    # per sequence that decoded requests: [requests, drafted, accepted]
+    per_sequence: dict[int, list[int]] = field(default_factory=dict)
     processing: int = 0  # requests running now: with serve --parallel N, up to N decoded together
     sequences: int = 1  # how many may run at once (ServerConfig.parallel)
     deferred: int = 0
@@ -86,6 +95,10 @@ class Metrics:
                 mine.extend([0] * (len(theirs) - len(mine)))
                 for i, n in enumerate(theirs):
                     mine[i] += n
+            counts = self.per_sequence.setdefault(stats.sequence, [0, 0, 0])
+            counts[0] += 1
+            counts[1] += stats.drafted
+            counts[2] += stats.accepted
 
     def record(self, record: RequestRecord) -> None:
         with self._lock:
@@ -139,6 +152,17 @@ class Metrics:
                    "Accepted / drafted tokens at each draft position since the start.",
                    [(f'{{position="{i + 1}"}}', a / d if d else 0.0)
                     for i, (d, a) in enumerate(zip(self.drafted_per_pos, self.accepted_per_pos, strict=False))])
+            per_seq = sorted(self.per_sequence.items())
+            metric("mtpstudio:sequence_requests_total", "counter", "Requests each sequence decoded.",
+                   [(f'{{sequence="{s}"}}', c[0]) for s, c in per_seq])
+            metric("mtpstudio:sequence_draft_tokens_total", "counter", "Draft tokens proposed in each sequence.",
+                   [(f'{{sequence="{s}"}}', c[1]) for s, c in per_seq])
+            metric("mtpstudio:sequence_draft_tokens_accepted_total", "counter",
+                   "Draft tokens the target accepted in each sequence.",
+                   [(f'{{sequence="{s}"}}', c[2]) for s, c in per_seq])
+            metric("mtpstudio:sequence_draft_acceptance_rate", "gauge",
+                   "Accepted / drafted tokens in each sequence since the start.",
+                   [(f'{{sequence="{s}"}}', c[2] / c[1] if c[1] else 0.0) for s, c in per_seq])
             return "\n".join(lines) + "\n"
 
 

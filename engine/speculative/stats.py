@@ -62,6 +62,9 @@ class StatsSnapshot:
     # the draft depth in force: adaptive depth's chosen length for the latest round (the drafter may stop
     # sooner), else the latest round's draft length; None: not drafting
     draft_depth: int | None = None
+    # which of the contexts' sequences decoded it (0 where they hold one; several at once:
+    # engine/generation/parallel.py), so that acceptance can be told per sequence (server /metrics)
+    sequence: int = 0
 
     @property
     def tokens_per_step(self) -> float | None:
@@ -100,6 +103,7 @@ class GenerationStats:
     rollback: str = "none"
     settings: SpeculativeSettings = SPECULATION_OFF  # see StatsSnapshot.settings
     draft_depth: int | None = None  # see StatsSnapshot.draft_depth
+    sequence: int = 0  # see StatsSnapshot.sequence
     drafted_by_source: dict[str, int] = field(default_factory=dict)
     accepted_by_source: dict[str, int] = field(default_factory=dict)
     rounds_by_source: dict[str, int] = field(default_factory=dict)
@@ -184,6 +188,7 @@ class GenerationStats:
             accepted_by_source=dict(self.accepted_by_source),
             rounds_by_source=dict(self.rounds_by_source),
             draft_depth=self.draft_depth,
+            sequence=self.sequence,
         )
 
     def to_dict(self, now: float | None = None) -> dict[str, Any]:

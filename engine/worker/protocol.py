@@ -60,7 +60,8 @@ from engine.worker.fields import build
 # 6: generate takes images (base64, one per IMAGE_MARKER in the prompt or the messages' text); load options
 #    take mmproj (a vision projector) and the loaded model says whether it takes images ("vision")
 # 7: speculative settings take draft_sampling (match | probabilistic: sampled drafts kept by rejection sampling)
-PROTOCOL_VERSION = 7
+# 8: stats carry the sequence that decoded the reply ("sequence")
+PROTOCOL_VERSION = 8
 # where an image goes in a generate request's text: mtmd's default marker (the projector's own)
 IMAGE_MARKER = "<__media__>"
 HANDSHAKE_TIMEOUT_S = 60.0  # the first import of llama_cpp can be slow on a cold disk

@@ -77,6 +77,27 @@ def test_four_streaming_clients_are_served_together_each_as_alone(parallel_serve
     assert max(m["first"] for m in marks) < min(m["last"] for m in marks)
     metrics = httpx.get(parallel_server.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
     assert "mtpstudio:sequences 4" in metrics
+    # acceptance per sequence: the four together drafted in four sequences, and the sequences' counts add up
+    # to the totals; the panel's log names each request's sequence
+    drafted = _per_sequence(metrics, "draft_tokens_total")
+    accepted = _per_sequence(metrics, "draft_tokens_accepted_total")
+    assert set(drafted) == {0, 1, 2, 3} and all(n > 0 for n in drafted.values())
+    assert sum(drafted.values()) == _value(metrics, "mtpstudio:draft_tokens_total")
+    assert sum(accepted.values()) == _value(metrics, "mtpstudio:draft_tokens_accepted_total")
+    assert all(accepted[s] <= drafted[s] for s in drafted)
+    together = [r.line() for r in list(parallel_server.metrics.recent)[-4:]]
+    assert sorted(line.rsplit("sequence ", 1)[1] for line in together) == ["0", "1", "2", "3"]
+
+
+def _value(metrics: str, name: str) -> float:
+    return next(float(line.split()[-1]) for line in metrics.splitlines() if line.startswith(name + " "))
+
+
+def _per_sequence(metrics: str, name: str) -> dict[int, float]:
+    """``mtpstudio:sequence_<name>{sequence="k"} v`` lines, by sequence."""
+    prefix = f'mtpstudio:sequence_{name}{{sequence="'
+    return {int(line[len(prefix):].split('"')[0]): float(line.split()[-1])
+            for line in metrics.splitlines() if line.startswith(prefix)}
 
 
 def test_a_worker_crash_with_four_running_fails_all_four_and_the_next_requests_are_served(

@@ -24,7 +24,7 @@ def test_sampling_travels_whole_with_llama_cpps_names():
 def test_a_version_4_request_with_flat_sampling_fields_is_refused_by_name():
     with pytest.raises(ProtocolError, match=r"unknown field\(s\) \['seed', 'temperature'\]"):
         P.decode_request('{"type": "generate", "id": "a", "prompt": "x", "temperature": 0.5, "seed": 3}')
-    assert P.PROTOCOL_VERSION == 7
+    assert P.PROTOCOL_VERSION == 8
 
 
 def test_speculative_settings_carry_their_draft_sampling():
@@ -101,6 +101,7 @@ def test_off_is_spelled_one_way_and_the_deepest_draft_is_decided_once():
     P.StatsEvent("r2", StatsSnapshot(settings=mtp(3), rounds=2, drafted_per_pos=[2, 1],
                                      phase_seconds={"draft": 0.5})),
     P.DoneEvent("r2", "length", StatsSnapshot(generated_tokens=4), "template", 4),
+    P.DoneEvent("r5", "stop", StatsSnapshot(generated_tokens=4, drafted=3, accepted=2, sequence=3), "template", 4),
     P.DoneEvent("r3", "error"),
     P.ErrorEvent(None, "protocol", "bad", final=True),
     P.UnloadedEvent("r4"),
