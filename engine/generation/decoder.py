@@ -11,6 +11,7 @@ prefill reuses what the context already holds (engine/generation/prefix_cache.py
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -160,13 +161,17 @@ class PicturedPrompt:
 
 def _prefill(session: Session, drafter: Drafter, spec: SpeculativeSettings, prefill: list[int],
              batch: Batch, on_prefill: PrefillCallback | None,
-             should_stop: Callable[[], bool]) -> tuple[int, list[int], bool]:
+             should_stop: Callable[[], bool]) -> tuple[int, list[int], bool, Callable[[], None] | None]:
     """Decode the prompt on the target, in chunks of n_batch, keeping what the last generation left.
 
     Returns the prompt tokens reused, the tokens the target context now holds (position by
-    position), and whether it was cancelled. The drafter catches up on each chunk. What is
-    reused (engine/generation/prefix_cache.py): the MTP head needs h_target at each position
-    it catches up on, so its context keeps one row more than the target and resumes after it.
+    position), whether it was cancelled, and what is left to do after the last chunk (None:
+    nothing was decoded). The drafter catches up on each chunk, on the last one only once the
+    caller has sampled the reply's first token from it: that catch-up is a decode of the head
+    (with a fixed depth, every prompt row), which the first token need not wait for, and
+    sampling changes nothing it reads. What is reused (engine/generation/prefix_cache.py): the
+    MTP head needs h_target at each position it catches up on, so its context keeps one row
+    more than the target and resumes after it.
     """
     target = session.target
     lane = mtp_half(drafter)  # MTP alone, or the composition's MTP half (engine/speculative/reuse.py)
@@ -188,13 +193,9 @@ def _prefill(session: Session, drafter: Drafter, spec: SpeculativeSettings, pref
     begin_reusing(drafter, spec, kept, keep=reused + 1 if 0 < reused <= mtp_limit else 0)
     if on_prefill is not None:
         on_prefill(0, len(prefill) - reused)
-    for start, end in _chunks(reused, len(prefill), target.n_batch, checkpoint_at):
-        chunk = prefill[start:end]
-        batch.clear()
-        for k, tok in enumerate(chunk):
-            batch.add(tok, start + k, start + k == len(prefill) - 1)
-        target.decode(batch)
-        kept.extend(chunk)
+
+    def after(chunk: list[int], start: int, end: int) -> None:
+        """What follows a chunk's decode: a checkpoint where one is kept, the drafter's catch-up."""
         if end == checkpoint_at:
             session.prefix.save_checkpoint(target, end)
         elif end == len(prefill) and session.window_cache:
@@ -202,11 +203,24 @@ def _prefill(session: Session, drafter: Drafter, spec: SpeculativeSettings, pref
             # after the prompt's all but last, where a regenerated reply (or an edit) goes back to
             session.prefix.save_checkpoint(target, end - 1)
         read_prompt_chunk(drafter, chunk, start, first_after_reused=0 < reused == start)
+
+    pending: Callable[[], None] | None = None
+    for start, end in _chunks(reused, len(prefill), target.n_batch, checkpoint_at):
+        chunk = prefill[start:end]
+        batch.clear()
+        for k, tok in enumerate(chunk):
+            batch.add(tok, start + k, start + k == len(prefill) - 1)
+        target.decode(batch)
+        kept.extend(chunk)
+        if end == len(prefill):  # the last: after the first token (the target's rows stay until it decodes again)
+            pending = functools.partial(after, chunk, start, end)
+        else:
+            after(chunk, start, end)
         if on_prefill is not None:
             on_prefill(end - reused, len(prefill) - reused)
         if should_stop():
-            return reused, kept, True
-    return reused, kept, False
+            return reused, kept, True, pending
+    return reused, kept, False, pending
 
 
 def _keep(session: Session, drafter: Drafter, kept: list[int]) -> None:
@@ -295,11 +309,13 @@ class Decoder:
         t0 = time.perf_counter()
         held = self.request.hold_last_prompt_token and len(tokens) > 1
         prefill = tokens[:-1] if held else tokens
-        reused, self.kept, cancelled = _prefill(self.session, self.drafter, self.spec, prefill, self.batch,
-                                                on_prefill, should_stop)
+        reused, self.kept, cancelled, pending = _prefill(self.session, self.drafter, self.spec, prefill, self.batch,
+                                                         on_prefill, should_stop)
         self.stats.prompt_reused = reused
         self.pos0 = len(prefill)
         self.first_token(time.perf_counter() - t0, cancelled, tokens[-1] if held else None)
+        if pending is not None:  # the drafter's catch-up on the last chunk, once the first token is out
+            pending()
 
     def read_pictures(self, pictures: vision.ImagePrompt, on_prefill: PrefillCallback | None,
                       should_stop: Callable[[], bool], *, shared: bool = False) -> PicturedPrompt:

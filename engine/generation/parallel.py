@@ -374,7 +374,7 @@ class ParallelGenerator:
             t0 = time.perf_counter()
             self._decode_target([readers[0]])
             if alone is not None:
-                self._read_prompt_chunk(*alone, time.perf_counter() - t0)
+                self._read_prompt_chunks([alone], time.perf_counter() - t0)
             readers = []
         rounds = self._propose_all()
         self.batch.clear()
@@ -397,8 +397,7 @@ class ParallelGenerator:
         decode_s = time.perf_counter() - t0
         for r, rnd in rounds:  # every sequence reads the decode's rows before anything decodes again
             r.decoder.sample(rnd, decode_s)
-        for chunk in chunks:
-            self._read_prompt_chunk(*chunk, decode_s)
+        self._read_prompt_chunks(chunks, decode_s)
         for r, rnd in rounds:
             d = r.decoder
             d.close_round(rnd)
@@ -504,27 +503,35 @@ class ParallelGenerator:
             self.batch.add(r.prompt[k], k, k == len(r.prompt) - 1, r.decoder.seq)
         return r, start, end, row0
 
-    def _read_prompt_chunk(self, r: _Running, start: int, end: int, row0: int, decode_s: float) -> None:
-        """After the decode: the drafter catches up on the chunk; at the prompt's end, the first token."""
-        d, chunk = r.decoder, r.prompt[start:end]
-        t0, catch_up0 = time.perf_counter(), d.drafter.seconds["catch_up"]
-        d.kept.extend(chunk)
-        read_prompt_chunk(d.drafter, chunk, start, row0, first_after_reused=0 < r.reused == start)
-        caught_up = d.drafter.seconds["catch_up"] - catch_up0
-        d.stats.phase_seconds["prefill"] += decode_s + time.perf_counter() - t0 - caught_up
-        r.cursor = end
-        if self.session.is_hybrid and end == len(r.prompt) - 1:
-            self.sequences.save_checkpoint(d.seq, end)
-        elif self.session.window_cache and end == len(r.prompt):  # (as a single sequence's: decoder.py)
-            self.sequences.save_checkpoint(d.seq, end - 1)
-        if r.job.on_prefill is not None:
-            r.job.on_prefill(end - r.reused, len(r.prompt) - r.reused)
-        if r.prefilled:
-            d.pos0 = len(r.prompt)
-            d.stats.t_first_token = time.perf_counter()
-            row = row0 + len(chunk) - 1
-            d.id_last = d.sampler.sample(self.target.handle, row)
-            d.out.push(d.id_last, False, d.margin(row), d.logprob(row, d.id_last))
+    def _read_prompt_chunks(self, chunks: list[tuple[_Running, int, int, int]], decode_s: float) -> None:
+        """After the decode of ``chunks`` (each (r, start, end, its first row)): every prompt that ended
+        samples its first token, then the drafters catch up on the chunks. A catch-up is a decode of the
+        head (with a fixed depth, of every row of the chunk), which no first token waits for, as a single
+        sequence's does not (decoder.py); sampling changes nothing a catch-up reads."""
+        t0 = time.perf_counter()
+        for r, start, end, row0 in chunks:
+            d = r.decoder
+            d.kept.extend(r.prompt[start:end])
+            r.cursor = end
+            if r.job.on_prefill is not None:
+                r.job.on_prefill(end - r.reused, len(r.prompt) - r.reused)
+            if r.prefilled:
+                d.pos0 = len(r.prompt)
+                d.stats.t_first_token = time.perf_counter()
+                row = row0 + end - start - 1
+                d.id_last = d.sampler.sample(self.target.handle, row)
+                d.out.push(d.id_last, False, d.margin(row), d.logprob(row, d.id_last))
+        share = (time.perf_counter() - t0) / max(1, len(chunks))  # each chunk's part of the sampling above
+        for r, start, end, row0 in chunks:
+            d = r.decoder
+            t1, catch_up0 = time.perf_counter(), d.drafter.seconds["catch_up"]
+            read_prompt_chunk(d.drafter, r.prompt[start:end], start, row0, first_after_reused=0 < r.reused == start)
+            caught_up = d.drafter.seconds["catch_up"] - catch_up0
+            if self.session.is_hybrid and end == len(r.prompt) - 1:
+                self.sequences.save_checkpoint(d.seq, end)
+            elif self.session.window_cache and end == len(r.prompt):  # (as a single sequence's: decoder.py)
+                self.sequences.save_checkpoint(d.seq, end - 1)
+            d.stats.phase_seconds["prefill"] += decode_s + share + time.perf_counter() - t1 - caught_up
 
     def _draft(self, plans: list[tuple[_Running, int]]) -> dict[int, tuple[list[int], float]]:
         """Each sequence's drafts of ``n`` tokens at most, and its drafter's time. The MTP lanes decode

@@ -481,6 +481,33 @@ def test_requests_arriving_together_read_their_prompts_in_one_decode(monkeypatch
     assert [len(job.result.tokens) for job in jobs] == [8] * 4
 
 
+@pytest.mark.parametrize("parallel", [1, 4], ids=["alone", "together"])
+def test_a_first_token_goes_out_before_the_head_catches_up_on_the_prompt(parallel, monkeypatch):
+    """With a fixed depth the MTP lane catches up on every prompt row, a decode of the head: the first token
+    no longer waits for it (a client's time to first token), here or in four sequences read together,
+    and the reply and its drafts are what they were."""
+    path = str(synth("glm4moe", "mixed", agree=0.7, reads="hidden").path())  # a head reading the hidden state
+    reqs = requests(mtp(3), n=parallel)
+    solo, noise = alone(path, reqs, parallel)
+    with Session(LoadOptions(path=path, n_ctx=512, parallel=parallel)) as session:
+        head_decodes = count_decodes(session.mtp_drafter.ctx, monkeypatch)
+        at_first: list[list[int]] = [[] for _ in reqs]
+
+        def first(i: int):
+            return lambda text, draft: at_first[i].append(head_decodes[0])
+
+        if parallel == 1:
+            results = [generate(session, reqs[0], on_text=first(0))]
+        else:
+            engine, jobs = ParallelGenerator(session), [Job(r, on_text=first(i)) for i, r in enumerate(reqs)]
+            run_all(engine, jobs)
+            results = [job.result for job in jobs]
+        assert [texts[0] for texts in at_first] == [0] * parallel  # no decode of the head before any first token
+        assert head_decodes[0] > 0
+    for s, result in zip(solo, results, strict=True):
+        same_as_alone(s, result, noise)
+
+
 def reversed_second_wave(session: Session, spec: SpeculativeSettings) -> tuple[ParallelGenerator, list[Job]]:
     """Four conversations, then each continued in reverse order: each goes back to the sequence that holds
     it, so the running sequences are 3, 2, 1, 0 in arrival order. The engine after the first step of the
