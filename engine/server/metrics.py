@@ -60,6 +60,15 @@ class RequestRecord:
 
 
 @dataclass
+class SequenceCounts:
+    """What one sequence of the context decoded: requests, and their drafted and accepted tokens."""
+
+    requests: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+
+@dataclass
 class Metrics:
     """Counters, thread-safe; ``on_record`` hears each finished request (the panel's log)."""
 
@@ -72,8 +81,7 @@ class Metrics:
     accepted: int = 0
     drafted_per_pos: list[int] = field(default_factory=list)
     accepted_per_pos: list[int] = field(default_factory=list)
-    # per sequence that decoded requests: [requests, drafted, accepted]
-    per_sequence: dict[int, list[int]] = field(default_factory=dict)
+    per_sequence: dict[int, SequenceCounts] = field(default_factory=dict)  # the sequences that decoded requests
     processing: int = 0  # requests running now: with serve --parallel N, up to N decoded together
     sequences: int = 1  # how many may run at once (ServerConfig.parallel)
     deferred: int = 0
@@ -95,10 +103,10 @@ class Metrics:
                 mine.extend([0] * (len(theirs) - len(mine)))
                 for i, n in enumerate(theirs):
                     mine[i] += n
-            counts = self.per_sequence.setdefault(stats.sequence, [0, 0, 0])
-            counts[0] += 1
-            counts[1] += stats.drafted
-            counts[2] += stats.accepted
+            counts = self.per_sequence.setdefault(stats.sequence, SequenceCounts())
+            counts.requests += 1
+            counts.drafted += stats.drafted
+            counts.accepted += stats.accepted
 
     def record(self, record: RequestRecord) -> None:
         with self._lock:
@@ -154,15 +162,15 @@ class Metrics:
                     for i, (d, a) in enumerate(zip(self.drafted_per_pos, self.accepted_per_pos, strict=False))])
             per_seq = sorted(self.per_sequence.items())
             metric("mtpstudio:sequence_requests_total", "counter", "Requests each sequence decoded.",
-                   [(f'{{sequence="{s}"}}', c[0]) for s, c in per_seq])
+                   [(f'{{sequence="{s}"}}', c.requests) for s, c in per_seq])
             metric("mtpstudio:sequence_draft_tokens_total", "counter", "Draft tokens proposed in each sequence.",
-                   [(f'{{sequence="{s}"}}', c[1]) for s, c in per_seq])
+                   [(f'{{sequence="{s}"}}', c.drafted) for s, c in per_seq])
             metric("mtpstudio:sequence_draft_tokens_accepted_total", "counter",
                    "Draft tokens the target accepted in each sequence.",
-                   [(f'{{sequence="{s}"}}', c[2]) for s, c in per_seq])
+                   [(f'{{sequence="{s}"}}', c.accepted) for s, c in per_seq])
             metric("mtpstudio:sequence_draft_acceptance_rate", "gauge",
                    "Accepted / drafted tokens in each sequence since the start.",
-                   [(f'{{sequence="{s}"}}', c[2] / c[1] if c[1] else 0.0) for s, c in per_seq])
+                   [(f'{{sequence="{s}"}}', c.accepted / c.drafted if c.drafted else 0.0) for s, c in per_seq])
             return "\n".join(lines) + "\n"
 
 
