@@ -195,3 +195,22 @@ def test_an_older_profile_stays_valid_and_says_it_is_outdated(tmp_path):
     assert fresh.version == PROFILE_VERSION and not fresh.outdated
     again = Profile.from_json(json.loads(json.dumps(fresh.to_json())))
     assert again == fresh and again.setting.adaptive
+
+
+def test_of_two_draft_vocabulary_cuts_that_beat_the_whole_one_the_faster_is_kept():
+    from engine.autotune.draft_vocab import VocabChoice, VocabMeasurement, cuts_for, winner
+
+    def cut(n: int, ratios: list[float]) -> VocabMeasurement:
+        return VocabMeasurement(n, tps=[20 * r for r in ratios], ratios=list(ratios))
+
+    whole = cut(0, [1.0] * 3)
+    assert cuts_for(151_936) == (65_536, 32_768) and cuts_for(129_280) == (32_768,) and cuts_for(32_000) == ()
+    # both beat the whole vocabulary beyond the noise: the faster one (here the larger cut, which loses fewer drafts)
+    assert winner([whole, cut(65_536, [1.21, 1.19, 1.20]), cut(32_768, [1.12, 1.10, 1.11])]) == 65_536
+    assert winner([whole, cut(65_536, [1.21, 1.19, 1.20]), cut(32_768, [1.31, 1.29, 1.30])]) == 32_768
+    # a faster mean is not enough where its lower bound does not clear 1.0
+    noisy = cut(32_768, [2.0, 0.6, 1.9])
+    assert winner([whole, cut(65_536, [1.05, 1.04, 1.06]), noisy]) == 65_536
+    assert winner([whole, cut(65_536, [1.0, 0.98, 1.01]), noisy]) == 0
+    lost = VocabChoice(0, [whole, cut(65_536, [1.0, 0.98, 1.01]), noisy], 151_936)
+    assert "first 65,536 or 32,768 was not faster" in lost.reason
