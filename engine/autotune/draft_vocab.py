@@ -67,6 +67,13 @@ class VocabMeasurement(RatioStats):
     tps: list[float] = field(default_factory=list)
     ratios: list[float] = field(default_factory=list)  # vs the whole vocabulary on the same prompt
     acceptance: list[float] = field(default_factory=list)
+    # per prompt, the share of the reply's tokens the head may draft (below the cut; 1.0 for the whole
+    # vocabulary): how much of what this model writes a cut keeps, measured rather than assumed
+    held: list[float] = field(default_factory=list)
+
+    @property
+    def held_share(self) -> float:
+        return statistics.fmean(self.held) if self.held else 1.0
 
     @property
     def label(self) -> str:
@@ -88,14 +95,15 @@ class VocabChoice:
         won = next(m for m in self.measurements if m.draft_vocab == self.draft_vocab)
         return (f"the head drafts among the first {self.draft_vocab:,} of {self.n_vocab:,} tokens: "
                 f"{won.mean_ratio:.2f}x the speed of the whole vocabulary (at least {won.lower_bound:.2f}x "
-                "with 95% confidence).")
+                f"with 95% confidence); they hold {won.held_share:.0%} of the replies' tokens.")
 
     def table(self) -> str:
-        lines = [f"{'draft vocabulary':>22} {'tok/s':>7} {'vs whole':>8} {'low 95%':>8} {'accept':>7}"]
+        lines = [f"{'draft vocabulary':>22} {'tok/s':>7} {'vs whole':>8} {'low 95%':>8} {'accept':>7} {'held':>5}"]
         for m in self.measurements:
             mark = " <- chosen" if m.draft_vocab == self.draft_vocab else ""
             lines.append(f"{m.label:>22} {statistics.fmean(m.tps) if m.tps else 0:7.1f} {m.mean_ratio:7.2f}x "
-                         f"{m.lower_bound:7.2f}x {statistics.fmean(m.acceptance) if m.acceptance else 0:6.0%}{mark}")
+                         f"{m.lower_bound:7.2f}x {statistics.fmean(m.acceptance) if m.acceptance else 0:6.0%} "
+                         f"{m.held_share:5.0%}{mark}")
         return "\n".join(lines)
 
 
@@ -113,6 +121,8 @@ def choose(session: Session, prompts: list[list[dict[str, str]]], spec: Speculat
             row.acceptance.append(replies[n].stats.acceptance_rate or 0.0)
             row.tps.append(tps[n])
             row.ratios.append(tps[n] / tps[0] if tps[0] else 1.0)
+            tokens = replies[n].tokens
+            row.held.append(sum(t < n for t in tokens) / len(tokens) if n and tokens else 1.0)
     best = winner(list(rows.values()))
     session.set_draft_vocab(best)
     return VocabChoice(best, list(rows.values()), session.model.n_vocab)

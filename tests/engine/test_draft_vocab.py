@@ -14,6 +14,7 @@ graphs the patch edits directly.
 from __future__ import annotations
 
 import ctypes
+import statistics
 
 import numpy as np
 import pytest
@@ -200,3 +201,23 @@ def test_the_command_stores_the_draft_vocabulary_it_chose(monkeypatch, tmp_path)
     # timed before the search (whatever it then chooses), stored with the profile
     assert result.draft_vocab in (0, 65_536, 32_768) and result.draft_vocab_reason
     assert profile.draft_vocab == result.draft_vocab
+
+
+def test_autotune_says_how_much_of_the_replies_a_cut_holds(monkeypatch):
+    """A cut through the middle of the words this model writes holds about half of each reply's tokens,
+    and the head, unable to draft the rest, is accepted less often: the table and the reason say so."""
+    from engine.autotune import draft_vocab
+
+    # the oracle model of test_mtp's real-vocabulary test: its replies are words among ids 256-4,093
+    model = SynthModel(SynthSpec(arch="glm4moe", size="tiny-152k", n_heads=heads_for("glm4moe"),
+                                 heads=(HeadMap("hidden", 0.7, 3),)))
+    monkeypatch.setattr(draft_vocab, "CUTS", (2_048,))
+    prompts = [[{"role": "user", "content": t}] for t in (" the river", " a model of light", " water")]
+    with Session(LoadOptions(path=str(model.path("combined")), n_ctx=512)) as session:
+        choice = draft_vocab.choose(session, prompts, mtp(2), max_tokens=32)
+    whole, cut = choice.measurements
+    assert whole.held == [1.0] * 3 and all(0.2 < h < 0.8 for h in cut.held), cut.held
+    assert statistics.fmean(cut.acceptance) < statistics.fmean(whole.acceptance)
+    assert f"{cut.held_share:5.0%}" in choice.table().splitlines()[2]
+    if choice.draft_vocab:
+        assert f"they hold {cut.held_share:.0%} of the replies' tokens" in choice.reason
