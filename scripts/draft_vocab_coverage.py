@@ -92,13 +92,6 @@ def report(title: str, n_vocab: int, tokenize: Callable[[str], list[int]], corpu
         print(f"  {name:26} {len(ids):>7}  {shares}   {kept}")
 
 
-def gguf_tokenizer(path: Path) -> tuple[int, Callable[[str], list[int]]]:
-    from engine.runtime.model import Model
-
-    model = Model(path)
-    return model.n_vocab, lambda text: model.tokenize(text, add_special=False, parse_special=False)
-
-
 def tiktoken_tokenizer(path: Path) -> tuple[int, Callable[[str], list[int]]]:
     try:
         import tiktoken
@@ -126,7 +119,11 @@ def main() -> int:
 
         args.gguf = [default_model_path()]
     for path in args.gguf:
-        report(path.name, *gguf_tokenizer(path), corpus)
+        from engine.runtime.model import Model
+
+        with Model(path) as model:  # freed before the next one loads
+            report(path.name, model.n_vocab,
+                   lambda text, m=model: m.tokenize(text, add_special=False, parse_special=False), corpus)
     for path in args.tiktoken:
         report(path.name, *tiktoken_tokenizer(path), corpus)
     return 0
